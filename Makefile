@@ -1,0 +1,105 @@
+# Makefile: builds libpcg, the programs and the tests of pcg-tts.
+#   make            library and programs (bin/)
+#   make test       builds everything, runs tests/run (offline, a few minutes)
+#   make demo       runs the demo job on the embedded tiny model
+#   make install    PREFIX=/usr/local (bin/, share/man/)
+#   make clean
+# CUDA sources (lib/cuda/*.cu) build when nvcc is found; CUDA=0 turns that off.
+
+PREFIX   ?= /usr/local
+CC       ?= cc
+OPT      ?= -O2
+CFLAGS   ?= $(OPT) -g
+PKGS     := openblas jansson
+# pkg-config is called lazily: on a fresh machine it exists only after install-deps.
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson)
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -pthread -MMD -MP -Ilib $(PKG_CFLAGS) $(CFLAGS)
+LDLIBS_ALL = $(PKG_LIBS) -lm
+
+NVCC     ?= $(shell command -v nvcc 2>/dev/null)
+CUDA     ?= $(if $(NVCC),1,0)
+CUDA_SRC := $(if $(filter 1,$(CUDA)),$(wildcard lib/cuda/*.cu))
+CUDA_OBJ := $(CUDA_SRC:%.cu=build/%.o)
+CUDA_LIB := $(if $(CUDA_OBJ),build/libpcg-cuda.a)
+
+LIB_SRC  := $(wildcard lib/*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=build/%.o)
+ASAN_OBJ := $(LIB_SRC:%.c=build/asan/%.o)
+PROGS    := $(patsubst %/main.c,%,$(wildcard */main.c))
+BINS     := $(PROGS:%=bin/%)
+TEST_SRC := $(wildcard tests/unit/test_*.c)
+TESTS    := $(TEST_SRC:tests/unit/%.c=build/tests/%)
+# Tests of parsers of untrusted input also run under AddressSanitizer and UBSan.
+ASAN_TESTS := $(patsubst tests/unit/%.c,build/tests/asan-%,$(wildcard tests/unit/test_safetensors*.c tests/unit/test_config*.c))
+BENCH_SRC := $(wildcard bench/*.c)
+BENCHES  := $(BENCH_SRC:bench/%.c=bin/bench-%)
+SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+DEPS_OK  := build/.deps-ok
+
+.PHONY: all test demo install clean bench deps
+all: $(BINS) $(BENCHES) $(CUDA_LIB)
+
+# Installs the Debian packages the build needs when one is missing.
+$(DEPS_OK): scripts/install-deps
+	@scripts/install-deps
+	@mkdir -p build && touch $@
+deps: $(DEPS_OK)
+
+build/libpcg.a: $(LIB_OBJ)
+	ar rcs $@ $^
+build/libpcg-asan.a: $(ASAN_OBJ)
+	ar rcs $@ $^
+
+build/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+build/asan/%.o: %.c | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SANITIZE) -c -o $@ $<
+
+# The matmul kernels rely on a * b + c becoming one FMA (-std=c11 turns that off).
+build/lib/matmul.o build/asan/lib/matmul.o: ALL_CFLAGS += -ffp-contract=fast
+
+define prog_rule
+bin/$(1): $(patsubst %.c,build/%.o,$(wildcard $(1)/*.c)) build/libpcg.a
+	@mkdir -p bin
+	$$(CC) $$(ALL_CFLAGS) -o $$@ $$^ $$(LDLIBS_ALL)
+endef
+$(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
+
+bin/bench-%: build/bench/%.o build/libpcg.a
+	@mkdir -p bin
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
+
+build/tests/%: build/tests/unit/%.o build/libpcg.a
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
+build/tests/asan-%: build/asan/tests/unit/%.o build/libpcg-asan.a
+	$(CC) $(ALL_CFLAGS) $(SANITIZE) -o $@ $^ $(LDLIBS_ALL)
+
+# CUDA: lib/cuda/*.cu into libpcg-cuda.a when nvcc is present (CUDA=0: off).
+build/libpcg-cuda.a: $(CUDA_OBJ)
+	ar rcs $@ $^
+build/lib/cuda/%.o: lib/cuda/%.cu | $(DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -Ilib -c -o $@ $<
+
+test: all $(TESTS) $(ASAN_TESTS)
+	@tests/run
+
+demo: all
+	@scripts/demo
+
+bench: all
+	@bench/run
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/man/man7
+	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin
+	for m in man/*.[1-8]; do s=$${m##*.}; install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$s; done
+
+clean:
+	rm -rf build bin
+
+-include $(shell find build -name '*.d' 2>/dev/null)

@@ -1,0 +1,109 @@
+/* dtype.c: f16/bf16 <-> f32 conversions used by the loaders and the engine. */
+#include "dtype.h"
+
+float pcg_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t exp = (h >> 10) & 0x1fu;
+	uint32_t man = h & 0x3ffu;
+	uint32_t u;
+	float f;
+
+	if (exp == 0x1f) { /* inf or NaN */
+		u = sign | 0x7f800000u | (man << 13);
+	} else if (exp != 0) { /* normal */
+		u = sign | ((exp + 112) << 23) | (man << 13);
+	} else if (man == 0) { /* zero */
+		u = sign;
+	} else { /* subnormal: value = man * 2^-24, exact in f32 */
+		f = (float)man * 5.9604644775390625e-08f;
+		memcpy(&u, &f, sizeof u);
+		u |= sign;
+	}
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+/* Round to nearest even; overflow to inf; NaN stays NaN. */
+uint16_t pcg_f32_to_f16(float f)
+{
+	uint32_t u, sign, man;
+	int exp;
+
+	memcpy(&u, &f, sizeof u);
+	sign = (u >> 16) & 0x8000u;
+	exp = (int)((u >> 23) & 0xffu);
+	man = u & 0x7fffffu;
+	if (exp == 0xff)
+		return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
+	exp -= 127 - 15;
+	if (exp >= 0x1f)
+		return (uint16_t)(sign | 0x7c00u);
+	if (exp <= 0) { /* subnormal or zero in f16 */
+		uint32_t m, shift, half, r;
+		if (exp < -10)
+			return (uint16_t)sign;
+		m = man | 0x800000u;
+		shift = (uint32_t)(14 - exp);
+		half = 1u << (shift - 1);
+		r = m >> shift;
+		if ((m & ((1u << shift) - 1)) > half ||
+		    ((m & ((1u << shift) - 1)) == half && (r & 1u)))
+			r++;
+		return (uint16_t)(sign | r);
+	}
+	{
+		uint32_t r = ((uint32_t)exp << 10) | (man >> 13);
+		uint32_t rest = man & 0x1fffu;
+		if (rest > 0x1000u || (rest == 0x1000u && (r & 1u)))
+			r++; /* may carry into the exponent, up to inf: correct */
+		return (uint16_t)(sign | r);
+	}
+}
+
+size_t pcg_dtype_size(pcg_dtype t)
+{
+	switch (t) {
+	case PCG_F32: return 4;
+	case PCG_F16: return 2;
+	case PCG_BF16: return 2;
+	default: return 0;
+	}
+}
+
+const char *pcg_dtype_name(pcg_dtype t)
+{
+	switch (t) {
+	case PCG_F32: return "F32";
+	case PCG_F16: return "F16";
+	case PCG_BF16: return "BF16";
+	default: return "other";
+	}
+}
+
+void pcg_to_f32(float *dst, const void *src, pcg_dtype t, size_t n)
+{
+	const unsigned char *s = src;
+	size_t i;
+	uint16_t h;
+
+	switch (t) {
+	case PCG_F32:
+		memcpy(dst, src, n * sizeof(float));
+		break;
+	case PCG_BF16:
+		for (i = 0; i < n; i++) {
+			memcpy(&h, s + 2 * i, 2);
+			dst[i] = pcg_bf16_to_f32(h);
+		}
+		break;
+	case PCG_F16:
+		for (i = 0; i < n; i++) {
+			memcpy(&h, s + 2 * i, 2);
+			dst[i] = pcg_f16_to_f32(h);
+		}
+		break;
+	default:
+		break;
+	}
+}

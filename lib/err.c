@@ -1,0 +1,28 @@
+/* err.c: formatting of library error messages (see err.h). */
+#include "err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int pcg_fail(pcg_err *err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err == NULL)
+		return -1;
+	va_start(ap, fmt);
+	vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+void pcg_err_prefix(pcg_err *err, const char *prefix)
+{
+	char tmp[sizeof err->msg];
+
+	if (err == NULL)
+		return;
+	snprintf(tmp, sizeof tmp, "%s: %s", prefix, err->msg);
+	memcpy(err->msg, tmp, sizeof tmp);
+}

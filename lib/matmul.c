@@ -1,0 +1,271 @@
+/* matmul.c: activations (f32) times checkpoint weights (f32/f16/bf16).
+ *
+ * Small batches (decode, verification blocks) are memory-bound: the kernel
+ * below streams each weight row once, widens it to f32 in registers and
+ * multiplies it with up to four activation rows at a time, so extra rows cost
+ * FMAs but no extra memory traffic. It is written once with GCC vector
+ * extensions and compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA,
+ * F16C) and the baseline through target_clones; the loader picks the best
+ * the CPU has. Large batches (prefill) go to OpenBLAS sgemm, which wins once
+ * the weights are reused many times.
+ */
+#include "matmul.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The helpers below pass 64-byte vectors by value; they are always inlined,
+ * so the ABI note GCC gives for them does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define VW 16 /* floats per vector */
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef uint16_t vh __attribute__((vector_size(VW * 2)));
+typedef uint32_t vu __attribute__((vector_size(VW * 4)));
+typedef _Float16 vhf __attribute__((vector_size(VW * 2)));
+
+static int n_threads = 0; /* 0: not set yet, use omp's default */
+
+static inline __attribute__((always_inline)) vf as_vf(vu u)
+{
+	vf f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+/* 16 f16 values at p widened to f32 with integer operations (exact for
+ * normals, subnormals, infinities and NaN), because GCC widens _Float16
+ * vectors one element at a time. */
+static inline __attribute__((always_inline)) vf f16x16(const void *p)
+{
+	vh h;
+	vu u, o, e, inf, sub, os;
+	vf fs;
+
+	memcpy(&h, p, sizeof h);
+	u = __builtin_convertvector(h, vu);
+	o = (u & 0x7fffu) << 13;           /* exponent and mantissa in place */
+	e = o & 0x0f800000u;               /* the f16 exponent field */
+	o += (127u - 15u) << 23;           /* rebias */
+	inf = (vu)(e == 0x0f800000u);      /* all ones where inf/NaN */
+	o += inf & ((128u - 16u) << 23);
+	sub = (vu)(e == 0u);               /* zero or subnormal */
+	fs = as_vf(o + (1u << 23)) - as_vf((vu){0} + (113u << 23)); /* renormalise */
+	memcpy(&os, &fs, sizeof os);
+	o = (o & ~sub) | (os & sub);
+	return as_vf(o | ((u & 0x8000u) << 16));
+}
+
+static inline __attribute__((always_inline)) float load_w1(const unsigned char *p, pcg_dtype dt)
+{
+	uint16_t h;
+
+	if (dt == PCG_F32) {
+		float f;
+		memcpy(&f, p, sizeof f);
+		return f;
+	}
+	memcpy(&h, p, sizeof h);
+	return dt == PCG_BF16 ? pcg_bf16_to_f32(h) : pcg_f16_to_f32(h);
+}
+
+static inline __attribute__((always_inline)) float hsum(vf v)
+{
+	float s = 0;
+	for (int i = 0; i < VW; i++)
+		s += v[i];
+	return s;
+}
+
+/* One weight row w (K elements) times NB activation rows x (stride K); xs
+ * is x with each block of 32 split into its even and odd elements, which is
+ * the order in which bf16 pairs widen most cheaply: a 32-bit word holding
+ * two bf16 values gives the even one by a shift and the odd one by a mask.
+ * Two accumulators per activation row hide the FMA latency. */
+static inline __attribute__((always_inline)) void
+row_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsigned char *w,
+	pcg_dtype dt, const int NB)
+{
+	const size_t es = dt == PCG_F32 ? 4 : 2;
+	const float *xv = dt == PCG_BF16 ? xs : x;
+	vf acc0[4], acc1[4];
+	int k = 0;
+
+#pragma GCC unroll 4
+	for (int b = 0; b < NB; b++)
+		acc0[b] = acc1[b] = (vf){0};
+	for (; k + 2 * VW <= K; k += 2 * VW) {
+		vf w0, w1;
+		if (dt == PCG_BF16) {
+			vu u;
+			memcpy(&u, w + 2 * (size_t)k, sizeof u);
+			w0 = as_vf(u << 16);
+			w1 = as_vf(u & 0xffff0000u);
+		} else if (dt == PCG_F16) {
+			w0 = f16x16(w + 2 * (size_t)k);
+			w1 = f16x16(w + 2 * (size_t)(k + VW));
+		} else {
+			memcpy(&w0, w + 4 * (size_t)k, sizeof w0);
+			memcpy(&w1, w + 4 * (size_t)(k + VW), sizeof w1);
+		}
+#pragma GCC unroll 4
+		for (int b = 0; b < NB; b++) {
+			vf x0, x1;
+			memcpy(&x0, xv + (size_t)b * K + k, sizeof x0);
+			memcpy(&x1, xv + (size_t)b * K + k + VW, sizeof x1);
+			acc0[b] += w0 * x0;
+			acc1[b] += w1 * x1;
+		}
+	}
+#pragma GCC unroll 4
+	for (int b = 0; b < NB; b++) {
+		float s = hsum(acc0[b] + acc1[b]);
+		for (int j = k; j < K; j++)
+			s += load_w1(w + j * es, dt) * x[(size_t)b * K + j];
+		y[(size_t)b * ldy] = s;
+	}
+}
+
+/* Rows [r0, r1) of W against all B activation rows, four at a time. The
+ * weight row stays in L1/L2 while the groups of four pass over it. */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void rows_small(float *y, int ldy, const float *x, const float *xs, int B,
+		       const pcg_mat *W, int r0, int r1, int yr0)
+{
+	const int K = W->cols;
+	const pcg_dtype dt = W->dtype;
+	const size_t row_bytes = (size_t)K * (dt == PCG_F32 ? 4 : 2);
+
+	for (int r = r0; r < r1; r++) {
+		const unsigned char *w = (const unsigned char *)W->data + (size_t)r * row_bytes;
+		float *yr = y + (r - yr0);
+		for (int b0 = 0; b0 < B; b0 += 4) {
+			const int nb = B - b0 < 4 ? B - b0 : 4;
+			const float *xb = x + (size_t)b0 * K;
+			const float *xsb = xs + (size_t)b0 * K;
+			float *yb = yr + (size_t)b0 * ldy;
+#define CASE(DT, NB) row_dot(yb, ldy, xb, xsb, K, w, DT, NB)
+			switch (dt) {
+			case PCG_BF16:
+				if (nb == 1) CASE(PCG_BF16, 1);
+				else if (nb == 2) CASE(PCG_BF16, 2);
+				else if (nb == 3) CASE(PCG_BF16, 3);
+				else CASE(PCG_BF16, 4);
+				break;
+			case PCG_F16:
+				if (nb == 1) CASE(PCG_F16, 1);
+				else if (nb == 2) CASE(PCG_F16, 2);
+				else if (nb == 3) CASE(PCG_F16, 3);
+				else CASE(PCG_F16, 4);
+				break;
+			default:
+				if (nb == 1) CASE(PCG_F32, 1);
+				else if (nb == 2) CASE(PCG_F32, 2);
+				else if (nb == 3) CASE(PCG_F32, 3);
+				else CASE(PCG_F32, 4);
+				break;
+			}
+#undef CASE
+		}
+	}
+}
+
+static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0,
+			 int nr)
+{
+	/* Chunks of 16 rows: enough work per chunk, cache lines not shared. */
+	const int chunk = 16;
+	const int nchunks = (nr + chunk - 1) / chunk;
+	const int K = W->cols;
+	float xs[PCG_MATMUL_SMALL * K]; /* K <= a few 10^4: a few hundred KB at most */
+
+	/* The bf16 kernel wants x as evens then odds in each block of 32. */
+	if (W->dtype == PCG_BF16) {
+		for (int b = 0; b < B; b++) {
+			const float *xr = x + (size_t)b * K;
+			float *o = xs + (size_t)b * K;
+			int k = 0;
+			for (; k + 2 * VW <= K; k += 2 * VW)
+				for (int j = 0; j < VW; j++) {
+					o[k + j] = xr[k + 2 * j];
+					o[k + VW + j] = xr[k + 2 * j + 1];
+				}
+		}
+	}
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+	for (int c = 0; c < nchunks; c++) {
+		int a = r0 + c * chunk;
+		int e = a + chunk < r0 + nr ? a + chunk : r0 + nr;
+		rows_small(y, ldy, x, xs, B, W, a, e, r0);
+	}
+}
+
+/* Prefill: sgemm on tiles of W widened to f32 (f32 weights go straight). */
+static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr)
+{
+	const int K = W->cols;
+	const size_t es = pcg_dtype_size(W->dtype);
+	enum { TILE = 256 };
+	float *tile;
+
+	if (W->dtype == PCG_F32) {
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, nr, K, 1.0f, x, K,
+			    (const float *)W->data + (size_t)r0 * K, K, 0.0f, y, ldy);
+		return;
+	}
+	tile = malloc((size_t)TILE * K * sizeof *tile);
+	if (tile == NULL) { /* no memory for a tile: the streaming kernel needs none */
+		for (int b = 0; b < B; b += PCG_MATMUL_SMALL) {
+			int nb = B - b < PCG_MATMUL_SMALL ? B - b : PCG_MATMUL_SMALL;
+			matmul_small(y + (size_t)b * ldy, ldy, x + (size_t)b * K, nb, W, r0, nr);
+		}
+		return;
+	}
+	for (int t = 0; t < nr; t += TILE) {
+		int n = nr - t < TILE ? nr - t : TILE;
+		const unsigned char *src = (const unsigned char *)W->data + (size_t)(r0 + t) * K * es;
+#pragma omp parallel for schedule(static)
+		for (int i = 0; i < n; i++)
+			pcg_to_f32(tile + (size_t)i * K, src + (size_t)i * K * es, W->dtype, K);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, n, K, 1.0f, x, K, tile, K,
+			    0.0f, y + t, ldy);
+	}
+	free(tile);
+}
+
+void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr)
+{
+	if (B <= 0 || nr <= 0)
+		return;
+	if (B <= PCG_MATMUL_SMALL)
+		matmul_small(y, ldy, x, B, W, r0, nr);
+	else
+		matmul_blas(y, ldy, x, B, W, r0, nr);
+}
+
+void pcg_set_threads(int n)
+{
+	if (n <= 0)
+		n = omp_get_num_procs();
+	n_threads = n;
+	omp_set_num_threads(n);
+	openblas_set_num_threads(n);
+}
+
+int pcg_get_threads(void)
+{
+	return n_threads > 0 ? n_threads : omp_get_max_threads();
+}
+
+const char *pcg_matmul_isa(void)
+{
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("x86-64-v4"))
+		return "avx512";
+	if (__builtin_cpu_supports("x86-64-v3"))
+		return "avx2";
+	return "generic";
+}

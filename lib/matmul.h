@@ -1,0 +1,38 @@
+/* matmul.h: products of f32 activations with weight matrices kept in their
+ * checkpoint dtype (f32, f16, bf16), the one hot spot of the CPU engine.
+ *
+ * A few rows of activations (decode: 1; a verification block: L+1 <= 8) go
+ * through our own kernels, which stream each weight row from memory once for
+ * all rows of x (so a 4-row block costs about what one row costs: the work is
+ * memory-bound). More rows (prefill) go through OpenBLAS sgemm, on tiles of
+ * the weights widened to f32 when they are f16/bf16, so a bf16 checkpoint is
+ * never copied whole.
+ */
+#ifndef PCG_MATMUL_H
+#define PCG_MATMUL_H
+
+#include "dtype.h"
+
+/* A row-major weight matrix [rows, cols] as stored in the checkpoint.
+ * data may be unaligned for f16/bf16; f32 data must be 4-byte aligned. */
+typedef struct pcg_mat {
+	const void *data;
+	pcg_dtype dtype;
+	int rows, cols;
+} pcg_mat;
+
+/* Rows of x at or below this count use the streaming kernels. */
+#define PCG_MATMUL_SMALL 8
+
+/* y[b * ldy + r] = sum_k x[b * K + k] * W[r0 + r][k]   for b < B, r < nr,
+ * K = W->cols. y must not alias x. Multi-threaded (see pcg_set_threads). */
+void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr);
+
+/* Sets the threads used by the kernels and by OpenBLAS; n <= 0: all cores. */
+void pcg_set_threads(int n);
+int pcg_get_threads(void);
+
+/* Which kernel family runs: "avx512", "avx2" or "generic". */
+const char *pcg_matmul_isa(void);
+
+#endif

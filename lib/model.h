@@ -1,0 +1,68 @@
+/* model.h: a Hugging Face LlamaForCausalLM checkpoint on the CPU: loading
+ * (weights mmapped in their file dtype), a KV cache per sequence with
+ * truncate and append, and the forward pass over a block of positions.
+ *
+ * The forward pass computes what transformers' LlamaForCausalLM computes,
+ * with activations in f32: RMSNorm in f32, rotate-half RoPE (llama3 scaling
+ * when configured), grouped-query causal attention, SwiGLU MLP, final norm,
+ * lm_head (embed_tokens when tie_word_embeddings is true, as transformers
+ * does even when an lm_head tensor is stored).
+ */
+#ifndef PCG_MODEL_H
+#define PCG_MODEL_H
+
+#include "config.h"
+#include "err.h"
+#include "matmul.h"
+
+typedef struct llama_model llama_model;
+typedef struct llama_kv llama_kv;
+
+typedef struct llama_open_opts {
+	/* Run only these checkpoint layers, in this order (a draft made of a
+	 * layer subset of the target); NULL: all layers. */
+	const int *layers;
+	int n_layers;
+} llama_open_opts;
+
+/* Opens the model directory dir (config.json plus model.safetensors or an
+ * index with shards). opts may be NULL. Returns NULL with err naming the
+ * file, tensor or field on failure. */
+llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *err);
+void llama_close(llama_model **m);
+
+const llama_config *llama_get_config(const llama_model *m);
+/* Number of layers that run (the subset when one was given). */
+int llama_n_layers(const llama_model *m);
+/* Bytes of weights mapped from the checkpoint files. */
+size_t llama_mapped_bytes(const llama_model *m);
+
+/* A set of output rows of the lm_head: the logits computed and their order.
+ * LLaSA: the speech range [128264, 193800) then the end token 128261. */
+#define LLAMA_MAX_RANGES 4
+typedef struct llama_rows {
+	int n;
+	int begin[LLAMA_MAX_RANGES], end[LLAMA_MAX_RANGES]; /* [begin, end) */
+} llama_rows;
+/* Total number of rows of a set; the full vocabulary when rows is NULL. */
+int llama_rows_count(const llama_model *m, const llama_rows *rows);
+
+/* A KV cache for one sequence. Grows as positions are appended. */
+llama_kv *llama_kv_new(const llama_model *m);
+void llama_kv_free(llama_kv **kv);
+/* Positions held. */
+int llama_kv_len(const llama_kv *kv);
+/* Drops positions >= pos (rollback); pos > len is an error. */
+int llama_kv_truncate(llama_kv *kv, int pos, pcg_err *err);
+/* Bytes held by the cache. */
+size_t llama_kv_bytes(const llama_kv *kv);
+
+/* Runs tokens[0..n) at positions len(kv) .. len(kv)+n-1 in one pass (one
+ * matrix product per weight), appending them to kv. Writes the logits of the
+ * last n_out positions (0 <= n_out <= n) into logits as [n_out][count] where
+ * count = llama_rows_count(m, rows). Token ids out of range, or exceeding
+ * max_position_embeddings, are errors (kv is then unchanged). */
+int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
+		  const llama_rows *rows, float *logits, pcg_err *err);
+
+#endif
