@@ -23,6 +23,10 @@ void pcg_err_prefix(pcg_err *err, const char *prefix)
 
 	if (err == NULL)
 		return;
-	snprintf(tmp, sizeof tmp, "%s: %s", prefix, err->msg);
+	/* The prefix is a path: keep its tail if the two do not fit. */
+	size_t pl = strlen(prefix);
+	if (pl > 200)
+		prefix += pl - 200;
+	snprintf(tmp, sizeof tmp, "%.200s: %.300s", prefix, err->msg);
 	memcpy(err->msg, tmp, sizeof tmp);
 }
