@@ -114,10 +114,13 @@ static int check_arch(const json_t *root, pcg_err *err)
 }
 
 /* rope_scaling: null, "default", or "llama3" with its four parameters
- * (transformers' _compute_llama3_parameters). Older files say "type". */
+ * (transformers' _compute_llama3_parameters). Older files say "type".
+ * transformers 5 writes the same object as "rope_parameters", with
+ * rope_theta inside it; that form is read when rope_scaling is absent. */
 static int get_rope_scaling(const json_t *root, llama_config *c, pcg_err *err)
 {
 	const json_t *rs = field(root, "rope_scaling");
+	const json_t *rp = field(root, "rope_parameters");
 	const json_t *type;
 	const char *s;
 
@@ -126,6 +129,16 @@ static int get_rope_scaling(const json_t *root, llama_config *c, pcg_err *err)
 	c->rope_low_freq = 1;
 	c->rope_high_freq = 1;
 	c->rope_orig_max_pos = c->max_pos;
+	if (rs == NULL && rp != NULL) {
+		if (!json_is_object(rp))
+			return pcg_fail(err, "rope_parameters: not an object");
+		if (field(root, "rope_theta") == NULL &&
+		    get_pos(rp, "rope_theta", 1, 10000, &c->rope_theta, err) < 0) {
+			pcg_err_prefix(err, "rope_parameters");
+			return -1;
+		}
+		rs = rp;
+	}
 	if (rs == NULL)
 		return 0;
 	if (!json_is_object(rs))
@@ -215,6 +228,8 @@ static int parse_root(const json_t *root, llama_config *c, pcg_err *err)
 				c->hidden, c->n_heads);
 	if (get_int(root, "head_dim", c->hidden / c->n_heads, 1, &c->head_dim, err) < 0)
 		return -1;
+	if (c->head_dim % 2 != 0)
+		return pcg_fail(err, "head_dim: %d is odd (rotate-half RoPE needs pairs)", c->head_dim);
 	if (c->n_heads % c->n_kv_heads != 0)
 		return pcg_fail(err, "num_key_value_heads: num_attention_heads %d is not a multiple of %d",
 				c->n_heads, c->n_kv_heads);

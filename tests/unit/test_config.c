@@ -89,6 +89,19 @@ static void test_defaults(void)
 		     &c, &err) == 0, "%s", err.msg);
 	CHECK(c.n_kv_heads == 4 && c.head_dim == 16 && c.n_eos == 1 && c.eos[0] == 7 &&
 	      c.bos == -1 && c.rope_llama3 == 0);
+
+	/* transformers 5 writes rope_theta and the scaling as rope_parameters. */
+	CHECKF(parse("{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+		     " \"num_attention_heads\": 4, \"intermediate_size\": 128, \"vocab_size\": 100,"
+		     " \"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": \"llama3\","
+		     " \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
+		     " \"original_max_position_embeddings\": 8192}}", &c, &err) == 0, "%s", err.msg);
+	CHECK(c.rope_theta == 500000.0f && c.rope_llama3 == 1 && c.rope_factor == 8.0f &&
+	      c.rope_orig_max_pos == 8192);
+	CHECK(parse("{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 2,"
+		    " \"num_attention_heads\": 4, \"intermediate_size\": 128, \"vocab_size\": 100,"
+		    " \"rope_parameters\": {\"rope_theta\": 1e4, \"rope_type\": \"yarn\"}}",
+		    &c, &err) == -1 && strstr(err.msg, "yarn") != NULL);
 }
 
 /* Copies src to out with its first `from` replaced by `to`. */

@@ -1,0 +1,157 @@
+/* bench/forward.c: the engine on a checkpoint, e.g. LLaSA-1B's shape from
+ * `pcg-mkmodel --preset llasa-1b`: prefill, autoregressive decode tokens/s
+ * with the full lm_head and with the LLaSA speech range only, the cost of a
+ * verification block of L+1 positions relative to one position, and peak
+ * RSS relative to the checkpoint size. All measured side by side in one run.
+ * Usage: bench-forward --model DIR [--threads N] [--ctx N] [--steps N] [--block N]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "model.h"
+#include "opts.h"
+
+static const char *model_dir;
+static int threads, ctx, steps, block, speech_begin, speech_end, end_token;
+static const pcg_opt opts[] = {
+	{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "DIR", "model directory" },
+	{ "threads", PCG_OPT_INT, &threads, "2", 0, 1024, "N", "threads" },
+	{ "ctx", PCG_OPT_INT, &ctx, "64", 1, 100000, "N", "prompt positions before decoding" },
+	{ "steps", PCG_OPT_INT, &steps, "16", 1, 100000, "N", "decode steps per measurement" },
+	{ "block", PCG_OPT_INT, &block, "4", 2, 8, "N", "verification block size (L+1)" },
+	{ "speech-begin", PCG_OPT_INT, &speech_begin, "-1", -1, 1 << 30, "ID",
+	  "first speech token (-1: vocab - 65536)" },
+	{ "speech-end", PCG_OPT_INT, &speech_end, "-1", -1, 1 << 30, "ID",
+	  "one past the last speech token (-1: vocab)" },
+	{ "end-token", PCG_OPT_INT, &end_token, "-1", -1, 1 << 30, "ID",
+	  "end-of-speech token (-1: speech-begin - 3)" },
+	{ NULL },
+};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const pcg_err *err)
+{
+	fprintf(stderr, "bench-forward: %s: %s\n", what, err->msg);
+	exit(1);
+}
+
+/* Seconds per step of `steps` single-token decode steps from the context. */
+static double decode(llama_model *m, llama_kv *kv, const llama_rows *rows, float *logits)
+{
+	pcg_err err;
+	int tok = 100;
+	double t;
+
+	llama_kv_truncate(kv, ctx, &err);
+	t = now();
+	for (int i = 0; i < steps; i++) {
+		if (llama_forward(m, kv, &tok, 1, 1, rows, logits, &err) < 0)
+			die("decode", &err);
+		tok = (tok * 7 + 13) % 1000;
+	}
+	return (now() - t) / steps;
+}
+
+/* Seconds per forward of n positions at the context, best of reps. */
+static double blockf(llama_model *m, llama_kv *kv, int n, const llama_rows *rows,
+		     float *logits, int reps)
+{
+	pcg_err err;
+	int toks[8] = { 11, 12, 13, 14, 15, 16, 17, 18 };
+	double best = 1e30;
+
+	for (int r = 0; r < reps; r++) {
+		llama_kv_truncate(kv, ctx, &err);
+		double t = now();
+		if (llama_forward(m, kv, toks, n, n, rows, logits, &err) < 0)
+			die("block", &err);
+		t = now() - t;
+		best = t < best ? t : best;
+	}
+	return best;
+}
+
+int main(int argc, char **argv)
+{
+	pcg_err err = { "" };
+	int first = pcg_opts_parse(opts, argc, argv, &err);
+
+	if (first == PCG_OPTS_HELP || first < 0 || model_dir == NULL) {
+		if (first < 0)
+			fprintf(stderr, "bench-forward: %s\n", err.msg);
+		pcg_opts_usage(first == PCG_OPTS_HELP ? stdout : stderr, "bench-forward",
+			       "--model DIR [options]", opts);
+		return first == PCG_OPTS_HELP ? 0 : 2;
+	}
+	pcg_set_threads(threads);
+	double t0 = now();
+	llama_model *m = llama_open(model_dir, NULL, &err);
+	if (m == NULL)
+		die(model_dir, &err);
+	const llama_config *c = llama_get_config(m);
+	double t_load = now() - t0;
+	int sb = speech_begin >= 0 ? speech_begin : c->vocab - 65536;
+	int se = speech_end >= 0 ? speech_end : c->vocab;
+	if (sb < 3)
+		sb = 3;
+	llama_rows speech = { 2, { sb, end_token >= 0 ? end_token : sb - 3 },
+			      { se, (end_token >= 0 ? end_token : sb - 3) + 1 } };
+	llama_kv *kv = llama_kv_new(m);
+	float *logits = malloc((size_t)8 * c->vocab * sizeof *logits);
+	int *prompt = malloc((size_t)ctx * sizeof *prompt);
+	if (!kv || !logits || !prompt)
+		return 1;
+	for (int i = 0; i < ctx; i++)
+		prompt[i] = (i * 31 + 7) % (c->vocab < 1000 ? c->vocab : 1000);
+
+	t0 = now();
+	if (llama_forward(m, kv, prompt, ctx, 1, NULL, logits, &err) < 0)
+		die("prefill", &err);
+	double t_prefill = now() - t0;
+
+	/* Warm the page cache and the CPU, then measure side by side, twice
+	 * interleaved so that drift of the machine hits both alike. */
+	decode(m, kv, NULL, logits);
+	double full = 1e30, sp = 1e30;
+	for (int r = 0; r < 2; r++) {
+		double a = decode(m, kv, NULL, logits), b = decode(m, kv, &speech, logits);
+		full = a < full ? a : full;
+		sp = b < sp ? b : sp;
+	}
+	double one = blockf(m, kv, 1, &speech, logits, 5);
+	double blk = blockf(m, kv, block, &speech, logits, 5);
+	double one_full = blockf(m, kv, 1, NULL, logits, 3);
+	double blk_full = blockf(m, kv, block, NULL, logits, 3);
+
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	double file_gb = llama_mapped_bytes(m) / 1e9, rss_gb = ru.ru_maxrss * 1024.0 / 1e9;
+	printf("model %s: hidden %d, layers %d, heads %d/%d, ffn %d, vocab %d, %.2f GB mapped\n",
+	       model_dir, c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn, c->vocab,
+	       file_gb);
+	printf("threads %d, kernels %s, load %.2f s, prefill %d positions %.2f s (%.1f pos/s)\n",
+	       threads, pcg_matmul_isa(), t_load, ctx, t_prefill, ctx / t_prefill);
+	printf("decode full lm_head (%d rows):   %6.2f tokens/s (%.1f ms/token)\n", c->vocab,
+	       1 / full, full * 1e3);
+	printf("decode speech range (%d rows): %6.2f tokens/s (%.1f ms/token), %.2fx full\n",
+	       se - sb + 1, 1 / sp, sp * 1e3, full / sp);
+	printf("block of %d vs 1 position, speech range: %.1f ms vs %.1f ms = %.2fx\n", block,
+	       blk * 1e3, one * 1e3, blk / one);
+	printf("block of %d vs 1 position, full lm_head: %.1f ms vs %.1f ms = %.2fx\n", block,
+	       blk_full * 1e3, one_full * 1e3, blk_full / one_full);
+	printf("peak RSS %.2f GB = %.2fx the checkpoint\n", rss_gb, rss_gb / file_gb);
+	llama_kv_free(&kv);
+	llama_close(&m);
+	free(logits);
+	free(prompt);
+	return 0;
+}
