@@ -32,7 +32,8 @@ int pcg_sampling_check(const pcg_sampling *s, pcg_err *err);
  * (the lower index is removed first), which is what torch.sort does for up
  * to 16 elements; HF's choice is arbitrary above that. A temperature so
  * small that the largest logit / T overflows acts as 0. Scratch memory is
- * allocated internally per call only when top-p needs a sort. */
+ * allocated internally per call only when top-p needs a sort or top_k is
+ * above 1024. */
 int pcg_probs(const float *logits, int n, const pcg_sampling *s, float *probs,
 	      pcg_err *err);
 

@@ -1,0 +1,92 @@
+#!/bin/sh
+# tests/cli.sh: pcg-run and pcg-mkmodel as a user drives them: exit codes
+# (0 ok, 1 failure, 2 usage), one-line errors that name the problem, no
+# partial output files, deterministic models, and the dumped logits' layout.
+set -u
+T=${TEST_TMP:-$(mktemp -d)}
+fails=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
+# expect CODE "description" command...: runs it, checks the exit code.
+expect() {
+	want=$1; what=$2; shift 2
+	"$@" >"$T/out" 2>"$T/err"; got=$?
+	if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what: exit $got, want $want: $(cat "$T/err")"; fi
+}
+# err_has "text": the last command's stderr contains text.
+err_has() { if grep -qF -- "$1" "$T/err"; then ok "stderr names '$1'"; else bad "stderr lacks '$1': $(cat "$T/err")"; fi; }
+
+cd "$T" || exit 1
+
+# --- pcg-mkmodel
+expect 0 "mkmodel --help" pcg-mkmodel --help
+grep -q -- "--preset" out || bad "mkmodel --help lists --preset"
+expect 2 "mkmodel without --out" pcg-mkmodel
+err_has "--out DIR is required"
+expect 2 "mkmodel bad dtype" pcg-mkmodel --out m --dtype f8
+err_has "--dtype"
+expect 2 "mkmodel unknown option" pcg-mkmodel --out m --bogus 1
+err_has "unknown option --bogus"
+expect 2 "mkmodel out-of-range size" pcg-mkmodel --out m --layers 0
+err_has "--layers"
+expect 1 "mkmodel into an unwritable place" pcg-mkmodel --out /proc/pcg-no-such-dir
+expect 0 "mkmodel tiny" pcg-mkmodel --out m1 --seed 3
+expect 0 "mkmodel tiny again" pcg-mkmodel --out m2 --seed 3
+expect 0 "mkmodel other seed" pcg-mkmodel --out m3 --seed 4
+for f in config.json model.safetensors tokenizer.json; do
+	cmp -s m1/$f m2/$f && ok "same seed, same $f" || bad "same seed gave a different $f"
+done
+cmp -s m1/model.safetensors m3/model.safetensors && bad "another seed gave the same weights" || ok "another seed, other weights"
+ls m1 | grep -q tmp && bad "temporary file left in the model dir" || ok "no temporary files left"
+expect 0 "mkmodel f16 untied" pcg-mkmodel --out m16 --dtype f16 --untied --hidden 48 --heads 6 --kv-heads 3
+grep -q '"tie_word_embeddings": false' m16/config.json && ok "untied in config" || bad "untied not in config"
+
+# --- pcg-run
+expect 0 "run --help" pcg-run --help
+expect 2 "run without --tokens" pcg-run --model m1
+expect 2 "run bad token list" pcg-run --model m1 --tokens 1,x,3
+err_has "--tokens"
+expect 2 "run negative token" pcg-run --model m1 --tokens -1
+expect 1 "run token beyond the vocabulary" pcg-run --model m1 --tokens 1,99999
+err_has "out of range"
+expect 1 "run missing model dir" pcg-run --model nowhere --tokens 1
+err_has "nowhere/config.json"
+expect 0 "run greedy" pcg-run --model m1 --tokens 1,2,3 --generate 6
+[ "$(wc -w <out)" -eq 6 ] && ok "6 ids printed" || bad "want 6 ids: $(cat out)"
+cp out gen1
+expect 0 "run greedy, one thread" pcg-run --model m1 --tokens 1,2,3 --generate 6 --threads 1
+cmp -s out gen1 && ok "thread count does not change the tokens" || bad "1 vs all threads differ"
+expect 0 "run next token" pcg-run --model m1 --tokens 1,2,3
+[ "$(cat out)" = "$(cut -d' ' -f1 gen1)" ] && ok "next token = first greedy token" || bad "next token"
+expect 0 "run f16 untied" pcg-run --model m16 --tokens 4,5 --generate 3
+vocab=$(sed -n 's/.*"vocab_size": \([0-9]*\).*/\1/p' m1/config.json)
+expect 0 "dump logits" pcg-run --model m1 --tokens 1,2,3,4,5 --dump-logits l.f32
+size=$(wc -c <l.f32)
+[ "$size" -eq $((5 * vocab * 4)) ] && ok "dump is 5 x $vocab f32" || bad "dump has $size bytes"
+expect 0 "dump to stdout" pcg-run --model m1 --tokens 1,2,3,4,5 --dump-logits -
+cmp -s out l.f32 && ok "stdout dump equals file dump" || bad "stdout dump differs"
+expect 1 "dump into a missing directory" pcg-run --model m1 --tokens 1 --dump-logits no/such/l.f32
+[ ! -e no/such/l.f32 ] && ok "no partial file" || bad "partial file left"
+
+# --- bad checkpoints: each gives exit 1 and a message naming the problem
+mkdir -p broken
+cp m1/config.json m1/tokenizer.json broken/
+head -c 100 m1/model.safetensors > broken/model.safetensors
+expect 1 "truncated safetensors" pcg-run --model broken --tokens 1
+err_has "model.safetensors"
+printf 'not json' > broken/config.json
+expect 1 "config.json not JSON" pcg-run --model broken --tokens 1
+err_has "config.json"
+sed 's/"hidden_size": [0-9]*,//' m1/config.json > broken/config.json
+cp m1/model.safetensors broken/
+expect 1 "config.json without hidden_size" pcg-run --model broken --tokens 1
+err_has "hidden_size"
+sed 's/"hidden_size": 64/"hidden_size": 96/' m1/config.json > broken/config.json
+expect 1 "config.json disagrees with the tensors" pcg-run --model broken --tokens 1
+err_has "model.embed_tokens.weight"
+sed 's/LlamaForCausalLM/GPT2LMHeadModel/' m1/config.json > broken/config.json
+expect 1 "unknown architecture" pcg-run --model broken --tokens 1
+err_has "architectures"
+
+echo "$fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,56 @@
+#!/bin/sh
+# tests/docs.sh: the documentation stays true. Man pages lint clean (mandoc
+# -Tlint at warning level, every .Xr names a page we ship, every program has
+# a page), and the examples of the README (```sh blocks) and of the man
+# pages (EXAMPLES, .Bd -literal blocks) run and succeed.
+set -u
+ROOT=${PCG_ROOT:-$(pwd)}
+T=${TEST_TMP:-$(mktemp -d)}
+fails=0
+bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
+
+if ! command -v mandoc >/dev/null 2>&1; then
+	echo "mandoc not installed (scripts/install-deps installs it)"
+	exit 77
+fi
+for page in "$ROOT"/man/*.[1-8]; do
+	out=$(mandoc -Tlint -W warning "$page" 2>&1) || bad "$page: $out"
+	[ -z "$out" ] || bad "lint: $out"
+	for x in $(sed -n 's/^\.Xr \([a-z0-9_.-]*\) \([1-8]\).*/\1.\2/p' "$page"); do
+		[ -f "$ROOT/man/$x" ] || bad "$page refers to $x, which is not in man/"
+	done
+done
+for prog in "$ROOT"/*/main.c; do
+	p=$(basename "$(dirname "$prog")")
+	ls "$ROOT"/man/"$p".[18] >/dev/null 2>&1 || bad "no man page for $p"
+done
+
+# run_block NAME: runs the commands of a block (one per line) in a fresh dir.
+n=0
+run_block() {
+	n=$((n + 1))
+	d="$T/example$n"
+	mkdir -p "$d"
+	if (cd "$d" && sh -e "$T/block") >"$d.log" 2>&1; then
+		echo "ok: $1 example $n"
+	else
+		bad "$1 example $n failed:"; sed 's/^/    /' "$d.log"; sed 's/^/    $ /' "$T/block"
+	fi
+}
+
+# README: every ```sh block. A later block may use what an earlier made,
+# as a reader would run them in order, so all run in one directory.
+awk '/^```sh$/ {on=1; next} /^```$/ {on=0} on' "$ROOT/README.md" >"$T/block"
+[ -s "$T/block" ] && run_block README || bad "README has no sh examples"
+
+# Man pages: the .Bd -literal blocks of EXAMPLES, in order, in one directory.
+# Commands that need the LLaSA-1B-sized model are skipped: too big for a test.
+for page in "$ROOT"/man/*.[1-8]; do
+	awk '/^\.Sh EXAMPLES/ {ex=1; next} /^\.Sh / {ex=0}
+	     ex && /^\.Bd -literal/ {on=1; next} /^\.Ed/ {on=0} ex && on' "$page" |
+		grep -v -- '--preset llasa-1b' >"$T/block"
+	[ -s "$T/block" ] && run_block "$(basename "$page")"
+done
+
+echo "$fails failed"
+[ "$fails" -eq 0 ]
