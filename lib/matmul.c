@@ -5,8 +5,8 @@
  * multiplies it with up to four activation rows at a time, so extra rows cost
  * FMAs but no extra memory traffic. It is written once with GCC vector
  * extensions and compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA,
- * F16C) and the baseline through target_clones; the loader picks the best
- * the CPU has. Large batches (prefill) go to OpenBLAS sgemm, which wins once
+ * F16C) and the x86-64 baseline; the first use picks the best the CPU has.
+ * Large batches (prefill) go to OpenBLAS sgemm, which wins once
  * the weights are reused many times.
  */
 #include "matmul.h"
@@ -131,9 +131,9 @@ row_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsigne
 
 /* Rows [r0, r1) of W against all B activation rows, four at a time. The
  * weight row stays in L1/L2 while the groups of four pass over it. */
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-static void rows_small(float *y, int ldy, const float *x, const float *xs, int B,
-		       const pcg_mat *W, int r0, int r1, int yr0)
+static inline __attribute__((always_inline)) void
+rows_small(float *y, int ldy, const float *x, const float *xs, int B, const pcg_mat *W, int r0,
+	   int r1, int yr0)
 {
 	const int K = W->cols;
 	const pcg_dtype dt = W->dtype;
@@ -173,6 +173,65 @@ static void rows_small(float *y, int ldy, const float *x, const float *xs, int B
 	}
 }
 
+/* The same body compiled for three instruction sets. */
+typedef void rows_fn(float *, int, const float *, const float *, int, const pcg_mat *, int, int,
+		     int);
+#define ROWS_FOR(name, attr) \
+	attr static void name(float *y, int ldy, const float *x, const float *xs, int B, \
+			      const pcg_mat *W, int r0, int r1, int yr0) \
+	{ \
+		rows_small(y, ldy, x, xs, B, W, r0, r1, yr0); \
+	}
+ROWS_FOR(rows_avx512, __attribute__((target("arch=x86-64-v4"))))
+ROWS_FOR(rows_avx2, __attribute__((target("arch=x86-64-v3"))))
+ROWS_FOR(rows_generic, )
+
+static const struct {
+	const char *name, *cpu;
+	rows_fn *fn;
+} isas[] = {
+	{ "avx512", "x86-64-v4", rows_avx512 },
+	{ "avx2", "x86-64-v3", rows_avx2 },
+	{ "generic", NULL, rows_generic },
+};
+static int isa = -1; /* index into isas; -1: not chosen yet */
+
+static int isa_ok(int i)
+{
+	__builtin_cpu_init();
+	if (isas[i].cpu == NULL)
+		return 1;
+	/* __builtin_cpu_supports needs a literal argument. */
+	return i == 0 ? __builtin_cpu_supports("x86-64-v4") : __builtin_cpu_supports("x86-64-v3");
+}
+
+static rows_fn *rows_kernel(void)
+{
+	if (isa < 0) {
+		int i = 0;
+		while (!isa_ok(i))
+			i++;
+		isa = i;
+	}
+	return isas[isa].fn;
+}
+
+int pcg_matmul_set_isa(const char *name)
+{
+	for (int i = 0; i < (int)(sizeof isas / sizeof isas[0]); i++)
+		if (!strcmp(isas[i].name, name) && isa_ok(i)) {
+			isa = i;
+			return 0;
+		}
+	return -1;
+}
+
+const char *pcg_matmul_isa(void)
+{
+	rows_kernel();
+	return isas[isa].name;
+}
+
 static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0,
 			 int nr)
 {
@@ -180,6 +239,7 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 	const int chunk = 16;
 	const int nchunks = (nr + chunk - 1) / chunk;
 	const int K = W->cols;
+	rows_fn *rows = rows_kernel();
 	float xs[PCG_MATMUL_SMALL * K]; /* K <= a few 10^4: a few hundred KB at most */
 
 	/* The bf16 kernel wants x as evens then odds in each block of 32. */
@@ -199,41 +259,52 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 	for (int c = 0; c < nchunks; c++) {
 		int a = r0 + c * chunk;
 		int e = a + chunk < r0 + nr ? a + chunk : r0 + nr;
-		rows_small(y, ldy, x, xs, B, W, a, e, r0);
+		rows(y, ldy, x, xs, B, W, a, e, r0);
 	}
 }
 
-/* Prefill: sgemm on tiles of W widened to f32 (f32 weights go straight). */
+/* Prefill: sgemm on tiles of W widened to f32 (f32 weights are used in
+ * place). Each thread takes whole tiles and calls a single-threaded sgemm:
+ * OpenMP threads that spin after a parallel region would otherwise fight
+ * OpenBLAS's own threads for the same cores (measured: 8x slower on 2 cores),
+ * and OpenBLAS documents single-threaded use inside threaded programs. */
 static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr)
 {
 	const int K = W->cols;
 	const size_t es = pcg_dtype_size(W->dtype);
-	enum { TILE = 256 };
-	float *tile;
+	enum { TILE = 128 };
+	const int ntiles = (nr + TILE - 1) / TILE;
+	int failed = 0;
 
-	if (W->dtype == PCG_F32) {
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, nr, K, 1.0f, x, K,
-			    (const float *)W->data + (size_t)r0 * K, K, 0.0f, y, ldy);
-		return;
+#pragma omp parallel
+	{
+		float *tile = W->dtype == PCG_F32 ? NULL : malloc((size_t)TILE * K * sizeof *tile);
+		if (W->dtype != PCG_F32 && tile == NULL) {
+#pragma omp atomic write
+			failed = 1;
+		}
+#pragma omp for schedule(dynamic, 1)
+		for (int t = 0; t < ntiles; t++) {
+			const int a = r0 + t * TILE, n = nr - t * TILE < TILE ? nr - t * TILE : TILE;
+			const float *w = (const float *)W->data + (size_t)a * K;
+			if (W->dtype != PCG_F32) {
+				if (tile == NULL)
+					continue;
+				pcg_to_f32(tile, (const unsigned char *)W->data + (size_t)a * K * es,
+					   W->dtype, (size_t)n * K);
+				w = tile;
+			}
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, n, K, 1.0f, x, K, w,
+				    K, 0.0f, y + (size_t)t * TILE, ldy);
+		}
+		free(tile);
 	}
-	tile = malloc((size_t)TILE * K * sizeof *tile);
-	if (tile == NULL) { /* no memory for a tile: the streaming kernel needs none */
+	/* No memory for the tiles: the streaming kernel needs none. */
+	if (failed)
 		for (int b = 0; b < B; b += PCG_MATMUL_SMALL) {
 			int nb = B - b < PCG_MATMUL_SMALL ? B - b : PCG_MATMUL_SMALL;
 			matmul_small(y + (size_t)b * ldy, ldy, x + (size_t)b * K, nb, W, r0, nr);
 		}
-		return;
-	}
-	for (int t = 0; t < nr; t += TILE) {
-		int n = nr - t < TILE ? nr - t : TILE;
-		const unsigned char *src = (const unsigned char *)W->data + (size_t)(r0 + t) * K * es;
-#pragma omp parallel for schedule(static)
-		for (int i = 0; i < n; i++)
-			pcg_to_f32(tile + (size_t)i * K, src + (size_t)i * K * es, W->dtype, K);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, n, K, 1.0f, x, K, tile, K,
-			    0.0f, y + t, ldy);
-	}
-	free(tile);
 }
 
 void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr)
@@ -252,20 +323,10 @@ void pcg_set_threads(int n)
 		n = omp_get_num_procs();
 	n_threads = n;
 	omp_set_num_threads(n);
-	openblas_set_num_threads(n);
+	openblas_set_num_threads(1); /* we thread around it: see matmul_blas */
 }
 
 int pcg_get_threads(void)
 {
 	return n_threads > 0 ? n_threads : omp_get_max_threads();
-}
-
-const char *pcg_matmul_isa(void)
-{
-	__builtin_cpu_init();
-	if (__builtin_cpu_supports("x86-64-v4"))
-		return "avx512";
-	if (__builtin_cpu_supports("x86-64-v3"))
-		return "avx2";
-	return "generic";
 }

@@ -32,7 +32,11 @@ void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 void pcg_set_threads(int n);
 int pcg_get_threads(void);
 
-/* Which kernel family runs: "avx512", "avx2" or "generic". */
+/* Which kernel family runs: "avx512" (x86-64-v4), "avx2" (x86-64-v3: AVX2,
+ * FMA, F16C) or "generic"; the best the CPU has unless set. */
 const char *pcg_matmul_isa(void);
+/* Chooses the kernel family (tests run each one). Returns -1 if the CPU
+ * lacks it or the name is unknown. */
+int pcg_matmul_set_isa(const char *name);
 
 #endif
