@@ -22,6 +22,9 @@ CUDA     ?= $(if $(NVCC),1,0)
 CUDA_SRC := $(if $(filter 1,$(CUDA)),$(wildcard lib/cuda/*.cu))
 CUDA_OBJ := $(CUDA_SRC:%.cu=build/%.o)
 CUDA_LIB := $(if $(CUDA_OBJ),build/libpcg-cuda.a)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
+CUDA_TESTS := $(if $(CUDA_OBJ),$(patsubst tests/cuda/%.c,build/tests/cuda-%,$(wildcard tests/cuda/*.c)))
 
 LIB_SRC  := $(wildcard lib/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=build/%.o)
@@ -83,9 +86,11 @@ build/libpcg-cuda.a: $(CUDA_OBJ)
 	ar rcs $@ $^
 build/lib/cuda/%.o: lib/cuda/%.cu | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O2 -Ilib -c -o $@ $<
+	$(NVCC) -O2 -Ilib -MMD -MP -c -o $@ $<
+build/tests/cuda-%: build/tests/cuda/%.o build/libpcg-cuda.a build/libpcg.a
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS_ALL) -lstdc++
 
-test: all $(TESTS) $(ASAN_TESTS)
+test: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS)
 	@tests/run
 
 demo: all

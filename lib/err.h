@@ -10,6 +10,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pcg_err {
 	char msg[512];
 } pcg_err;
@@ -21,5 +25,9 @@ int pcg_fail(pcg_err *err, const char *fmt, ...)
 
 /* Prefixes err->msg with "prefix: " (used to add a file name on the way up). */
 void pcg_err_prefix(pcg_err *err, const char *prefix);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
