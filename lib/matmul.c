@@ -80,111 +80,144 @@ static inline __attribute__((always_inline)) float hsum(vf v)
 	return s;
 }
 
-/* One weight row w (K elements) times NB activation rows x (stride K); xs
- * is x with each block of 32 split into its even and odd elements, which is
- * the order in which bf16 pairs widen most cheaply: a 32-bit word holding
- * two bf16 values gives the even one by a shift and the odd one by a mask.
- * Two accumulators per activation row hide the FMA latency. */
+/* R weight rows (w, stride row_bytes) times NB activation rows x (stride K):
+ * y[b * ldy + r]. xs is x with each block of 32 split into its even and odd
+ * elements, the order in which bf16 pairs widen most cheaply: a 32-bit word
+ * holding two bf16 values gives the even one by a shift and the odd one by
+ * a mask. Several weight rows share each activation load, and several
+ * activation rows share each weight load; with few accumulators in flight a
+ * second set hides the FMA latency. */
+/* Bytes ahead of each weight stream to prefetch: with several streams per
+ * thread and FMAs between the loads, the hardware prefetcher alone leaves
+ * memory bandwidth unused. */
+#ifndef PF_LOC
+#define PF_LOC 1 /* prefetcht2: into L2/L3, which have the queue depth */
+#endif
+#ifndef PF_AHEAD
+#define PF_AHEAD 8192
+#endif
+
 static inline __attribute__((always_inline)) void
-row_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsigned char *w,
-	pcg_dtype dt, const int NB)
+tile_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsigned char *w,
+	 size_t row_bytes, pcg_dtype dt, const int R, const int NB)
 {
 	const size_t es = dt == PCG_F32 ? 4 : 2;
 	const float *xv = dt == PCG_BF16 ? xs : x;
-	vf acc0[4], acc1[4];
+	const int two_sets = R * NB <= 4;
+	vf acc0[4][4], acc1[4][4];
 	int k = 0;
 
 #pragma GCC unroll 4
-	for (int b = 0; b < NB; b++)
-		acc0[b] = acc1[b] = (vf){0};
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (int b = 0; b < NB; b++)
+			acc0[r][b] = acc1[r][b] = (vf){0};
 	for (; k + 2 * VW <= K; k += 2 * VW) {
-		vf w0, w1;
-		if (dt == PCG_BF16) {
-			vu u;
-			memcpy(&u, w + 2 * (size_t)k, sizeof u);
-			w0 = as_vf(u << 16);
-			w1 = as_vf(u & 0xffff0000u);
-		} else if (dt == PCG_F16) {
-			w0 = f16x16(w + 2 * (size_t)k);
-			w1 = f16x16(w + 2 * (size_t)(k + VW));
-		} else {
-			memcpy(&w0, w + 4 * (size_t)k, sizeof w0);
-			memcpy(&w1, w + 4 * (size_t)(k + VW), sizeof w1);
+		vf w0[4], w1[4];
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			const unsigned char *wr = w + r * row_bytes;
+			__builtin_prefetch(wr + es * (size_t)k + PF_AHEAD, 0, PF_LOC);
+			if (dt == PCG_BF16) {
+				vu u;
+				memcpy(&u, wr + 2 * (size_t)k, sizeof u);
+				w0[r] = as_vf(u << 16);
+				w1[r] = as_vf(u & 0xffff0000u);
+			} else if (dt == PCG_F16) {
+				w0[r] = f16x16(wr + 2 * (size_t)k);
+				w1[r] = f16x16(wr + 2 * (size_t)(k + VW));
+			} else {
+				memcpy(&w0[r], wr + 4 * (size_t)k, sizeof w0[r]);
+				memcpy(&w1[r], wr + 4 * (size_t)(k + VW), sizeof w1[r]);
+			}
 		}
 #pragma GCC unroll 4
 		for (int b = 0; b < NB; b++) {
 			vf x0, x1;
 			memcpy(&x0, xv + (size_t)b * K + k, sizeof x0);
 			memcpy(&x1, xv + (size_t)b * K + k + VW, sizeof x1);
-			acc0[b] += w0 * x0;
-			acc1[b] += w1 * x1;
+#pragma GCC unroll 4
+			for (int r = 0; r < R; r++) {
+				acc0[r][b] += w0[r] * x0;
+				if (two_sets)
+					acc1[r][b] += w1[r] * x1;
+				else
+					acc0[r][b] += w1[r] * x1;
+			}
 		}
 	}
 #pragma GCC unroll 4
-	for (int b = 0; b < NB; b++) {
-		float s = hsum(acc0[b] + acc1[b]);
-		for (int j = k; j < K; j++)
-			s += load_w1(w + j * es, dt) * x[(size_t)b * K + j];
-		y[(size_t)b * ldy] = s;
-	}
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (int b = 0; b < NB; b++) {
+			float s = hsum(two_sets ? acc0[r][b] + acc1[r][b] : acc0[r][b]);
+			for (int j = k; j < K; j++)
+				s += load_w1(w + r * row_bytes + j * es, dt) * x[(size_t)b * K + j];
+			y[(size_t)b * ldy + r] = s;
+		}
 }
 
-/* Rows [r0, r1) of W against all B activation rows, four at a time. The
- * weight row stays in L1/L2 while the groups of four pass over it. */
+/* Dispatch on the run-time dtype and batch to the compile-time shapes. */
+static inline __attribute__((always_inline)) void
+tile(float *y, int ldy, const float *x, const float *xs, int K, const unsigned char *w,
+     size_t row_bytes, pcg_dtype dt, const int R, int nb)
+{
+#define NBS(DT) \
+	switch (nb) { \
+	case 1: tile_dot(y, ldy, x, xs, K, w, row_bytes, DT, R, 1); break; \
+	case 2: tile_dot(y, ldy, x, xs, K, w, row_bytes, DT, R, 2); break; \
+	case 3: tile_dot(y, ldy, x, xs, K, w, row_bytes, DT, R, 3); break; \
+	default: tile_dot(y, ldy, x, xs, K, w, row_bytes, DT, R, 4); break; \
+	}
+	if (dt == PCG_BF16)
+		NBS(PCG_BF16)
+	else if (dt == PCG_F16)
+		NBS(PCG_F16)
+	else
+		NBS(PCG_F32)
+#undef NBS
+}
+
+/* Rows [r0, r1) of W against all B activation rows: groups of R weight rows
+ * times groups of up to four activation rows. The weight rows stay in L1/L2
+ * while the groups of activation rows pass over them. */
 static inline __attribute__((always_inline)) void
 rows_small(float *y, int ldy, const float *x, const float *xs, int B, const pcg_mat *W, int r0,
-	   int r1, int yr0)
+	   int r1, int yr0, const int R)
 {
 	const int K = W->cols;
 	const pcg_dtype dt = W->dtype;
 	const size_t row_bytes = (size_t)K * (dt == PCG_F32 ? 4 : 2);
+	int r = r0;
 
-	for (int r = r0; r < r1; r++) {
+	for (; r < r1; r += R > 1 && r + R <= r1 ? R : 1) {
 		const unsigned char *w = (const unsigned char *)W->data + (size_t)r * row_bytes;
-		float *yr = y + (r - yr0);
 		for (int b0 = 0; b0 < B; b0 += 4) {
 			const int nb = B - b0 < 4 ? B - b0 : 4;
-			const float *xb = x + (size_t)b0 * K;
-			const float *xsb = xs + (size_t)b0 * K;
-			float *yb = yr + (size_t)b0 * ldy;
-#define CASE(DT, NB) row_dot(yb, ldy, xb, xsb, K, w, DT, NB)
-			switch (dt) {
-			case PCG_BF16:
-				if (nb == 1) CASE(PCG_BF16, 1);
-				else if (nb == 2) CASE(PCG_BF16, 2);
-				else if (nb == 3) CASE(PCG_BF16, 3);
-				else CASE(PCG_BF16, 4);
-				break;
-			case PCG_F16:
-				if (nb == 1) CASE(PCG_F16, 1);
-				else if (nb == 2) CASE(PCG_F16, 2);
-				else if (nb == 3) CASE(PCG_F16, 3);
-				else CASE(PCG_F16, 4);
-				break;
-			default:
-				if (nb == 1) CASE(PCG_F32, 1);
-				else if (nb == 2) CASE(PCG_F32, 2);
-				else if (nb == 3) CASE(PCG_F32, 3);
-				else CASE(PCG_F32, 4);
-				break;
-			}
-#undef CASE
+			float *yb = y + (r - yr0) + (size_t)b0 * ldy;
+			const float *xb = x + (size_t)b0 * K, *xsb = xs + (size_t)b0 * K;
+			if (R > 1 && r + R <= r1)
+				tile(yb, ldy, xb, xsb, K, w, row_bytes, dt, R, nb);
+			else
+				tile(yb, ldy, xb, xsb, K, w, row_bytes, dt, 1, nb);
 		}
 	}
 }
 
-/* The same body compiled for three instruction sets. */
+/* The same body compiled for three instruction sets. R, the weight rows per
+ * group, fits the registers: AVX-512 has 32 vector registers, enough for 4
+ * rows x 4 activation rows of accumulators; AVX2's 16 hold one row. */
 typedef void rows_fn(float *, int, const float *, const float *, int, const pcg_mat *, int, int,
 		     int);
-#define ROWS_FOR(name, attr) \
+#define ROWS_FOR(name, attr, R) \
 	attr static void name(float *y, int ldy, const float *x, const float *xs, int B, \
 			      const pcg_mat *W, int r0, int r1, int yr0) \
 	{ \
-		rows_small(y, ldy, x, xs, B, W, r0, r1, yr0); \
+		rows_small(y, ldy, x, xs, B, W, r0, r1, yr0, R); \
 	}
-ROWS_FOR(rows_avx512, __attribute__((target("arch=x86-64-v4"))))
-ROWS_FOR(rows_avx2, __attribute__((target("arch=x86-64-v3"))))
-ROWS_FOR(rows_generic, )
+ROWS_FOR(rows_avx512, __attribute__((target("arch=x86-64-v4"))), 4)
+ROWS_FOR(rows_avx2, __attribute__((target("arch=x86-64-v3"))), 1)
+ROWS_FOR(rows_generic, , 1)
 
 static const struct {
 	const char *name, *cpu;
