@@ -1,0 +1,520 @@
+/* proto.c: packing and strict parsing of the pipeline's msgpack messages
+ * (see proto.h for the schemas and man/pcg-protocol.7 for the wire format). */
+#include "proto.h"
+
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 4 /* map -> rows array -> range array: 3 levels used */
+
+static const char *type_names[] = {
+	[PROTO_PROPOSE] = "propose", [PROTO_SCORE] = "score", [PROTO_DROP] = "drop",
+	[PROTO_PING] = "ping", [PROTO_PROBS] = "probs", [PROTO_OK] = "ok",
+	[PROTO_PONG] = "pong", [PROTO_ERROR] = "error",
+};
+
+const char *proto_type_name(proto_type t)
+{
+	if ((int)t >= 1 && (size_t)t < sizeof type_names / sizeof type_names[0])
+		return type_names[t];
+	return "?";
+}
+
+void proto_error(proto_msg *m, uint64_t id, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+
+	m->type = PROTO_ERROR;
+	m->id = id;
+	snprintf(m->code, sizeof m->code, "%s", code);
+	va_start(ap, fmt);
+	vsnprintf(m->msg, sizeof m->msg, fmt, ap);
+	va_end(ap);
+}
+
+/* Which fields each type carries: a bit per field, in the order of fnames. */
+enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F_SEED, F_X,
+       F_WIDTH, F_P, F_CODE, F_MSG, F_COUNT };
+static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
+	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg" };
+#define B(f) (1u << (f))
+static const unsigned schema[] = {
+	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
+			  B(F_TOPP) | B(F_ROWS) | B(F_F16) | B(F_SEED),
+	[PROTO_SCORE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
+			B(F_TOPP) | B(F_ROWS) | B(F_F16),
+	[PROTO_DROP] = B(F_SESSION),
+	[PROTO_PING] = 0,
+	[PROTO_PROBS] = B(F_X) | B(F_N) | B(F_WIDTH) | B(F_F16) | B(F_P),
+	[PROTO_OK] = 0,
+	[PROTO_PONG] = B(F_MSG),
+	[PROTO_ERROR] = B(F_CODE) | B(F_MSG),
+};
+
+/* ------------------------------------------------------------------ pack */
+
+static void key(msgpack_packer *pk, const char *k)
+{
+	msgpack_pack_str(pk, strlen(k));
+	msgpack_pack_str_body(pk, k, strlen(k));
+}
+
+static void str(msgpack_packer *pk, const char *k, const char *v)
+{
+	key(pk, k);
+	msgpack_pack_str(pk, strlen(v));
+	msgpack_pack_str_body(pk, v, strlen(v));
+}
+
+static void ints(msgpack_packer *pk, const char *k, const int32_t *v, int n)
+{
+	key(pk, k);
+	msgpack_pack_array(pk, (size_t)n);
+	for (int i = 0; i < n; i++)
+		msgpack_pack_int32(pk, v[i]);
+}
+
+int proto_pack(const proto_msg *m, void **out, size_t *len, pcg_err *err)
+{
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+
+	if (m->type < PROTO_PROPOSE || m->type > PROTO_ERROR)
+		return pcg_fail(err, "pack: unknown message type %d", (int)m->type);
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	/* The envelope's three keys and the schema's fields, as parse expects. */
+	msgpack_pack_map(&pk, 3 + (size_t)__builtin_popcount(schema[m->type]));
+	key(&pk, "v");
+	msgpack_pack_int(&pk, PROTO_VERSION);
+	str(&pk, "type", proto_type_name(m->type));
+	key(&pk, "id");
+	msgpack_pack_uint64(&pk, m->id);
+	if (m->type == PROTO_PROPOSE || m->type == PROTO_SCORE || m->type == PROTO_DROP) {
+		key(&pk, "session");
+		msgpack_pack_uint64(&pk, m->session);
+	}
+	if (m->type == PROTO_PROPOSE || m->type == PROTO_SCORE) {
+		key(&pk, "pos");
+		msgpack_pack_int(&pk, m->pos);
+		ints(&pk, "append", m->append, m->n_append);
+		key(&pk, "n");
+		msgpack_pack_int(&pk, m->n);
+		key(&pk, "temp");
+		msgpack_pack_float(&pk, m->samp.temperature);
+		key(&pk, "top_k");
+		msgpack_pack_int(&pk, m->samp.top_k);
+		key(&pk, "top_p");
+		msgpack_pack_float(&pk, m->samp.top_p);
+		key(&pk, "rows");
+		msgpack_pack_array(&pk, (size_t)m->rows.n);
+		for (int i = 0; i < m->rows.n; i++) {
+			msgpack_pack_array(&pk, 2);
+			msgpack_pack_int(&pk, m->rows.begin[i]);
+			msgpack_pack_int(&pk, m->rows.end[i]);
+		}
+		key(&pk, "f16");
+		m->f16 ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+		if (m->type == PROTO_PROPOSE) {
+			key(&pk, "seed");
+			msgpack_pack_uint64(&pk, m->seed);
+		}
+	}
+	if (m->type == PROTO_PONG)
+		str(&pk, "msg", m->msg);
+	if (m->type == PROTO_ERROR) {
+		str(&pk, "code", m->code);
+		str(&pk, "msg", m->msg);
+	}
+	if (m->type == PROTO_PROBS) {
+		size_t n = (size_t)m->n_vec * m->width, bytes = n * (m->f16 ? 2 : 4);
+		ints(&pk, "x", m->x, m->n_x);
+		key(&pk, "n");
+		msgpack_pack_int(&pk, m->n_vec);
+		key(&pk, "width");
+		msgpack_pack_int(&pk, m->width);
+		key(&pk, "f16");
+		m->f16 ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+		key(&pk, "p");
+		msgpack_pack_bin(&pk, bytes);
+		if (m->f16) {
+			uint16_t *h = malloc(bytes ? bytes : 1);
+			if (h == NULL) {
+				msgpack_sbuffer_destroy(&sb);
+				return pcg_fail(err, "pack: out of memory");
+			}
+			for (size_t i = 0; i < n; i++)
+				h[i] = pcg_f32_to_f16(((const float *)m->probs)[i]);
+			msgpack_pack_bin_body(&pk, h, bytes);
+			free(h);
+		} else {
+			msgpack_pack_bin_body(&pk, m->probs, bytes);
+		}
+	}
+	if (sb.data == NULL)
+		return pcg_fail(err, "pack: out of memory");
+	*out = sb.data; /* ownership passes to the caller: free() */
+	*len = sb.size;
+	return 0;
+}
+
+/* ----------------------------------------------------------------- parse */
+
+static int be(const uint8_t *p, int n, uint64_t *v)
+{
+	*v = 0;
+	for (int i = 0; i < n; i++)
+		*v = (*v << 8) | p[i];
+	return n;
+}
+
+/* Walks one msgpack object at *pos, checking that every declared length and
+ * count fits in what remains (an element takes at least one byte), that
+ * nesting stays within MAX_DEPTH, and that no ext or reserved byte appears. */
+static int scan(const uint8_t *p, size_t len, size_t *pos, int depth, pcg_err *err)
+{
+	uint64_t n = 0, elems = 0;
+	uint8_t b;
+
+	if (depth > MAX_DEPTH)
+		return pcg_fail(err, "msgpack nested deeper than %d", MAX_DEPTH);
+	if (*pos >= len)
+		return pcg_fail(err, "msgpack truncated at byte %zu", *pos);
+	b = p[(*pos)++];
+#define NEED(k) do { if (len - *pos < (size_t)(k)) \
+	return pcg_fail(err, "msgpack truncated at byte %zu", *pos); } while (0)
+	if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3)
+		return 0;
+	if (b >= 0x80 && b <= 0x8f)
+		elems = 2u * (b & 0x0fu);
+	else if (b >= 0x90 && b <= 0x9f)
+		elems = b & 0x0fu;
+	else if (b >= 0xa0 && b <= 0xbf)
+		n = b & 0x1fu;
+	else switch (b) {
+	case 0xc4: case 0xd9: NEED(1); *pos += be(p + *pos, 1, &n); break;
+	case 0xc5: case 0xda: NEED(2); *pos += be(p + *pos, 2, &n); break;
+	case 0xc6: case 0xdb: NEED(4); *pos += be(p + *pos, 4, &n); break;
+	case 0xca: n = 4; break;
+	case 0xcb: n = 8; break;
+	case 0xcc: case 0xd0: n = 1; break;
+	case 0xcd: case 0xd1: n = 2; break;
+	case 0xce: case 0xd2: n = 4; break;
+	case 0xcf: case 0xd3: n = 8; break;
+	case 0xdc: NEED(2); *pos += be(p + *pos, 2, &elems); break;
+	case 0xdd: NEED(4); *pos += be(p + *pos, 4, &elems); break;
+	case 0xde: NEED(2); *pos += be(p + *pos, 2, &elems); elems *= 2; break;
+	case 0xdf: NEED(4); *pos += be(p + *pos, 4, &elems); elems *= 2; break;
+	default:
+		return pcg_fail(err, "msgpack type byte 0x%02x at byte %zu not allowed", b, *pos - 1);
+	}
+	if (n) {
+		NEED(n);
+		*pos += n;
+		return 0;
+	}
+	if (elems > len - *pos)
+		return pcg_fail(err, "msgpack count %llu at byte %zu exceeds the %zu bytes left",
+				(unsigned long long)elems, *pos, len - *pos);
+	for (uint64_t i = 0; i < elems; i++)
+		if (scan(p, len, pos, depth + 1, err) < 0)
+			return -1;
+	return 0;
+#undef NEED
+}
+
+static int key_is(const msgpack_object *k, const char *s)
+{
+	size_t n = strlen(s);
+	return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+	       memcmp(k->via.str.ptr, s, n) == 0;
+}
+
+static int get_int(const msgpack_object *v, const char *name, long long lo, long long hi,
+		   long long *out, pcg_err *err)
+{
+	long long x = 0;
+
+	*out = 0; /* pcg_fail is opaque to the compiler: keep *out defined */
+	if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+		if (v->via.u64 > (uint64_t)hi)
+			return pcg_fail(err, "field '%s': %llu out of range [%lld, %lld]", name,
+					(unsigned long long)v->via.u64, lo, hi);
+		x = (long long)v->via.u64;
+	} else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+		x = v->via.i64;
+	} else {
+		return pcg_fail(err, "field '%s': not an integer", name);
+	}
+	if (x < lo || x > hi)
+		return pcg_fail(err, "field '%s': %lld out of range [%lld, %lld]", name, x, lo, hi);
+	*out = x;
+	return 0;
+}
+
+static int get_u64(const msgpack_object *v, const char *name, uint64_t *out, pcg_err *err)
+{
+	if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+		return pcg_fail(err, "field '%s': not a non-negative integer", name);
+	*out = v->via.u64;
+	return 0;
+}
+
+static int get_float(const msgpack_object *v, const char *name, float *out, pcg_err *err)
+{
+	if (v->type == MSGPACK_OBJECT_FLOAT32 || v->type == MSGPACK_OBJECT_FLOAT64)
+		*out = (float)v->via.f64;
+	else if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+		*out = (float)v->via.u64;
+	else
+		return pcg_fail(err, "field '%s': not a number", name);
+	return 0;
+}
+
+static int get_str(const msgpack_object *v, const char *name, char *out, size_t cap,
+		   pcg_err *err)
+{
+	if (v->type != MSGPACK_OBJECT_STR)
+		return pcg_fail(err, "field '%s': not a string", name);
+	if (v->via.str.size >= cap)
+		return pcg_fail(err, "field '%s': longer than %zu bytes", name, cap - 1);
+	memcpy(out, v->via.str.ptr, v->via.str.size);
+	out[v->via.str.size] = '\0';
+	return 0;
+}
+
+static int get_ids(const msgpack_object *v, const char *name, int32_t *out, int cap, int *n,
+		   pcg_err *err)
+{
+	if (v->type != MSGPACK_OBJECT_ARRAY)
+		return pcg_fail(err, "field '%s': not an array", name);
+	if (v->via.array.size > (uint32_t)cap)
+		return pcg_fail(err, "field '%s': %u ids, at most %d", name, v->via.array.size, cap);
+	for (uint32_t i = 0; i < v->via.array.size; i++) {
+		long long x;
+		if (get_int(&v->via.array.ptr[i], name, 0, INT32_MAX, &x, err) < 0)
+			return -1;
+		out[i] = (int32_t)x;
+	}
+	*n = (int)v->via.array.size;
+	return 0;
+}
+
+static int get_rows(const msgpack_object *v, llama_rows *rows, pcg_err *err)
+{
+	if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > LLAMA_MAX_RANGES)
+		return pcg_fail(err, "field 'rows': not an array of at most %d ranges",
+				LLAMA_MAX_RANGES);
+	rows->n = (int)v->via.array.size;
+	for (int i = 0; i < rows->n; i++) {
+		const msgpack_object *r = &v->via.array.ptr[i];
+		long long a, b;
+		if (r->type != MSGPACK_OBJECT_ARRAY || r->via.array.size != 2)
+			return pcg_fail(err, "field 'rows[%d]': not [begin, end]", i);
+		if (get_int(&r->via.array.ptr[0], "rows", 0, INT32_MAX, &a, err) < 0 ||
+		    get_int(&r->via.array.ptr[1], "rows", 0, INT32_MAX, &b, err) < 0)
+			return -1;
+		if (a >= b)
+			return pcg_fail(err, "field 'rows[%d]': [%lld, %lld) is empty", i, a, b);
+		rows->begin[i] = (int)a;
+		rows->end[i] = (int)b;
+	}
+	return 0;
+}
+
+static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, size_t len,
+		 pcg_err *err)
+{
+	long long x;
+	int b;
+
+	switch (f) {
+	case F_SESSION: return get_u64(v, "session", &m->session, err);
+	case F_SEED: return get_u64(v, "seed", &m->seed, err);
+	case F_POS:
+		if (get_int(v, "pos", 0, INT32_MAX, &x, err) < 0)
+			return -1;
+		m->pos = (int)x;
+		return 0;
+	case F_N:
+		if (get_int(v, "n", 0, PROTO_MAX_N, &x, err) < 0)
+			return -1;
+		if (m->type == PROTO_PROBS)
+			m->n_vec = (int)x;
+		else
+			m->n = (int)x;
+		return 0;
+	case F_WIDTH:
+		if (get_int(v, "width", 1, 1 << 24, &x, err) < 0)
+			return -1;
+		m->width = (int)x;
+		return 0;
+	case F_TOPK:
+		if (get_int(v, "top_k", 0, INT32_MAX, &x, err) < 0)
+			return -1;
+		m->samp.top_k = (int)x;
+		return 0;
+	case F_TEMP: return get_float(v, "temp", &m->samp.temperature, err);
+	case F_TOPP: return get_float(v, "top_p", &m->samp.top_p, err);
+	case F_APPEND: return get_ids(v, "append", m->append, PROTO_MAX_APPEND, &m->n_append, err);
+	case F_X: return get_ids(v, "x", m->x, PROTO_MAX_N, &m->n_x, err);
+	case F_ROWS: return get_rows(v, &m->rows, err);
+	case F_F16:
+		if (v->type != MSGPACK_OBJECT_BOOLEAN)
+			return pcg_fail(err, "field 'f16': not a boolean");
+		b = v->via.boolean;
+		m->f16 = b;
+		return 0;
+	case F_CODE: return get_str(v, "code", m->code, sizeof m->code, err);
+	case F_MSG: return get_str(v, "msg", m->msg, sizeof m->msg, err);
+	case F_P:
+		if (v->type != MSGPACK_OBJECT_BIN)
+			return pcg_fail(err, "field 'p': not bin");
+		/* msgpack-c's unpacker points bin objects into the input buffer;
+		 * check, so that probs stays valid after the unpacked zone is gone. */
+		if ((const char *)v->via.bin.ptr < (const char *)buf ||
+		    (const char *)v->via.bin.ptr + v->via.bin.size > (const char *)buf + len)
+			return pcg_fail(err, "field 'p': not in the message buffer");
+		m->probs = v->via.bin.ptr;
+		return 0;
+	}
+	return pcg_fail(err, "field %d: unknown", f);
+}
+
+int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
+{
+	msgpack_unpacked u;
+	size_t off = 0, pbytes = 0;
+	unsigned seen = 0;
+	int rc = -1, have_v = 0, have_type = 0, have_id = 0;
+	char tname[16];
+
+	memset(m, 0, offsetof(proto_msg, append));
+	m->n_append = 0;
+	m->n_x = 0;
+	m->probs = NULL;
+	m->code[0] = m->msg[0] = '\0';
+	m->samp = (pcg_sampling){ 1.0f, 0, 1.0f };
+	if (len > PROTO_MAX_MSG)
+		return pcg_fail(err, "message of %zu bytes exceeds %u", len, PROTO_MAX_MSG);
+	if (scan(buf, len, &off, 0, err) < 0)
+		return -1;
+	if (off != len)
+		return pcg_fail(err, "%zu bytes after the message", len - off);
+	msgpack_unpacked_init(&u);
+	off = 0;
+	if (msgpack_unpack_next(&u, buf, len, &off) != MSGPACK_UNPACK_SUCCESS) {
+		pcg_fail(err, "msgpack: cannot unpack");
+		goto out;
+	}
+	const msgpack_object *o = &u.data;
+	if (o->type != MSGPACK_OBJECT_MAP) {
+		pcg_fail(err, "message is not a map");
+		goto out;
+	}
+	/* Envelope first, so that field errors can name the type and the
+	 * error reply can carry the id. */
+	for (uint32_t i = 0; i < o->via.map.size; i++) {
+		const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
+		long long x;
+		if (key_is(k, "v")) {
+			if (get_int(v, "v", 0, 255, &x, err) < 0)
+				goto out;
+			if (x != PROTO_VERSION) {
+				pcg_fail(err, "field 'v': protocol version %lld, this side speaks %d", x,
+					 PROTO_VERSION);
+				goto out;
+			}
+			have_v = 1;
+		} else if (key_is(k, "id")) {
+			if (get_u64(v, "id", &m->id, err) < 0)
+				goto out;
+			have_id = 1;
+		} else if (key_is(k, "type")) {
+			if (get_str(v, "type", tname, sizeof tname, err) < 0)
+				goto out;
+			have_type = 1;
+		}
+	}
+	if (!have_v || !have_type || !have_id) {
+		pcg_fail(err, "field '%s': missing", !have_v ? "v" : !have_type ? "type" : "id");
+		goto out;
+	}
+	for (int t = PROTO_PROPOSE; t <= PROTO_ERROR; t++)
+		if (!strcmp(tname, type_names[t]))
+			m->type = (proto_type)t;
+	if (m->type == 0) {
+		pcg_fail(err, "field 'type': unknown message type '%s'", tname);
+		goto out;
+	}
+	for (uint32_t i = 0; i < o->via.map.size; i++) {
+		const msgpack_object *k = &o->via.map.ptr[i].key, *v = &o->via.map.ptr[i].val;
+		int f;
+		if (key_is(k, "v") || key_is(k, "id") || key_is(k, "type"))
+			continue;
+		for (f = 0; f < F_COUNT; f++)
+			if (key_is(k, fnames[f]))
+				break;
+		if (f == F_COUNT || !(schema[m->type] & B(f))) {
+			char kn[32] = "?";
+			if (k->type == MSGPACK_OBJECT_STR)
+				snprintf(kn, sizeof kn, "%.*s", (int)(k->via.str.size < 24 ? k->via.str.size : 24),
+					 k->via.str.ptr);
+			pcg_fail(err, "%s: unexpected field '%s'", tname, kn);
+			goto out;
+		}
+		if (seen & B(f)) {
+			pcg_fail(err, "%s: field '%s' twice", tname, fnames[f]);
+			goto out;
+		}
+		seen |= B(f);
+		if (field(m, f, v, buf, len, err) < 0)
+			goto out;
+		if (f == F_P)
+			pbytes = v->via.bin.size;
+	}
+	if (seen != schema[m->type]) {
+		for (int f = 0; f < F_COUNT; f++)
+			if ((schema[m->type] & B(f)) && !(seen & B(f))) {
+				pcg_fail(err, "%s: field '%s' missing", tname, fnames[f]);
+				goto out;
+			}
+	}
+	/* Cross-field checks. */
+	if ((m->type == PROTO_PROPOSE || m->type == PROTO_SCORE) &&
+	    pcg_sampling_check(&m->samp, err) < 0)
+		goto out;
+	if (m->type == PROTO_SCORE && (m->n < 1 || m->n > m->n_append)) {
+		pcg_fail(err, "score: field 'n': %d positions, append has %d", m->n, m->n_append);
+		goto out;
+	}
+	if (m->type == PROTO_PROPOSE && m->n_append < 1) {
+		pcg_fail(err, "propose: field 'append': empty (the last committed token is needed)");
+		goto out;
+	}
+	if ((m->type == PROTO_PROPOSE || m->type == PROTO_SCORE) && m->rows.n < 1) {
+		pcg_fail(err, "%s: field 'rows': empty", tname);
+		goto out;
+	}
+	if (m->type == PROTO_PROBS &&
+	    pbytes != (size_t)m->n_vec * m->width * (m->f16 ? 2 : 4)) {
+		pcg_fail(err, "probs: field 'p': %zu bytes, want %d x %d x %d", pbytes, m->n_vec,
+			 m->width, m->f16 ? 2 : 4);
+		goto out;
+	}
+	rc = 0;
+out:
+	msgpack_unpacked_destroy(&u);
+	return rc;
+}
+
+void proto_vector(const proto_msg *m, int i, float *out)
+{
+	const unsigned char *p = m->probs;
+	size_t off = (size_t)i * m->width * (m->f16 ? 2 : 4);
+
+	pcg_to_f32(out, p + off, m->f16 ? PCG_F16 : PCG_F32, (size_t)m->width);
+}

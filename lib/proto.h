@@ -1,0 +1,99 @@
+/* proto.h: the messages between the stages of the pipeline, as msgpack.
+ *
+ * Every message is one ZeroMQ frame holding one msgpack map with the keys
+ *   "v" (protocol version, 1), "type" (string), "id" (request id, echoed in
+ *   the reply), and the fields of that type's schema, nothing else.
+ * Requests to a model server (draftd, targetd):
+ *   propose: session, pos, append, n (tokens to draft), temp, top_k, top_p,
+ *            seed, rows, f16 -> reply "probs" with x (the drafted ids) and
+ *            p (n vectors)
+ *   score:   session, pos, append, n (positions to score: the last n of
+ *            append), temp, top_k, top_p, rows, f16 -> reply "probs" with q
+ *   drop:    session -> reply "ok"
+ *   ping:    -> reply "pong" with the server's model summary
+ * A server brings the session's cache to `pos` tokens (truncate), appends
+ * `append`, then proposes or scores. A session it does not hold gives the
+ * error "unknown-session" unless pos is 0; the client then resends the
+ * whole context. Probability vectors are one bin of n x width little-endian
+ * f32 (or f16 when asked), over the output rows only (LLaSA: the speech
+ * range plus the end token). Errors: type "error" with code and msg.
+ *
+ * Parsing never trusts the peer: before msgpack-c sees the bytes, a scan
+ * checks that every declared length fits in the bytes that remain (msgpack-c
+ * would otherwise reserve memory for a count it cannot have), nesting is
+ * bounded, and then each field is checked against its schema; an error names
+ * the field. See man/pcg-protocol.7.
+ */
+#ifndef PCG_PROTO_H
+#define PCG_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+#include "sampling.h"
+
+#define PROTO_VERSION 1
+#define PROTO_MAX_APPEND 8192 /* tokens per request: a whole LLaSA context fits */
+#define PROTO_MAX_N 16        /* lookahead + 1 */
+#define PROTO_MAX_MSG (64u << 20) /* ZMQ_MAXMSGSIZE of every socket */
+
+typedef enum proto_type {
+	PROTO_PROPOSE = 1,
+	PROTO_SCORE,
+	PROTO_DROP,
+	PROTO_PING,
+	PROTO_PROBS, /* reply */
+	PROTO_OK,    /* reply */
+	PROTO_PONG,  /* reply */
+	PROTO_ERROR, /* reply */
+} proto_type;
+
+/* Error codes carried by PROTO_ERROR replies. */
+#define PROTO_E_BAD_REQUEST "bad-request"
+#define PROTO_E_UNKNOWN_SESSION "unknown-session"
+#define PROTO_E_TOO_LARGE "too-large"
+#define PROTO_E_INTERNAL "internal"
+
+typedef struct proto_msg {
+	proto_type type;
+	uint64_t id;
+	/* requests */
+	uint64_t session;
+	int pos;
+	int n_append;
+	int32_t append[PROTO_MAX_APPEND];
+	int n;                 /* propose: tokens to draft; score: positions */
+	pcg_sampling samp;
+	uint64_t seed;
+	llama_rows rows;
+	int f16;               /* vectors as f16 */
+	/* replies */
+	int n_x;
+	int32_t x[PROTO_MAX_N];
+	int n_vec, width;      /* probs: n_vec vectors of width values */
+	const void *probs;     /* into the received buffer (parse) or caller's (pack) */
+	char code[32];
+	char msg[256];
+} proto_msg;
+
+/* Packs m into a malloc'd buffer (*out, *len). Returns 0 or -1. For
+ * PROTO_PROBS with f16 set, probs holds f32 values that are converted. */
+int proto_pack(const proto_msg *m, void **out, size_t *len, pcg_err *err);
+
+/* Parses buf into m (whose probs then points into buf). Returns 0, or -1 with
+ * err naming the problem; m->id is filled whenever it could be read, so the
+ * error reply can carry it. */
+int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err);
+
+/* Reads vector i of a PROTO_PROBS message as f32 into out[width]. */
+void proto_vector(const proto_msg *m, int i, float *out);
+
+const char *proto_type_name(proto_type t);
+
+/* Fills m as an error reply to request id. */
+void proto_error(proto_msg *m, uint64_t id, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+#endif

@@ -1,0 +1,239 @@
+/* test_proto.c: the pipeline's messages: every type round-trips, f16
+ * vectors come back within f16 rounding, and hostile bytes give an error
+ * that names the problem, never a crash or a large allocation (a mutation
+ * loop over valid messages; this test also runs under ASan and UBSan). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "proto.h"
+
+static proto_msg *req(proto_type t)
+{
+	proto_msg *m = calloc(1, sizeof *m);
+	m->type = t;
+	m->id = 77;
+	m->session = 0x123456789abcULL;
+	m->pos = 5;
+	m->n_append = 3;
+	m->append[0] = 128260;
+	m->append[1] = 128264 + 7;
+	m->append[2] = 193799;
+	m->n = 3;
+	m->samp = (pcg_sampling){ 0.8f, 50, 0.95f };
+	m->seed = 42;
+	m->rows = (llama_rows){ 2, { 128264, 128261 }, { 193800, 128262 } };
+	return m;
+}
+
+static int roundtrip(const proto_msg *m, proto_msg *out, pcg_err *err)
+{
+	void *buf;
+	size_t len;
+	int rc;
+
+	if (proto_pack(m, &buf, &len, err) < 0)
+		return -1;
+	/* Copy, so that out->probs points into a buffer we keep. */
+	static unsigned char keep[1 << 20];
+	memcpy(keep, buf, len < sizeof keep ? len : sizeof keep);
+	free(buf);
+	rc = proto_parse(keep, len, out, err);
+	return rc;
+}
+
+static void test_roundtrip(void)
+{
+	pcg_err err = { "" };
+	proto_msg *m = req(PROTO_PROPOSE), *o = calloc(1, sizeof *o);
+
+	CHECKF(roundtrip(m, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_PROPOSE && o->id == 77 && o->session == m->session);
+	CHECK(o->pos == 5 && o->n_append == 3 && o->append[2] == 193799 && o->n == 3);
+	CHECK(o->samp.temperature == 0.8f && o->samp.top_k == 50 && o->samp.top_p == 0.95f);
+	CHECK(o->seed == 42 && o->rows.n == 2 && o->rows.begin[1] == 128261 && o->rows.end[0] == 193800);
+
+	m->type = PROTO_SCORE;
+	CHECKF(roundtrip(m, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_SCORE && o->n == 3);
+
+	m->type = PROTO_DROP;
+	CHECKF(roundtrip(m, o, &err) == 0 && o->type == PROTO_DROP && o->session == m->session, "%s",
+	       err.msg);
+	m->type = PROTO_PING;
+	CHECK(roundtrip(m, o, &err) == 0 && o->type == PROTO_PING && o->id == 77);
+
+	/* probs: f32 exactly, f16 within its rounding (relative 2^-11). */
+	float v[2 * 5] = { 0.5f, 0.25f, 0.125f, 0.125f, 0.0f, 1e-3f, 0.2f, 0.3f, 0.4f, 0.099f };
+	proto_msg *p = calloc(1, sizeof *p);
+	p->type = PROTO_PROBS;
+	p->id = 9;
+	p->n_x = 2;
+	p->x[0] = 3;
+	p->x[1] = 4;
+	p->n_vec = 2;
+	p->width = 5;
+	p->probs = v;
+	for (int f16 = 0; f16 < 2; f16++) {
+		p->f16 = f16;
+		CHECKF(roundtrip(p, o, &err) == 0, "%s", err.msg);
+		CHECK(o->type == PROTO_PROBS && o->n_x == 2 && o->x[1] == 4 && o->n_vec == 2 &&
+		      o->width == 5);
+		float back[5];
+		int ok = 1;
+		for (int i = 0; i < 2; i++) {
+			proto_vector(o, i, back);
+			for (int j = 0; j < 5; j++) {
+				float want = v[i * 5 + j], d = back[j] - want;
+				ok &= f16 ? (d < 0 ? -d : d) <= want / 2048 + 1e-7f : back[j] == want;
+			}
+		}
+		CHECKF(ok, "probs f16=%d", f16);
+	}
+
+	proto_error(o, 5, PROTO_E_UNKNOWN_SESSION, "session %d not held", 12);
+	proto_msg *e = calloc(1, sizeof *e);
+	CHECKF(roundtrip(o, e, &err) == 0, "%s", err.msg);
+	CHECK(e->type == PROTO_ERROR && e->id == 5 && !strcmp(e->code, "unknown-session") &&
+	      !strcmp(e->msg, "session 12 not held"));
+	free(m);
+	free(o);
+	free(p);
+	free(e);
+}
+
+/* A raw message must fail with err containing want. */
+static void bad(const char *what, const void *buf, size_t len, const char *want)
+{
+	pcg_err err = { "" };
+	proto_msg *o = calloc(1, sizeof *o);
+	int rc = proto_parse(buf, len, o, &err);
+
+	CHECKF(rc == -1 && strstr(err.msg, want) != NULL, "%s: rc %d, '%s' lacks '%s'", what, rc,
+	       err.msg, want);
+	free(o);
+}
+
+static void test_hostile(void)
+{
+	/* array32 claiming 2^32-1 elements in 5 bytes: msgpack-c would reserve
+	 * ~100 GB for it; the scan refuses before it gets there. */
+	const unsigned char arr32[] = { 0xdd, 0xff, 0xff, 0xff, 0xff };
+	bad("array32 bomb", arr32, sizeof arr32, "exceeds");
+	const unsigned char map32[] = { 0xdf, 0x7f, 0xff, 0xff, 0xff, 0x00 };
+	bad("map32 bomb", map32, sizeof map32, "exceeds");
+	const unsigned char bin32[] = { 0xc6, 0x7f, 0xff, 0xff, 0xff, 0x00 };
+	bad("bin32 past the end", bin32, sizeof bin32, "truncated");
+	const unsigned char deep[] = { 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x01 };
+	bad("deep nesting", deep, sizeof deep, "nested");
+	const unsigned char ext[] = { 0xd4, 0x01, 0x02 };
+	bad("ext type", ext, sizeof ext, "not allowed");
+	const unsigned char notmap[] = { 0x93, 0x01, 0x02, 0x03 };
+	bad("not a map", notmap, sizeof notmap, "not a map");
+	bad("empty", "", 0, "truncated");
+
+	/* Valid msgpack, wrong schema. */
+	pcg_err err;
+	proto_msg *m = req(PROTO_PROPOSE);
+	void *buf;
+	size_t len;
+	CHECK(proto_pack(m, &buf, &len, &err) == 0);
+	unsigned char *b = buf;
+	bad("truncated message", b, len - 1, "truncated");
+	unsigned char *extra = malloc(len + 1);
+	memcpy(extra, b, len);
+	extra[len] = 0xc0;
+	bad("trailing bytes", extra, len + 1, "after the message");
+	free(extra);
+	/* Change the version byte: "v" is the first key, its value follows. */
+	unsigned char *cp = malloc(len);
+	memcpy(cp, b, len);
+	for (size_t i = 0; i + 2 < len; i++)
+		if (cp[i] == 0xa1 && cp[i + 1] == 'v') {
+			cp[i + 2] = 2;
+			break;
+		}
+	bad("version 2", cp, len, "protocol version 2");
+	memcpy(cp, b, len);
+	for (size_t i = 0; i + 6 < len; i++) /* "top_k" -> "top_x": an unknown field */
+		if (!memcmp(cp + i, "top_k", 5)) {
+			cp[i + 4] = 'x';
+			break;
+		}
+	bad("unknown field", cp, len, "unexpected field 'top_x'");
+	free(cp);
+	free(buf);
+
+	m->samp.top_p = 1.5f;
+	CHECK(proto_pack(m, &buf, &len, &err) == 0);
+	bad("top_p 1.5", buf, len, "top_p");
+	free(buf);
+	m->samp.top_p = 1;
+	m->type = PROTO_SCORE;
+	m->n = 9; /* more positions than appended tokens */
+	CHECK(proto_pack(m, &buf, &len, &err) == 0);
+	bad("score n > append", buf, len, "field 'n'");
+	free(buf);
+	free(m);
+}
+
+/* Mutations of valid messages: parse must return 0 or -1, never crash. */
+static void test_mutations(void)
+{
+	proto_msg *m = req(PROTO_SCORE), *o = calloc(1, sizeof *o);
+	float v[3 * 4] = { 0 };
+	proto_msg *p = calloc(1, sizeof *p);
+	void *bufs[2];
+	size_t lens[2];
+	pcg_err err;
+	unsigned seed = 12345;
+	int parsed = 0;
+
+	p->type = PROTO_PROBS;
+	p->n_x = 1;
+	p->n_vec = 3;
+	p->width = 4;
+	p->probs = v;
+	CHECK(proto_pack(m, &bufs[0], &lens[0], &err) == 0);
+	CHECK(proto_pack(p, &bufs[1], &lens[1], &err) == 0);
+	for (int it = 0; it < 20000; it++) {
+		int which = it & 1;
+		size_t len = lens[which];
+		unsigned char *c = malloc(len);
+		memcpy(c, bufs[which], len);
+		int flips = 1 + (int)((seed = seed * 1103515245u + 12345u) >> 16) % 4;
+		for (int f = 0; f < flips; f++) {
+			seed = seed * 1103515245u + 12345u;
+			size_t at = (seed >> 8) % len;
+			seed = seed * 1103515245u + 12345u;
+			c[at] = (unsigned char)(seed >> 16);
+		}
+		seed = seed * 1103515245u + 12345u;
+		size_t cut = (seed >> 16) % 8 == 0 ? (seed >> 4) % len : len;
+		if (proto_parse(c, cut, o, &err) == 0) {
+			parsed++;
+			if (o->type == PROTO_PROBS && o->n_vec > 0) {
+				float tmp[1 << 10];
+				if (o->width <= 1 << 10)
+					proto_vector(o, o->n_vec - 1, tmp); /* touches the last bytes */
+			}
+		}
+		free(c);
+	}
+	printf("mutations: %d of 20000 still parsed\n", parsed);
+	CHECK(parsed < 20000);
+	free(bufs[0]);
+	free(bufs[1]);
+	free(m);
+	free(o);
+	free(p);
+}
+
+int main(void)
+{
+	test_roundtrip();
+	test_hostile();
+	test_mutations();
+	return check_done("test_proto");
+}
