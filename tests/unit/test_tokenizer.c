@@ -1,12 +1,14 @@
-/* test_tokenizer.c: the BPE tokenizer against Hugging Face tokenizers on the
- * goldens of tests/ref/make_tokenizer_fixtures.py (Llama 3, the LLaSA layout
- * built here with tok_add_tokens, pcg-mkmodel's tokenizer and variants using
- * the other options), then invalid UTF-8, malformed and unsupported
- * tokenizer.json files (refused with a message naming the fault) and a
- * seeded mutation fuzz. Ids must match exactly: there is no tolerance in
- * tokenization.
+/* test_tokenizer.c: the text front end against Hugging Face on the goldens
+ * of tests/ref/make_tokenizer_fixtures.py: the BPE tokenizer (Llama 3, the
+ * LLaSA layout built here with tok_add_tokens, pcg-mkmodel's tokenizer and
+ * variants using the other options) against tokenizers, and the LLaSA prompt
+ * against transformers' apply_chat_template; then invalid UTF-8, malformed
+ * and unsupported tokenizer.json files (refused with a message naming the
+ * fault) and a seeded mutation fuzz. Ids must match exactly: there is no
+ * tolerance in tokenization.
  */
 #include "check.h"
+#include "llasa.h"
 #include "tokenizer.h"
 
 #include <jansson.h>
@@ -167,6 +169,63 @@ static void check_goldens(const char *name, const tokenizer *t, const json_t *g)
 	printf("%s: %zu of %zu cases as HF\n", name, total - bad, total);
 }
 
+/* The prompts of a goldens object, and the vocabulary lookups. */
+static void check_prompts(const char *name, const tokenizer *t, const json_t *g, int first,
+			  int count, int end)
+{
+	const json_t *ps = json_object_get(g, "prompts");
+	llasa_vocab v;
+	pcg_err err = { "" };
+	size_t good = 0;
+
+	CHECKF(llasa_vocab_init(t, &v, &err) == 0, "%s: %s", name, err.msg);
+	CHECKF(v.speech_first == first && v.speech_count == count && v.end_id == end,
+	       "%s: speech %d+%d, end %d", name, v.speech_first, v.speech_count, v.end_id);
+	CHECK(llasa_code_to_id(&v, 0) == first && llasa_code_to_id(&v, count - 1) == first + count - 1);
+	CHECK(llasa_code_to_id(&v, count) == -1 && llasa_code_to_id(&v, -1) == -1);
+	CHECK(llasa_id_to_code(&v, first + 5) == 5 && llasa_id_to_code(&v, end) == -1);
+	CHECK(llasa_id_to_code(&v, first + count) == -1 && llasa_id_to_code(&v, first - 1) == -1);
+	CHECKF(json_array_size(ps) >= 8, "%s: no prompts", name);
+	for (size_t k = 0; k < json_array_size(ps); k++) {
+		const json_t *c = json_array_get(ps, k);
+		size_t nc, nw, n = 0, at = 0;
+		int *codes = json_ids(json_object_get(c, "codes"), &nc);
+		int *want = json_ids(json_object_get(c, "ids"), &nw), *ids = NULL;
+		llasa_prompt p = {
+			json_string_value(json_object_get(c, "text")),
+			json_string_value(json_object_get(c, "prompt_text")), codes, nc,
+			json_string_value(json_object_get(c, "date")), /* null: the default */
+		};
+		int rc = llasa_prompt_ids(t, &v, &p, &ids, &n, &err);
+		int same = rc == 0 && same_ids(ids, n, want, nw, &at);
+		CHECKF(same, "%s: prompt %zu: %s at %zu", name, k, rc ? err.msg : "ids differ", at);
+		good += same;
+		/* A cloning prompt ends with the codes' ids. */
+		for (size_t i = 0; same && i < nc; i++)
+			CHECK(ids[n - nc + i] == llasa_code_to_id(&v, codes[i]));
+		free(codes);
+		free(want);
+		free(ids);
+	}
+	printf("%s: %zu of %zu prompts as transformers\n", name, good, json_array_size(ps));
+
+	/* Bad input names the field, the offset or the code. */
+	int codes[2] = { 3, count };
+	int *ids = NULL;
+	size_t n;
+	llasa_prompt p = { "fine", NULL, codes, 2, NULL };
+	CHECK(llasa_prompt_ids(t, &v, &p, &ids, &n, &err) < 0 && strstr(err.msg, "prompt code") &&
+	      ids == NULL);
+	p = (llasa_prompt){ "ab\xed\xa0\x80", NULL, NULL, 0, NULL };
+	CHECK(llasa_prompt_ids(t, &v, &p, &ids, &n, &err) < 0 &&
+	      strstr(err.msg, "text: invalid UTF-8 at byte 2: surrogate"));
+	p = (llasa_prompt){ "ok", "\xc0\xaf", NULL, 0, NULL };
+	CHECK(llasa_prompt_ids(t, &v, &p, &ids, &n, &err) < 0 &&
+	      strstr(err.msg, "prompt text: invalid UTF-8 at byte 0: overlong"));
+	p = (llasa_prompt){ NULL, NULL, NULL, 0, NULL };
+	CHECK(llasa_prompt_ids(t, &v, &p, &ids, &n, &err) < 0 && strstr(err.msg, "text: missing"));
+}
+
 static void test_parity(void)
 {
 	tokenizer *t = load_llama3(), *mk;
@@ -184,15 +243,28 @@ static void test_parity(void)
 	CHECK(tok_token_id(t, "<|s_0|>", 7) == 128264 && !tok_is_special(t, 128264));
 	g = load_json(FIXTURES "/llasa.json");
 	check_goldens("llasa", t, g);
+	check_prompts("llasa", t, g, 128264, 65536, 128261);
 	json_decref(g);
 	tok_free(&t);
 	CHECK(t == NULL);
+
+	/* Llama 3 alone is not a LLaSA vocabulary; nor is one with a hole. */
+	llasa_vocab v;
+	t = load_llama3();
+	CHECK(llasa_vocab_init(t, &v, &err) < 0 && strstr(err.msg, "no <|TEXT_UNDERSTANDING_START|>"));
+	add_llasa(t, 3);
+	const char *late[] = { "<|s_4|>", "<|s_3|>" };
+	CHECK(tok_add_tokens(t, late, 2, &err) == 2);
+	CHECK(llasa_vocab_init(t, &v, &err) < 0 &&
+	      strstr(err.msg, "<|s_3|> has id 128268, not 128267"));
+	tok_free(&t);
 
 	mk = tok_load(FIXTURES "/mkmodel-tokenizer.json", &err);
 	CHECKF(mk != NULL, "%s", err.msg);
 	if (mk) {
 		g = load_json(FIXTURES "/mkmodel.json");
 		check_goldens("mkmodel", mk, g);
+		check_prompts("mkmodel", mk, g, 520, 1024, 517);
 		json_decref(g);
 		tok_free(&mk);
 	}
