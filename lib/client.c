@@ -1,0 +1,109 @@
+/* client.c: Lazy Pirate requests to a pipeline server (see client.h). */
+#include "client.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "net.h"
+
+struct pcg_client {
+	void *ctx, *sock;
+	char *url;
+	int timeout_ms, tries;
+	uint64_t next_id;
+	void *buf;       /* the last reply; rep->probs points into it */
+	unsigned long resent, stale;
+};
+
+static uint64_t first_id(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	/* Distinct across restarts of the client, so an old reply never matches. */
+	return ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec;
+}
+
+pcg_client *client_new(void *ctx, const char *url, int timeout_ms, int tries, pcg_err *err)
+{
+	pcg_client *c = calloc(1, sizeof *c);
+
+	if (c == NULL || (c->url = strdup(url)) == NULL) {
+		free(c);
+		pcg_fail(err, "out of memory");
+		return NULL;
+	}
+	c->ctx = ctx;
+	c->timeout_ms = timeout_ms;
+	c->tries = tries < 1 ? 1 : tries;
+	c->next_id = first_id();
+	c->sock = net_client(ctx, url, err);
+	if (c->sock == NULL) {
+		client_free(&c);
+		return NULL;
+	}
+	return c;
+}
+
+void client_free(pcg_client **cp)
+{
+	pcg_client *c = cp ? *cp : NULL;
+
+	if (c == NULL)
+		return;
+	net_close(&c->sock);
+	free(c->url);
+	free(c->buf);
+	free(c);
+	*cp = NULL;
+}
+
+int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
+{
+	void *out;
+	size_t len;
+
+	req->id = c->next_id++;
+	if (proto_pack(req, &out, &len, err) < 0)
+		return -1;
+	for (int t = 0; t < c->tries; t++) {
+		if (t > 0) {
+			/* Reopen: drops whatever the old socket still queues. */
+			c->resent++;
+			net_close(&c->sock);
+			c->sock = net_client(c->ctx, c->url, err);
+			if (c->sock == NULL)
+				break;
+		}
+		if (net_send(c->sock, out, len, err) < 0)
+			continue;
+		for (;;) {
+			void *body;
+			size_t blen;
+			int got = net_recv(c->sock, &body, &blen, c->timeout_ms, err);
+			if (got <= 0)
+				break; /* timeout or error: next try */
+			if (proto_parse(body, blen, rep, err) < 0) {
+				free(body);
+				free(out);
+				pcg_err_prefix(err, c->url);
+				return -1;
+			}
+			if (rep->id != req->id) { /* a late reply to an abandoned request */
+				c->stale++;
+				free(body);
+				continue;
+			}
+			free(c->buf);
+			c->buf = body;
+			free(out);
+			return 0;
+		}
+	}
+	free(out);
+	return pcg_fail(err, "%s: no reply after %d tries of %d ms", c->url, c->tries,
+			c->timeout_ms);
+}
+
+unsigned long client_resent(const pcg_client *c) { return c->resent; }
+unsigned long client_stale(const pcg_client *c) { return c->stale; }

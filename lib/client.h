@@ -1,0 +1,32 @@
+/* client.h: a request/reply client of a pipeline server, in the Lazy Pirate
+ * manner: every request carries a fresh id; the client waits up to a
+ * timeout for the reply with that id (late replies to earlier requests are
+ * dropped), and on a timeout reopens its socket and resends, up to a number
+ * of tries, then gives up with an error that names the server. Requests of
+ * the pipeline are idempotent (they name the position they extend from), so
+ * a resend is always safe. */
+#ifndef PCG_CLIENT_H
+#define PCG_CLIENT_H
+
+#include "err.h"
+#include "proto.h"
+
+typedef struct pcg_client pcg_client;
+
+/* Connects to url. timeout_ms per try, tries >= 1. */
+pcg_client *client_new(void *ctx, const char *url, int timeout_ms, int tries, pcg_err *err);
+void client_free(pcg_client **c);
+
+/* Sends req (its id is set here) and parses the reply into rep. rep->probs
+ * points into a buffer owned by the client, valid until the next call.
+ * Returns 0; -1 with err on timeout after all tries, on a transport error,
+ * on an unparsable reply. An error reply is returned as 0 with
+ * rep->type == PROTO_ERROR: the caller decides (e.g. resend the context on
+ * unknown-session). */
+int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err);
+
+/* Counters: requests resent after a timeout, stale replies dropped. */
+unsigned long client_resent(const pcg_client *c);
+unsigned long client_stale(const pcg_client *c);
+
+#endif

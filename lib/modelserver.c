@@ -1,0 +1,375 @@
+/* modelserver.c: draftd and targetd (see modelserver.h). One poll loop:
+ * receive, validate, serve, reply; signal handlers only set a flag. */
+#include "modelserver.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "model.h"
+#include "net.h"
+#include "opts.h"
+#include "proto.h"
+#include "rng.h"
+#include "sampling.h"
+
+typedef struct session {
+	uint64_t id;
+	llama_kv *kv;
+	int32_t *tokens; /* the ids in the cache, so a resent prefix is not recomputed */
+	int cap;
+	uint64_t last_use;
+} session;
+
+typedef struct server {
+	const char *prog;
+	llama_model *model;
+	session *s;
+	int n, cap;
+	uint64_t clock;
+	long long kv_mem;
+	float *logits, *probs; /* PROTO_MAX_N x vocab */
+	unsigned long served, errors, dropped, evicted;
+} server;
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig) { (void)sig; stop = 1; }
+
+static void logf_(const server *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(const server *sv, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "%s: ", sv->prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static session *find(server *sv, uint64_t id)
+{
+	for (int i = 0; i < sv->n; i++)
+		if (sv->s[i].id == id)
+			return &sv->s[i];
+	return NULL;
+}
+
+static void drop(server *sv, session *x)
+{
+	llama_kv_free(&x->kv);
+	free(x->tokens);
+	*x = sv->s[--sv->n];
+}
+
+static session *create(server *sv, uint64_t id, pcg_err *err)
+{
+	if (sv->n == sv->cap) {
+		int cap = sv->cap ? 2 * sv->cap : 8;
+		session *s = realloc(sv->s, (size_t)cap * sizeof *s);
+		if (s == NULL) {
+			pcg_fail(err, "out of memory for sessions");
+			return NULL;
+		}
+		sv->s = s;
+		sv->cap = cap;
+	}
+	session *x = &sv->s[sv->n];
+	memset(x, 0, sizeof *x);
+	x->id = id;
+	x->kv = llama_kv_new(sv->model);
+	if (x->kv == NULL) {
+		pcg_fail(err, "out of memory for a KV cache");
+		return NULL;
+	}
+	sv->n++;
+	return x;
+}
+
+/* Least recently used sessions go until the caches fit in --kv-mem; the one
+ * just served stays. A client whose session went gets "unknown-session". */
+static void evict(server *sv, uint64_t keep)
+{
+	for (;;) {
+		size_t total = 0;
+		session *lru = NULL;
+		for (int i = 0; i < sv->n; i++) {
+			total += llama_kv_bytes(sv->s[i].kv);
+			if (sv->s[i].id != keep && (!lru || sv->s[i].last_use < lru->last_use))
+				lru = &sv->s[i];
+		}
+		if ((long long)total <= sv->kv_mem || lru == NULL)
+			return;
+		logf_(sv, "evicting session %llu (kv %zu bytes, total %zu > --kv-mem %lld)",
+		      (unsigned long long)lru->id, llama_kv_bytes(lru->kv), total, sv->kv_mem);
+		drop(sv, lru);
+		sv->evicted++;
+	}
+}
+
+/* Brings x to pos tokens, then appends toks[0..n), reusing cached positions
+ * whose ids match, and computes the logits of the last n_out. */
+static int extend(server *sv, session *x, int pos, const int32_t *toks, int n, int n_out,
+		  const llama_rows *rows, pcg_err *err)
+{
+	int keep = pos, i = 0, len = llama_kv_len(x->kv);
+
+	while (i < n - n_out && keep < len && x->tokens[keep] == toks[i])
+		keep++, i++;
+	if (llama_kv_truncate(x->kv, keep, err) < 0)
+		return -1;
+	if (keep + n - i > x->cap) {
+		int cap = (keep + n - i) * 2;
+		int32_t *t = realloc(x->tokens, (size_t)cap * sizeof *t);
+		if (t == NULL)
+			return pcg_fail(err, "out of memory");
+		x->tokens = t;
+		x->cap = cap;
+	}
+	if (llama_forward(sv->model, x->kv, (const int *)toks + i, n - i, n_out, rows, sv->logits,
+			  err) < 0) {
+		llama_kv_truncate(x->kv, keep, NULL);
+		return -1;
+	}
+	memcpy(x->tokens + keep, toks + i, (size_t)(n - i) * sizeof *toks);
+	return 0;
+}
+
+static int row_token(const llama_rows *rows, int idx)
+{
+	for (int i = 0; i < rows->n; i++) {
+		int len = rows->end[i] - rows->begin[i];
+		if (idx < len)
+			return rows->begin[i] + idx;
+		idx -= len;
+	}
+	return -1;
+}
+
+/* Serves one parsed request into rep; errors become error replies. */
+static void serve(server *sv, const proto_msg *q, proto_msg *rep)
+{
+	pcg_err err = { "" };
+	const llama_config *c = llama_get_config(sv->model);
+	session *x;
+
+	rep->id = q->id;
+	switch (q->type) {
+	case PROTO_PING:
+		rep->type = PROTO_PONG;
+		snprintf(rep->msg, sizeof rep->msg, "%s layers=%d vocab=%d hidden=%d sessions=%d",
+			 sv->prog, llama_n_layers(sv->model), c->vocab, c->hidden, sv->n);
+		return;
+	case PROTO_DROP:
+		if ((x = find(sv, q->session)) != NULL)
+			drop(sv, x);
+		rep->type = PROTO_OK;
+		return;
+	case PROTO_PROPOSE:
+	case PROTO_SCORE:
+		break;
+	default:
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "a server does not take '%s'",
+			    proto_type_name(q->type));
+		return;
+	}
+	for (int i = 0; i < q->rows.n; i++)
+		if (q->rows.end[i] > c->vocab) {
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
+				    "field 'rows': [%d, %d) beyond the vocabulary of %d", q->rows.begin[i],
+				    q->rows.end[i], c->vocab);
+			return;
+		}
+	const int width = llama_rows_count(sv->model, &q->rows);
+	x = find(sv, q->session);
+	if (x == NULL || q->pos > llama_kv_len(x->kv)) {
+		if (q->pos != 0) {
+			proto_error(rep, q->id, PROTO_E_UNKNOWN_SESSION,
+				    "session %llu: not held up to position %d; resend from 0",
+				    (unsigned long long)q->session, q->pos);
+			return;
+		}
+		if (x == NULL && (x = create(sv, q->session, &err)) == NULL) {
+			proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
+			return;
+		}
+	}
+	x->last_use = ++sv->clock;
+
+	const int n_out = q->type == PROTO_SCORE ? q->n : 1;
+	if (extend(sv, x, q->pos, q->append, q->n_append, n_out, &q->rows, &err) < 0) {
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		return;
+	}
+	rep->type = PROTO_PROBS;
+	rep->width = width;
+	rep->f16 = q->f16;
+	rep->probs = sv->probs;
+	rep->n_x = 0;
+	if (q->type == PROTO_SCORE) {
+		for (int i = 0; i < q->n; i++)
+			pcg_probs(sv->logits + (size_t)i * width, width, &q->samp,
+				  sv->probs + (size_t)i * width, &err);
+		rep->n_vec = q->n;
+		return;
+	}
+	/* propose: x_i ~ p_i, fed back to get p_{i+1}; x_n is not fed. */
+	pcg_rng rng;
+	pcg_rng_init(&rng, q->seed, 0);
+	for (int i = 0; i < q->n; i++) {
+		float *p = sv->probs + (size_t)i * width;
+		if (i > 0) {
+			int32_t tok = rep->x[i - 1];
+			if (extend(sv, x, llama_kv_len(x->kv), &tok, 1, 1, &q->rows, &err) < 0) {
+				proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
+				return;
+			}
+		}
+		if (pcg_probs(sv->logits, width, &q->samp, p, &err) < 0) {
+			proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
+			return;
+		}
+		int idx = pcg_sample(p, width, pcg_rng_uniform(&rng));
+		rep->x[rep->n_x++] = row_token(&q->rows, idx < 0 ? 0 : idx);
+	}
+	rep->n_vec = q->n;
+}
+
+static const char *model_dir, *listen_url, *layers_s;
+static int threads;
+static long long kv_mem;
+
+int modelserver_main(int argc, char **argv, ms_role role)
+{
+	const char *prog = role == MS_DRAFT ? "draftd" : "targetd";
+	const pcg_opt opts[] = {
+		{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "DIR", "model directory" },
+		{ "listen", PCG_OPT_STR, &listen_url,
+		  role == MS_DRAFT ? "tcp://127.0.0.1:7601" : "tcp://127.0.0.1:7602", 1, 0, "URL",
+		  "endpoint to bind (inproc://, ipc://PATH, tcp://127.0.0.1:PORT)" },
+		{ "layers", PCG_OPT_STR, &layers_s, NULL, 1, 0, "LIST",
+		  "serve only these layers of the checkpoint, e.g. 0,1,15 (a draft)" },
+		{ "kv-mem", PCG_OPT_SIZE, &kv_mem, "2G", 1 << 20, 1e15, "BYTES",
+		  "KV cache budget; least recently used sessions are evicted beyond it" },
+		{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
+		{ NULL },
+	};
+	const char *synopsis = "--model DIR [--listen URL] [--layers LIST] [--kv-mem BYTES] [--threads N]";
+	pcg_err err = { "" };
+	server sv = { .prog = prog };
+	int layers[1024], n_layers = 0, rc = 1;
+	void *ctx = NULL, *sock = NULL;
+	proto_msg *q = NULL, *rep = NULL;
+
+	int first = pcg_opts_parse(opts, argc, argv, &err);
+	if (first == PCG_OPTS_HELP) {
+		pcg_opts_usage(stdout, prog, synopsis, opts);
+		return 0;
+	}
+	if (first < 0 || first != argc || model_dir == NULL) {
+		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg
+			: first != argc ? "unexpected argument" : "--model DIR is required");
+		pcg_opts_usage(stderr, prog, synopsis, opts);
+		return 2;
+	}
+	for (const char *s = layers_s; s && *s; n_layers++) {
+		char *end;
+		long l = strtol(s, &end, 10);
+		if (end == s || l < 0 || l > 100000 || (*end && *end != ',') || n_layers == 1024) {
+			fprintf(stderr, "%s: --layers: '%s' is not a comma-separated list of layers\n",
+				prog, layers_s);
+			return 2;
+		}
+		layers[n_layers] = (int)l;
+		s = *end ? end + 1 : end;
+	}
+	if (net_endpoint_ok(listen_url, &err) < 0) {
+		fprintf(stderr, "%s: --listen: %s\n", prog, err.msg);
+		return 2;
+	}
+	pcg_set_threads(threads);
+	llama_open_opts lo = { n_layers ? layers : NULL, n_layers };
+	sv.model = llama_open(model_dir, &lo, &err);
+	if (sv.model == NULL)
+		goto fail;
+	sv.kv_mem = kv_mem;
+	const int V = llama_get_config(sv.model)->vocab;
+	sv.logits = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
+	sv.probs = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
+	q = malloc(sizeof *q);
+	rep = malloc(sizeof *rep);
+	ctx = zmq_ctx_new();
+	if (!sv.logits || !sv.probs || !q || !rep || !ctx) {
+		pcg_fail(&err, "out of memory");
+		goto fail;
+	}
+	sock = net_server(ctx, listen_url, &err);
+	if (sock == NULL)
+		goto fail;
+
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal; /* no SA_RESTART: zmq_poll returns EINTR */
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	logf_(&sv, "serving %s (%d layers) on %s", model_dir, llama_n_layers(sv.model), listen_url);
+
+	while (!stop) {
+		net_req r;
+		void *out;
+		size_t len;
+		int got = net_recv_req(sock, &r, 250, &err);
+		if (got < 0) {
+			sv.dropped++;
+			logf_(&sv, "%s", err.msg);
+			continue;
+		}
+		if (got == 0)
+			continue;
+		memset(rep, 0, offsetof(proto_msg, append));
+		rep->n_append = 0;
+		if (proto_parse(r.body, r.len, q, &err) < 0) {
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		} else {
+			serve(&sv, q, rep);
+			if (rep->type == PROTO_PROBS || rep->type == PROTO_OK)
+				evict(&sv, q->session);
+		}
+		if (rep->type == PROTO_ERROR) {
+			sv.errors++;
+			logf_(&sv, "request %llu: %s: %s", (unsigned long long)rep->id, rep->code, rep->msg);
+		} else {
+			sv.served++;
+		}
+		if (proto_pack(rep, &out, &len, &err) == 0) {
+			if (net_reply(sock, &r, out, len, &err) < 0)
+				logf_(&sv, "%s", err.msg);
+			free(out);
+		}
+		net_req_free(&r);
+	}
+	logf_(&sv, "stopping: %lu served, %lu errors, %lu dropped, %lu evicted", sv.served, sv.errors,
+	      sv.dropped, sv.evicted);
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "%s: %s\n", prog, err.msg);
+out:
+	net_close(&sock);
+	if (ctx)
+		zmq_ctx_term(ctx);
+	while (sv.n > 0)
+		drop(&sv, &sv.s[0]);
+	free(sv.s);
+	free(sv.logits);
+	free(sv.probs);
+	free(q);
+	free(rep);
+	llama_close(&sv.model);
+	return rc;
+}

@@ -1,0 +1,51 @@
+/* net.h: ZeroMQ sockets with the limits every socket of the pipeline needs
+ * (ZMQ_MAXMSGSIZE, finite timeouts, LINGER 0), endpoint policy (tcp binds
+ * to loopback only: a real interface would need CURVE keys, which this
+ * build does not configure, so it is refused), and framed send/receive that
+ * never trusts the size or number of frames a peer sends.
+ *
+ * Servers use a ROUTER socket and answer each request to the peer that sent
+ * it; clients use a DEALER socket, number their requests, and drop replies
+ * whose id is not the one they wait for (a late reply after a timeout).
+ */
+#ifndef PCG_NET_H
+#define PCG_NET_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+/* Checks an endpoint URL: inproc://, ipc://PATH, or tcp://HOST:PORT with
+ * HOST a loopback address (127.0.0.0/8, localhost, [::1]). */
+int net_endpoint_ok(const char *url, pcg_err *err);
+
+/* A bound ROUTER socket for a server; NULL with err on failure. */
+void *net_server(void *ctx, const char *url, pcg_err *err);
+/* A connected DEALER socket for a client. */
+void *net_client(void *ctx, const char *url, pcg_err *err);
+void net_close(void **sock);
+
+/* A received request: the peer's routing frames and the body. */
+typedef struct net_req {
+	unsigned char route[256];
+	size_t route_len;
+	int delim;            /* the peer is a REQ socket: an empty frame follows the route */
+	unsigned char *body;  /* malloc'd */
+	size_t len;
+} net_req;
+
+/* Server: waits up to timeout_ms for one request. Returns 1 with *r filled,
+ * 0 on timeout or EINTR, -1 with err for a malformed one (too many frames,
+ * bad routing): such a message is drained and counted, not answered. */
+int net_recv_req(void *sock, net_req *r, int timeout_ms, pcg_err *err);
+/* Server: sends body back to the peer of r. */
+int net_reply(void *sock, const net_req *r, const void *body, size_t len, pcg_err *err);
+void net_req_free(net_req *r);
+
+/* Client: sends one message (a single frame). */
+int net_send(void *sock, const void *body, size_t len, pcg_err *err);
+/* Client: waits up to timeout_ms for one single-frame message; returns 1
+ * with a malloc'd *body, 0 on timeout, -1 with err. */
+int net_recv(void *sock, void **body, size_t *len, int timeout_ms, pcg_err *err);
+
+#endif

@@ -1,0 +1,192 @@
+/* test_modelserver.c: draftd and targetd as separate processes over ipc,
+ * driven through lib/client: the distributions they return equal the
+ * engine's own (same logits, same tempering), proposals are reproducible
+ * from the seed, a resent prefix reuses the cache, a lost session answers
+ * unknown-session, bad requests get errors that name the field while the
+ * server goes on serving, garbage is dropped, and SIGTERM stops it. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "check.h"
+#include "client.h"
+#include "model.h"
+#include "net.h"
+#include "sampling.h"
+
+#define MODEL "tests/fixtures/llama/gqa-f32"
+
+static pid_t start(const char *prog, const char *url)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		char p[64];
+		snprintf(p, sizeof p, "bin/%s", prog);
+		freopen("/dev/null", "w", stdout);
+		execl(p, prog, "--model", MODEL, "--listen", url, "--threads", "1", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* The engine's tempered distributions for the last n positions of toks. */
+static void direct(const int *toks, int len, int n, const llama_rows *rows,
+		   const pcg_sampling *s, float *out)
+{
+	pcg_err err;
+	llama_model *m = llama_open(MODEL, NULL, &err);
+	llama_kv *kv = llama_kv_new(m);
+	int w = llama_rows_count(m, rows);
+	float *lg = malloc((size_t)n * w * sizeof *lg);
+	llama_forward(m, kv, toks, len, n, rows, lg, &err);
+	for (int i = 0; i < n; i++)
+		pcg_probs(lg + (size_t)i * w, w, s, out + (size_t)i * w, &err);
+	free(lg);
+	llama_kv_free(&kv);
+	llama_close(&m);
+}
+
+static double maxdiff(const proto_msg *rep, const float *want, int n, int w)
+{
+	float *v = malloc((size_t)w * sizeof *v);
+	double d = 0;
+	for (int i = 0; i < n; i++) {
+		proto_vector(rep, i, v);
+		for (int j = 0; j < w; j++)
+			d = fmax(d, fabs((double)v[j] - want[(size_t)i * w + j]));
+	}
+	free(v);
+	return d;
+}
+
+int main(void)
+{
+	char durl[512], turl[512];
+	pcg_err err = { "" };
+	const llama_rows rows = { 2, { 100, 3 }, { 384, 4 } };
+	const int W = 384 - 100 + 1;
+	const pcg_sampling samp = { 0.8f, 0, 1.0f };
+
+	if (access("bin/draftd", X_OK) != 0)
+		SKIP("bin/draftd not built");
+	snprintf(durl, sizeof durl, "ipc://%s/d.sock", check_tmpdir());
+	snprintf(turl, sizeof turl, "ipc://%s/t.sock", check_tmpdir());
+	pid_t dp = start("draftd", durl), tp = start("targetd", turl);
+	void *ctx = zmq_ctx_new();
+	pcg_client *d = client_new(ctx, durl, 2000, 5, &err);
+	pcg_client *t = client_new(ctx, turl, 2000, 5, &err);
+	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
+	float *want = malloc((size_t)8 * W * sizeof *want);
+
+	/* Up: ping answers with a summary. */
+	q->type = PROTO_PING;
+	CHECKF(client_call(d, q, r, &err) == 0 && r->type == PROTO_PONG, "%s", err.msg);
+	CHECK(strstr(r->msg, "draftd layers=3 vocab=384") != NULL);
+
+	/* propose: x and p as the engine computes them. */
+	*q = (proto_msg){ .type = PROTO_PROPOSE, .session = 7, .pos = 0, .n_append = 3,
+			  .append = { 1, 2, 3 }, .n = 3, .samp = samp, .seed = 11, .rows = rows };
+	CHECKF(client_call(d, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg, r->msg);
+	CHECK(r->n_x == 3 && r->n_vec == 3 && r->width == W);
+	int x[3] = { r->x[0], r->x[1], r->x[2] };
+	int seq[6] = { 1, 2, 3, x[0], x[1], x[2] };
+	/* p_i is over position 2 + i. The server ran one position at a time
+	 * (other kernels than one pass over 5), so equal up to f32 rounding:
+	 * probabilities <= 1 differ by a few ulps, 1e-6 is far above that. */
+	direct(seq, 5, 3, &rows, &samp, want);
+	CHECKF(maxdiff(r, want, 3, W) < 1e-6, "propose p differs from the engine by %g",
+	       maxdiff(r, want, 3, W));
+	for (int i = 0; i < 3; i++)
+		CHECK((x[i] >= 100 && x[i] < 384) || x[i] == 3);
+
+	/* The same request again: same draws (the seed decides), cache reused. */
+	CHECK(client_call(d, q, r, &err) == 0 && r->x[0] == x[0] && r->x[1] == x[1] && r->x[2] == x[2]);
+	q->seed = 12;
+	CHECK(client_call(d, q, r, &err) == 0 && r->type == PROTO_PROBS);
+
+	/* score: the last n positions of the block, in one pass. */
+	*q = (proto_msg){ .type = PROTO_SCORE, .session = 7, .pos = 0, .n_append = 6,
+			  .append = { 1, 2, 3, x[0], x[1], x[2] }, .n = 4, .samp = samp, .rows = rows };
+	CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg, r->msg);
+	direct(seq, 6, 4, &rows, &samp, want);
+	CHECK(r->n_vec == 4 && maxdiff(r, want, 4, W) == 0);
+	/* Rollback: extend from position 4 with other tokens. */
+	*q = (proto_msg){ .type = PROTO_SCORE, .session = 7, .pos = 3, .n_append = 2,
+			  .append = { x[0], 200 }, .n = 2, .samp = samp, .rows = rows, .f16 = 1 };
+	CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg, r->msg);
+	int seq2[5] = { 1, 2, 3, x[0], 200 };
+	direct(seq2, 5, 2, &rows, &samp, want);
+	CHECKF(r->f16 && maxdiff(r, want, 2, W) < 1e-3, "f16 rollback %g", maxdiff(r, want, 2, W));
+
+	/* A session the server does not hold, from a position > 0. */
+	q->session = 99;
+	q->pos = 4;
+	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_ERROR &&
+	      !strcmp(r->code, "unknown-session"));
+	/* Rows beyond the vocabulary: an error naming the field. */
+	q->pos = 0;
+	q->rows.end[0] = 999;
+	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_ERROR &&
+	      strstr(r->msg, "'rows'") != NULL);
+	/* Garbage and odd framing are answered or dropped; the server goes on. */
+	void *raw = zmq_socket(ctx, ZMQ_DEALER);
+	int linger = 0;
+	zmq_setsockopt(raw, ZMQ_LINGER, &linger, sizeof linger);
+	zmq_connect(raw, turl);
+	zmq_send(raw, "\xdd\xff\xff\xff\xff", 5, 0);
+	zmq_send(raw, "a", 1, ZMQ_SNDMORE);
+	zmq_send(raw, "b", 1, ZMQ_SNDMORE);
+	zmq_send(raw, "c", 1, ZMQ_SNDMORE);
+	zmq_send(raw, "d", 1, 0);
+	zmq_close(raw);
+	q->type = PROTO_PING;
+	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_PONG);
+
+	/* drop, then the session is unknown. */
+	*q = (proto_msg){ .type = PROTO_DROP, .session = 7 };
+	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_OK);
+	*q = (proto_msg){ .type = PROTO_SCORE, .session = 7, .pos = 2, .n_append = 1, .append = { 5 },
+			  .n = 1, .samp = samp, .rows = rows };
+	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_ERROR &&
+	      !strcmp(r->code, "unknown-session"));
+
+	/* SIGTERM: both exit 0 within 2 s. */
+	kill(dp, SIGTERM);
+	kill(tp, SIGTERM);
+	int ok = 0;
+	for (int i = 0; i < 40 && ok < 2; i++) {
+		int st;
+		for (int k = 0; k < 2; k++) {
+			pid_t *p = k ? &tp : &dp;
+			if (*p > 0 && waitpid(*p, &st, WNOHANG) == *p) {
+				CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+				*p = 0;
+				ok++;
+			}
+		}
+		usleep(50000);
+	}
+	CHECKF(ok == 2, "servers still running 2 s after SIGTERM");
+	if (dp > 0)
+		kill(dp, SIGKILL);
+	if (tp > 0)
+		kill(tp, SIGKILL);
+	/* A client facing a dead server gives up with an error naming it. */
+	pcg_client *gone = client_new(ctx, durl, 100, 2, &err);
+	q->type = PROTO_PING;
+	CHECK(client_call(gone, q, r, &err) == -1 && strstr(err.msg, "no reply after 2 tries"));
+	client_free(&gone);
+	client_free(&d);
+	client_free(&t);
+	zmq_ctx_term(ctx);
+	free(q);
+	free(r);
+	free(want);
+	return check_done("test_modelserver");
+}
