@@ -13,7 +13,8 @@
 static const char *type_names[] = {
 	[PROTO_PROPOSE] = "propose", [PROTO_SCORE] = "score", [PROTO_DROP] = "drop",
 	[PROTO_PING] = "ping", [PROTO_PROBS] = "probs", [PROTO_OK] = "ok",
-	[PROTO_PONG] = "pong", [PROTO_ERROR] = "error",
+	[PROTO_PONG] = "pong", [PROTO_ERROR] = "error", [PROTO_SYNTH] = "synth",
+	[PROTO_RESULT] = "result", [PROTO_AUDIO] = "audio",
 };
 
 const char *proto_type_name(proto_type t)
@@ -37,9 +38,11 @@ void proto_error(proto_msg *m, uint64_t id, const char *code, const char *fmt, .
 
 /* Which fields each type carries: a bit per field, in the order of fnames. */
 enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F_SEED, F_X,
-       F_WIDTH, F_P, F_CODE, F_MSG, F_COUNT };
+       F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_OUT, F_STATS,
+       F_FINAL, F_TOKENS, F_COUNT };
 static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
-	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg" };
+	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg", "text", "policy",
+	"beta", "max_tokens", "out", "stats", "final", "tokens" };
 #define B(f) (1u << (f))
 static const unsigned schema[] = {
 	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
@@ -52,6 +55,10 @@ static const unsigned schema[] = {
 	[PROTO_OK] = 0,
 	[PROTO_PONG] = B(F_MSG),
 	[PROTO_ERROR] = B(F_CODE) | B(F_MSG),
+	[PROTO_SYNTH] = B(F_TEXT) | B(F_POLICY) | B(F_BETA) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
+			B(F_TOPP) | B(F_SEED) | B(F_MAXTOK) | B(F_OUT) | B(F_F16),
+	[PROTO_RESULT] = B(F_TOKENS) | B(F_STATS) | B(F_MSG),
+	[PROTO_AUDIO] = B(F_SESSION) | B(F_TOKENS) | B(F_FINAL) | B(F_OUT),
 };
 
 /* ------------------------------------------------------------------ pack */
@@ -69,12 +76,77 @@ static void str(msgpack_packer *pk, const char *k, const char *v)
 	msgpack_pack_str_body(pk, v, strlen(v));
 }
 
-static void ints(msgpack_packer *pk, const char *k, const int32_t *v, int n)
+
+static void boolean(msgpack_packer *pk, int v)
 {
-	key(pk, k);
-	msgpack_pack_array(pk, (size_t)n);
-	for (int i = 0; i < n; i++)
-		msgpack_pack_int32(pk, v[i]);
+	v ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
+}
+
+/* One field of m, key and value, as parse reads it back. */
+static int pack_field(msgpack_packer *pk, const proto_msg *m, int f, pcg_err *err)
+{
+	key(pk, fnames[f]);
+	switch (f) {
+	case F_SESSION: msgpack_pack_uint64(pk, m->session); break;
+	case F_SEED: msgpack_pack_uint64(pk, m->seed); break;
+	case F_POS: msgpack_pack_int(pk, m->pos); break;
+	case F_N: msgpack_pack_int(pk, m->type == PROTO_PROBS ? m->n_vec : m->n); break;
+	case F_WIDTH: msgpack_pack_int(pk, m->width); break;
+	case F_TOPK: msgpack_pack_int(pk, m->samp.top_k); break;
+	case F_TEMP: msgpack_pack_float(pk, m->samp.temperature); break;
+	case F_TOPP: msgpack_pack_float(pk, m->samp.top_p); break;
+	case F_BETA: msgpack_pack_float(pk, m->beta); break;
+	case F_MAXTOK: msgpack_pack_int(pk, m->max_tokens); break;
+	case F_F16: boolean(pk, m->f16); break;
+	case F_FINAL: boolean(pk, m->final); break;
+	case F_APPEND: case F_TOKENS:
+		msgpack_pack_array(pk, (size_t)m->n_append);
+		for (int i = 0; i < m->n_append; i++)
+			msgpack_pack_int32(pk, m->append[i]);
+		break;
+	case F_X:
+		msgpack_pack_array(pk, (size_t)m->n_x);
+		for (int i = 0; i < m->n_x; i++)
+			msgpack_pack_int32(pk, m->x[i]);
+		break;
+	case F_STATS:
+		msgpack_pack_array(pk, (size_t)m->n_stats);
+		for (int i = 0; i < m->n_stats; i++)
+			msgpack_pack_double(pk, m->stats[i]);
+		break;
+	case F_ROWS:
+		msgpack_pack_array(pk, (size_t)m->rows.n);
+		for (int i = 0; i < m->rows.n; i++) {
+			msgpack_pack_array(pk, 2);
+			msgpack_pack_int(pk, m->rows.begin[i]);
+			msgpack_pack_int(pk, m->rows.end[i]);
+		}
+		break;
+	case F_CODE: case F_MSG: case F_TEXT: case F_POLICY: case F_OUT: {
+		const char *v = f == F_CODE ? m->code : f == F_MSG ? m->msg : f == F_TEXT ? m->text
+			: f == F_POLICY ? m->policy : m->out;
+		msgpack_pack_str(pk, strlen(v));
+		msgpack_pack_str_body(pk, v, strlen(v));
+		break;
+	}
+	case F_P: {
+		size_t n = (size_t)m->n_vec * m->width, bytes = n * (m->f16 ? 2 : 4);
+		msgpack_pack_bin(pk, bytes);
+		if (!m->f16) {
+			msgpack_pack_bin_body(pk, m->probs, bytes);
+			break;
+		}
+		uint16_t *h = malloc(bytes ? bytes : 1);
+		if (h == NULL)
+			return pcg_fail(err, "pack: out of memory");
+		for (size_t i = 0; i < n; i++)
+			h[i] = pcg_f32_to_f16(((const float *)m->probs)[i]);
+		msgpack_pack_bin_body(pk, h, bytes);
+		free(h);
+		break;
+	}
+	}
+	return 0;
 }
 
 int proto_pack(const proto_msg *m, void **out, size_t *len, pcg_err *err)
@@ -82,7 +154,7 @@ int proto_pack(const proto_msg *m, void **out, size_t *len, pcg_err *err)
 	msgpack_sbuffer sb;
 	msgpack_packer pk;
 
-	if (m->type < PROTO_PROPOSE || m->type > PROTO_ERROR)
+	if (m->type < PROTO_PROPOSE || m->type > PROTO_AUDIO)
 		return pcg_fail(err, "pack: unknown message type %d", (int)m->type);
 	msgpack_sbuffer_init(&sb);
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
@@ -93,67 +165,11 @@ int proto_pack(const proto_msg *m, void **out, size_t *len, pcg_err *err)
 	str(&pk, "type", proto_type_name(m->type));
 	key(&pk, "id");
 	msgpack_pack_uint64(&pk, m->id);
-	if (m->type == PROTO_PROPOSE || m->type == PROTO_SCORE || m->type == PROTO_DROP) {
-		key(&pk, "session");
-		msgpack_pack_uint64(&pk, m->session);
-	}
-	if (m->type == PROTO_PROPOSE || m->type == PROTO_SCORE) {
-		key(&pk, "pos");
-		msgpack_pack_int(&pk, m->pos);
-		ints(&pk, "append", m->append, m->n_append);
-		key(&pk, "n");
-		msgpack_pack_int(&pk, m->n);
-		key(&pk, "temp");
-		msgpack_pack_float(&pk, m->samp.temperature);
-		key(&pk, "top_k");
-		msgpack_pack_int(&pk, m->samp.top_k);
-		key(&pk, "top_p");
-		msgpack_pack_float(&pk, m->samp.top_p);
-		key(&pk, "rows");
-		msgpack_pack_array(&pk, (size_t)m->rows.n);
-		for (int i = 0; i < m->rows.n; i++) {
-			msgpack_pack_array(&pk, 2);
-			msgpack_pack_int(&pk, m->rows.begin[i]);
-			msgpack_pack_int(&pk, m->rows.end[i]);
+	for (int f = 0; f < F_COUNT; f++)
+		if ((schema[m->type] & B(f)) && pack_field(&pk, m, f, err) < 0) {
+			msgpack_sbuffer_destroy(&sb);
+			return -1;
 		}
-		key(&pk, "f16");
-		m->f16 ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
-		if (m->type == PROTO_PROPOSE) {
-			key(&pk, "seed");
-			msgpack_pack_uint64(&pk, m->seed);
-		}
-	}
-	if (m->type == PROTO_PONG)
-		str(&pk, "msg", m->msg);
-	if (m->type == PROTO_ERROR) {
-		str(&pk, "code", m->code);
-		str(&pk, "msg", m->msg);
-	}
-	if (m->type == PROTO_PROBS) {
-		size_t n = (size_t)m->n_vec * m->width, bytes = n * (m->f16 ? 2 : 4);
-		ints(&pk, "x", m->x, m->n_x);
-		key(&pk, "n");
-		msgpack_pack_int(&pk, m->n_vec);
-		key(&pk, "width");
-		msgpack_pack_int(&pk, m->width);
-		key(&pk, "f16");
-		m->f16 ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
-		key(&pk, "p");
-		msgpack_pack_bin(&pk, bytes);
-		if (m->f16) {
-			uint16_t *h = malloc(bytes ? bytes : 1);
-			if (h == NULL) {
-				msgpack_sbuffer_destroy(&sb);
-				return pcg_fail(err, "pack: out of memory");
-			}
-			for (size_t i = 0; i < n; i++)
-				h[i] = pcg_f32_to_f16(((const float *)m->probs)[i]);
-			msgpack_pack_bin_body(&pk, h, bytes);
-			free(h);
-		} else {
-			msgpack_pack_bin_body(&pk, m->probs, bytes);
-		}
-	}
 	if (sb.data == NULL)
 		return pcg_fail(err, "pack: out of memory");
 	*out = sb.data; /* ownership passes to the caller: free() */
@@ -368,6 +384,36 @@ static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, 
 		b = v->via.boolean;
 		m->f16 = b;
 		return 0;
+	case F_TEXT: return get_str(v, "text", m->text, sizeof m->text, err);
+	case F_POLICY: return get_str(v, "policy", m->policy, sizeof m->policy, err);
+	case F_OUT: return get_str(v, "out", m->out, sizeof m->out, err);
+	case F_BETA: return get_float(v, "beta", &m->beta, err);
+	case F_MAXTOK:
+		if (get_int(v, "max_tokens", 1, PROTO_MAX_APPEND, &x, err) < 0)
+			return -1;
+		m->max_tokens = (int)x;
+		return 0;
+	case F_TOKENS: return get_ids(v, "tokens", m->append, PROTO_MAX_APPEND, &m->n_append, err);
+	case F_FINAL:
+		if (v->type != MSGPACK_OBJECT_BOOLEAN)
+			return pcg_fail(err, "field 'final': not a boolean");
+		m->final = v->via.boolean;
+		return 0;
+	case F_STATS:
+		if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > PROTO_MAX_STATS)
+			return pcg_fail(err, "field 'stats': not an array of at most %d numbers",
+					PROTO_MAX_STATS);
+		for (uint32_t i = 0; i < v->via.array.size; i++) {
+			const msgpack_object *e = &v->via.array.ptr[i];
+			if (e->type == MSGPACK_OBJECT_FLOAT32 || e->type == MSGPACK_OBJECT_FLOAT64)
+				m->stats[i] = e->via.f64;
+			else if (e->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+				m->stats[i] = (double)e->via.u64;
+			else
+				return pcg_fail(err, "field 'stats': element %u not a number", i);
+		}
+		m->n_stats = (int)v->via.array.size;
+		return 0;
 	case F_CODE: return get_str(v, "code", m->code, sizeof m->code, err);
 	case F_MSG: return get_str(v, "msg", m->msg, sizeof m->msg, err);
 	case F_P:
@@ -396,7 +442,8 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 	m->n_append = 0;
 	m->n_x = 0;
 	m->probs = NULL;
-	m->code[0] = m->msg[0] = '\0';
+	m->code[0] = m->msg[0] = m->text[0] = m->policy[0] = m->out[0] = '\0';
+	m->n_stats = 0;
 	m->samp = (pcg_sampling){ 1.0f, 0, 1.0f };
 	if (len > PROTO_MAX_MSG)
 		return pcg_fail(err, "message of %zu bytes exceeds %u", len, PROTO_MAX_MSG);
@@ -443,7 +490,7 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 		pcg_fail(err, "field '%s': missing", !have_v ? "v" : !have_type ? "type" : "id");
 		goto out;
 	}
-	for (int t = PROTO_PROPOSE; t <= PROTO_ERROR; t++)
+	for (int t = PROTO_PROPOSE; t <= PROTO_AUDIO; t++)
 		if (!strcmp(tname, type_names[t]))
 			m->type = (proto_type)t;
 	if (m->type == 0) {
@@ -484,7 +531,7 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 			}
 	}
 	/* Cross-field checks. */
-	if ((m->type == PROTO_PROPOSE || m->type == PROTO_SCORE) &&
+	if ((m->type == PROTO_PROPOSE || m->type == PROTO_SCORE || m->type == PROTO_SYNTH) &&
 	    pcg_sampling_check(&m->samp, err) < 0)
 		goto out;
 	if (m->type == PROTO_SCORE && (m->n < 1 || m->n > m->n_append)) {

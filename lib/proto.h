@@ -11,6 +11,12 @@
  *            append), temp, top_k, top_p, rows, f16 -> reply "probs" with q
  *   drop:    session -> reply "ok"
  *   ping:    -> reply "pong" with the server's model summary
+ * Request to the verifier:
+ *   synth:   text, policy, beta, n (lookahead), temp, top_k, top_p, seed,
+ *            max_tokens, out, f16 -> reply "result" with tokens (the speech
+ *            ids), stats and msg
+ * Request to codec-decode:
+ *   audio:   session, tokens (speech codes appended), final, out -> "ok"
  * A server brings the session's cache to `pos` tokens (truncate), appends
  * `append`, then proposes or scores. A session it does not hold gives the
  * error "unknown-session" unless pos is 0; the client then resends the
@@ -38,6 +44,7 @@
 #define PROTO_MAX_APPEND 8192 /* tokens per request: a whole LLaSA context fits */
 #define PROTO_MAX_N 16        /* lookahead + 1 */
 #define PROTO_MAX_MSG (64u << 20) /* ZMQ_MAXMSGSIZE of every socket */
+#define PROTO_MAX_STATS 32
 
 typedef enum proto_type {
 	PROTO_PROPOSE = 1,
@@ -48,6 +55,9 @@ typedef enum proto_type {
 	PROTO_OK,    /* reply */
 	PROTO_PONG,  /* reply */
 	PROTO_ERROR, /* reply */
+	PROTO_SYNTH, /* client -> verifier */
+	PROTO_RESULT, /* verifier -> client */
+	PROTO_AUDIO, /* verifier -> codec-decode: tokens of a session */
 } proto_type;
 
 /* Error codes carried by PROTO_ERROR replies. */
@@ -76,6 +86,15 @@ typedef struct proto_msg {
 	const void *probs;     /* into the received buffer (parse) or caller's (pack) */
 	char code[32];
 	char msg[256];
+	/* synth: what to say and how; result: the stats */
+	char text[16384];
+	char policy[16];
+	float beta;
+	int max_tokens;
+	char out[4096];        /* synth, audio: the audio file to write ("" none) */
+	int final;             /* audio: the last tokens of the session */
+	double stats[PROTO_MAX_STATS];
+	int n_stats;
 } proto_msg;
 
 /* Packs m into a malloc'd buffer (*out, *len). Returns 0 or -1. For

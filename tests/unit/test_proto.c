@@ -92,6 +92,38 @@ static void test_roundtrip(void)
 		CHECKF(ok, "probs f16=%d", f16);
 	}
 
+	/* synth -> result, audio: the verifier's messages. */
+	proto_msg *s = calloc(1, sizeof *s);
+	s->type = PROTO_SYNTH;
+	snprintf(s->text, sizeof s->text, "Hello, wörld.");
+	snprintf(s->policy, sizeof s->policy, "pcg");
+	s->beta = 0.4f;
+	s->n = 3;
+	s->samp = (pcg_sampling){ 0.8f, 50, 1.0f };
+	s->seed = 7;
+	s->max_tokens = 500;
+	snprintf(s->out, sizeof s->out, "out.wav");
+	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_SYNTH && !strcmp(o->text, "Hello, wörld.") &&
+	      !strcmp(o->policy, "pcg") && o->beta == 0.4f && o->n == 3 && o->max_tokens == 500 &&
+	      !strcmp(o->out, "out.wav") && o->seed == 7 && o->samp.top_k == 50);
+	s->type = PROTO_RESULT;
+	s->n_append = 2;
+	s->append[0] = 5;
+	s->append[1] = 6;
+	s->n_stats = 3;
+	s->stats[0] = 1.5;
+	s->stats[1] = 1e-9;
+	s->stats[2] = 12;
+	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_RESULT && o->n_append == 2 && o->append[1] == 6 && o->n_stats == 3 &&
+	      o->stats[0] == 1.5 && o->stats[1] == 1e-9 && o->stats[2] == 12);
+	s->type = PROTO_AUDIO;
+	s->final = 1;
+	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_AUDIO && o->final == 1 && o->n_append == 2 && !strcmp(o->out, "out.wav"));
+	free(s);
+
 	proto_error(o, 5, PROTO_E_UNKNOWN_SESSION, "session %d not held", 12);
 	proto_msg *e = calloc(1, sizeof *e);
 	CHECKF(roundtrip(o, e, &err) == 0, "%s", err.msg);
