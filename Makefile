@@ -10,10 +10,10 @@ PREFIX   ?= /usr/local
 CC       ?= cc
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
-PKGS     := openblas jansson libpcre2-8 libzmq msgpack
+PKGS     := openblas jansson libpcre2-8 libzmq msgpack sndfile fftw3f
 # pkg-config is called lazily: on a fresh machine it exists only after install-deps.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson -lpcre2-8)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson -lpcre2-8 -lsndfile -lfftw3f)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -pthread -MMD -MP -Ilib $(PKG_CFLAGS) $(CFLAGS)
 LDLIBS_ALL = $(PKG_LIBS) -lm
 
@@ -34,7 +34,7 @@ BINS     := $(PROGS:%=bin/%)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS    := $(TEST_SRC:tests/unit/%.c=build/tests/%)
 # Tests of parsers of untrusted input also run under AddressSanitizer and UBSan.
-ASAN_TESTS := $(patsubst tests/unit/%.c,build/tests/asan-%,$(wildcard tests/unit/test_safetensors*.c tests/unit/test_config*.c tests/unit/test_tokenizer*.c tests/unit/test_proto*.c))
+ASAN_TESTS := $(patsubst tests/unit/%.c,build/tests/asan-%,$(wildcard tests/unit/test_safetensors*.c tests/unit/test_config*.c tests/unit/test_tokenizer*.c tests/unit/test_proto*.c tests/unit/test_codes*.c))
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES  := $(BENCH_SRC:bench/%.c=bin/bench-%)
 SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all

@@ -1,0 +1,306 @@
+/* test_xcodec2.c: the C X-codec2 decoder against the original PyTorch code, on
+ * the fixtures tests/ref/make_xcodec2_fixtures.py recorded (random tiny
+ * decoders of the real architecture, in the real checkpoint's key layout);
+ * the chunked (streaming) mode against whole-utterance decoding; loading
+ * errors that name the tensor.
+ *
+ * Tolerance. The fixtures' meta.json records the float32 noise of the
+ * reference itself: float32 vs float64 PyTorch differ by at most 9.2e-7
+ * (tiny) and 1.5e-6 (tiny-levels) on waveforms of peak 0.70 and 1.03, an
+ * SNR of 118 dB. A correct C float32 port differs from PyTorch float32 by
+ * noise of the same order (other summation orders, FFTW instead of
+ * pocketfft, GroupNorm statistics in double), so we allow 20 times that
+ * noise: max |C - ref| <= 3e-5 and SNR >= 90 dB (an error 30 times the
+ * reference's own in amplitude). Bugs are far above: a GroupNorm eps of 1e-5
+ * instead of 1e-6, a missing exp clip or the causal mask each move the
+ * waveform by 1e-3 or more (measured by hand with this test's decoder).
+ * The backbone output is checked too (max |C - ref| <= 2e-4 on values up to
+ * 4.7), so a failure says whether the backbone or the head is off.
+ *
+ * XCODEC2_FULL=DIR also compares the full-size random decoder that
+ * `make_xcodec2_fixtures.py --full DIR` wrote (run once; see docs/).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "check.h"
+#include "matmul.h"
+#include "safetensors.h"
+#include "xcodec2.h"
+
+#define FIXTURES "tests/fixtures/xcodec2"
+
+static void *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	void *p = NULL;
+	long len;
+
+	*n = 0;
+	if (f == NULL)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+		p = malloc((size_t)len + 1);
+		if (p && fread(p, 1, (size_t)len, f) == (size_t)len)
+			*n = (size_t)len;
+		else {
+			free(p);
+			p = NULL;
+		}
+	}
+	fclose(f);
+	return p;
+}
+
+static double snr_db(const float *ref, const float *x, size_t n)
+{
+	double s = 0, e = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		s += (double)ref[i] * ref[i];
+		e += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]);
+	}
+	return e > 0 ? 10 * log10(s / e) : INFINITY;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n)
+{
+	double m = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (!(fabs((double)a[i] - b[i]) <= m))
+			m = isnan(a[i] - b[i]) ? INFINITY : fabs((double)a[i] - b[i]);
+	return m;
+}
+
+/* Decodes a fixture and compares; returns the model (or NULL) for more tests. */
+static xc2_model *parity(const char *dir, double tol_abs, double tol_snr, int32_t **codes_out,
+			 int *T_out, float **wav_out)
+{
+	char path[512];
+	pcg_err err = { "" };
+	xc2_config cfg;
+	size_t nc, nw;
+	xc2_model *m;
+
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	CHECKF(xc2_config_load(path, &cfg, &err) == 0, "%s", err.msg);
+	m = xc2_open(dir, &cfg, &err);
+	CHECKF(m != NULL, "%s", err.msg);
+	snprintf(path, sizeof path, "%s/codes.i32", dir);
+	int32_t *codes = slurp(path, &nc);
+	snprintf(path, sizeof path, "%s/wav.f32", dir);
+	float *ref = slurp(path, &nw);
+	CHECKF(codes && ref, "%s: fixture files missing", dir);
+	if (m == NULL || codes == NULL || ref == NULL) {
+		free(codes);
+		free(ref);
+		xc2_close(&m);
+		return NULL;
+	}
+	const int T = (int)(nc / 4);
+	const size_t n = (size_t)cfg.hop * T;
+	CHECKF(nw / 4 == n, "%s: %zu reference samples, want %d x %d", dir, nw / 4, cfg.hop, T);
+	float *wav = malloc(n * sizeof *wav);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECKF(xc2_decode(m, codes, T, wav, &err) == 0, "%s", err.msg);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double mad = max_abs_diff(ref, wav, n), snr = snr_db(ref, wav, n);
+	printf("%s: %d codes, %zu samples, %.1f ms: max |C - ref| = %.3g, SNR = %.1f dB\n", dir,
+	       T, n, (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6, mad, snr);
+	CHECKF(mad <= tol_abs, "%s: max abs error %.3g > %.3g", dir, mad, tol_abs);
+	CHECKF(snr >= tol_snr, "%s: SNR %.1f dB < %.1f", dir, snr, tol_snr);
+
+	/* The backbone alone. */
+	snprintf(path, sizeof path, "%s/backbone.f32", dir);
+	float *bref = slurp(path, &nw);
+	if (bref != NULL && nw / 4 == (size_t)T * cfg.hidden) {
+		float *feat = malloc(nw);
+		CHECKF(xc2_features(m, codes, T, feat, &err) == 0, "%s", err.msg);
+		double bmad = max_abs_diff(bref, feat, nw / 4);
+		printf("%s: backbone max |C - ref| = %.3g\n", dir, bmad);
+		CHECKF(bmad <= 2e-4, "%s: backbone max abs error %.3g > 2e-4", dir, bmad);
+		free(feat);
+	} else {
+		CHECKF(0, "%s: backbone.f32 missing or of the wrong size", dir);
+	}
+	free(bref);
+
+	/* Deterministic: the same bits again. */
+	float *again = malloc(n * sizeof *again);
+	CHECK(xc2_decode(m, codes, T, again, &err) == 0);
+	CHECK(memcmp(again, wav, n * sizeof *wav) == 0);
+	*codes_out = codes;
+	*T_out = T;
+	*wav_out = wav;
+	free(again);
+	free(ref);
+	return m;
+}
+
+static void chunked(xc2_model *m, const int32_t *codes, int T, const float *whole)
+{
+	const int hop = xc2_get_config(m)->hop;
+	const size_t n = (size_t)hop * T;
+	float *out = malloc(n * sizeof *out);
+	pcg_err err = { "" };
+	static const int chunks[] = { 10, 25, 50 };
+	static const int lefts[] = { 0, 25, 150 };
+
+	/* chunk >= T, and context covering everything, are exactly whole decoding */
+	CHECK(xc2_decode_chunked(m, codes, T, T, 0, 0, out, &err) == 0);
+	CHECK(memcmp(out, whole, n * sizeof *out) == 0);
+	CHECK(xc2_decode_chunked(m, codes, T, 7, T, T, out, &err) == 0);
+	CHECK(memcmp(out, whole, n * sizeof *out) == 0);
+	for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++)
+		for (size_t l = 0; l < sizeof lefts / sizeof *lefts; l++) {
+			CHECKF(xc2_decode_chunked(m, codes, T, chunks[c], lefts[l], 0, out, &err) ==
+				       0, "%s", err.msg);
+			double snr = snr_db(whole, out, n);
+			printf("  chunk %3d codes, left context %3d: SNR vs whole %.1f dB\n", chunks[c],
+			       lefts[l], snr);
+			CHECK(isfinite(snr) || snr > 0);
+		}
+	CHECK(xc2_decode_chunked(m, codes, T, 0, 0, 0, out, &err) == -1);
+	free(out);
+}
+
+static void bad_codes(xc2_model *m)
+{
+	pcg_err err = { "" };
+	int32_t codes[5] = { 1, 2, 65536, 3, 4 };
+	float out[5 * 320];
+
+	CHECK(xc2_decode(m, codes, 5, out, &err) == -1);
+	CHECKF(strstr(err.msg, "position 2") != NULL, "%s", err.msg);
+	codes[2] = -1;
+	CHECK(xc2_decode_chunked(m, codes, 5, 2, 1, 0, out, &err) == -1);
+	CHECKF(strstr(err.msg, "position 2") != NULL, "%s", err.msg);
+	CHECK(xc2_decode(m, codes, 0, out, &err) == -1);
+}
+
+/* Loading: a missing tensor and a mis-shaped one are named. The checkpoint
+ * is rewritten without / with a changed tensor. */
+static void bad_weights(const char *dir)
+{
+	char path[512], out[512];
+	pcg_err err = { "" };
+	xc2_config cfg;
+	st_ckpt *ck;
+	xc2_model *m;
+
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	CHECK(xc2_config_load(path, &cfg, &err) == 0);
+	ck = st_open(dir, &err);
+	CHECKF(ck != NULL, "%s", err.msg);
+	if (ck == NULL)
+		return;
+	const int n = st_count(ck);
+	st_out *t = calloc((size_t)n, sizeof *t);
+	for (int pass = 0; pass < 3; pass++) {
+		int k = 0;
+		const char *victim = "generator.backbone.transformers.1.mlp.fc1.weight";
+		for (int i = 0; i < n; i++) {
+			const st_tensor *s = st_get(ck, i);
+			if (pass == 0 && !strcmp(s->name, victim))
+				continue;
+			t[k].name = s->name;
+			t[k].dtype = s->dtype;
+			t[k].ndim = s->ndim;
+			memcpy(t[k].shape, s->shape, sizeof t[k].shape);
+			t[k].data = s->data;
+			if (pass == 1 && !strcmp(s->name, victim)) {
+				/* the same bytes seen as [ffn / 2, 2C] */
+				t[k].shape[0] /= 2;
+				t[k].shape[1] *= 2;
+			}
+			/* pass 2: the encoder's keys dropped: still loads */
+			if (pass == 2 && strncmp(s->name, "generator.", 10) &&
+			    strncmp(s->name, "fc_post_a.", 10))
+				continue;
+			k++;
+		}
+		snprintf(out, sizeof out, "%s/xc2-%d.safetensors", check_tmpdir(), pass);
+		CHECKF(st_write(out, t, k, NULL, &err) == 0, "%s", err.msg);
+		m = xc2_open(out, &cfg, &err);
+		if (pass == 2) {
+			CHECKF(m != NULL, "%s", err.msg);
+		} else {
+			CHECK(m == NULL);
+			CHECKF(strstr(err.msg, victim) != NULL, "%s", err.msg);
+			CHECKF(strstr(err.msg, pass ? "shape" : "missing") != NULL, "%s", err.msg);
+		}
+		xc2_close(&m);
+		remove(out);
+	}
+	/* The config disagrees with the file: named too. */
+	cfg.depth = 3;
+	m = xc2_open(dir, &cfg, &err);
+	CHECK(m == NULL);
+	CHECKF(strstr(err.msg, "transformers.2.") != NULL, "%s", err.msg);
+	xc2_config_load(path, &cfg, &err);
+	cfg.hidden *= 2;
+	cfg.ffn *= 2;
+	m = xc2_open(dir, &cfg, &err);
+	CHECK(m == NULL);
+	CHECKF(strstr(err.msg, "shape") != NULL, "%s", err.msg);
+	free(t);
+	st_close(&ck);
+}
+
+int main(void)
+{
+	int32_t *codes = NULL;
+	float *wav = NULL;
+	int T = 0;
+	const char *full = getenv("XCODEC2_FULL");
+
+	pcg_set_threads(0);
+	xc2_model *m = parity(FIXTURES "/tiny", 3e-5, 90.0, &codes, &T, &wav);
+	if (m != NULL) {
+		chunked(m, codes, T, wav);
+		bad_codes(m);
+	}
+	xc2_close(&m);
+	free(codes);
+	free(wav);
+	codes = NULL;
+	wav = NULL;
+
+	m = parity(FIXTURES "/tiny-levels", 3e-5, 90.0, &codes, &T, &wav);
+	xc2_close(&m);
+	free(codes);
+	free(wav);
+
+	bad_weights(FIXTURES "/tiny");
+
+	/* One thread: the same output up to summation order. */
+	pcg_set_threads(1);
+	m = parity(FIXTURES "/tiny", 3e-5, 90.0, &codes, &T, &wav);
+	xc2_close(&m);
+	free(codes);
+	free(wav);
+	pcg_set_threads(0);
+
+	if (full != NULL && *full) {
+		codes = NULL;
+		wav = NULL;
+		/* Full size: float32 noise grows with the width (sums of 1024 to 7168
+		 * terms); the limits are the script's f32-vs-f64 numbers times 20,
+		 * checked by hand the one time this runs. */
+		m = parity(full, 1e-3, 80.0, &codes, &T, &wav);
+		if (m != NULL) {
+			chunked(m, codes, T, wav);
+		}
+		xc2_close(&m);
+		free(codes);
+		free(wav);
+	}
+	return check_done("test_xcodec2");
+}
