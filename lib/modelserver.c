@@ -150,6 +150,13 @@ static int row_token(const llama_rows *rows, int idx)
 	return -1;
 }
 
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* Serves one parsed request into rep; errors become error replies. */
 static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 {
@@ -336,7 +343,10 @@ int modelserver_main(int argc, char **argv, ms_role role)
 		if (proto_parse(r.body, r.len, q, &err) < 0) {
 			proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
 		} else {
+			double t0 = now();
 			serve(&sv, q, rep);
+			rep->n_stats = 1;
+			rep->stats[0] = now() - t0;
 			if (rep->type == PROTO_PROBS || rep->type == PROTO_OK)
 				evict(&sv, q->session);
 		}

@@ -51,7 +51,7 @@ static const unsigned schema[] = {
 			B(F_TOPP) | B(F_ROWS) | B(F_F16),
 	[PROTO_DROP] = B(F_SESSION),
 	[PROTO_PING] = 0,
-	[PROTO_PROBS] = B(F_X) | B(F_N) | B(F_WIDTH) | B(F_F16) | B(F_P),
+	[PROTO_PROBS] = B(F_X) | B(F_N) | B(F_WIDTH) | B(F_F16) | B(F_P) | B(F_STATS),
 	[PROTO_OK] = 0,
 	[PROTO_PONG] = B(F_MSG),
 	[PROTO_ERROR] = B(F_CODE) | B(F_MSG),

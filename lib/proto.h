@@ -17,6 +17,8 @@
  *            ids), stats and msg
  * Request to codec-decode:
  *   audio:   session, tokens (speech codes appended), final, out -> "ok"
+ * A probs reply also carries stats: [seconds of compute in the server], so
+ * that the client can tell compute from messaging.
  * A server brings the session's cache to `pos` tokens (truncate), appends
  * `append`, then proposes or scores. A session it does not hold gives the
  * error "unknown-session" unless pos is 0; the client then resends the

@@ -75,11 +75,13 @@ static void test_roundtrip(void)
 	p->n_vec = 2;
 	p->width = 5;
 	p->probs = v;
+	p->n_stats = 1;
+	p->stats[0] = 0.25;
 	for (int f16 = 0; f16 < 2; f16++) {
 		p->f16 = f16;
 		CHECKF(roundtrip(p, o, &err) == 0, "%s", err.msg);
 		CHECK(o->type == PROTO_PROBS && o->n_x == 2 && o->x[1] == 4 && o->n_vec == 2 &&
-		      o->width == 5);
+		      o->width == 5 && o->n_stats == 1 && o->stats[0] == 0.25);
 		float back[5];
 		int ok = 1;
 		for (int i = 0; i < 2; i++) {
