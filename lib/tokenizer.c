@@ -150,6 +150,8 @@ typedef struct u64map {
 	size_t cap, n;
 } u64map;
 
+static int u64map_put(u64map *m, uint64_t k, uint64_t v);
+
 static int u64map_get(const u64map *m, uint64_t k, uint64_t *v)
 {
 	if (m->cap == 0)
@@ -164,25 +166,35 @@ static int u64map_get(const u64map *m, uint64_t k, uint64_t *v)
 	}
 }
 
+/* Makes room for n entries at a load of at most 1/2. */
+static int u64map_reserve(u64map *m, size_t n)
+{
+	size_t cap = m->cap ? m->cap : 256, old_cap = m->cap;
+	while (cap < 2 * n)
+		cap *= 2;
+	if (cap == m->cap)
+		return 0;
+	uint64_t *key = malloc(cap * sizeof *key), *val = malloc(cap * sizeof *val);
+	uint64_t *ok = m->key, *ov = m->val;
+	if (key == NULL || val == NULL) {
+		free(key);
+		free(val);
+		return -1;
+	}
+	memset(key, 0xff, cap * sizeof *key);
+	*m = (u64map){ key, val, cap, 0 };
+	for (size_t i = 0; i < old_cap; i++)
+		if (ok[i] != UINT64_MAX)
+			u64map_put(m, ok[i], ov[i]);
+	free(ok);
+	free(ov);
+	return 0;
+}
+
 static int u64map_put(u64map *m, uint64_t k, uint64_t v)
 {
-	if (2 * (m->n + 1) > m->cap) {
-		size_t cap = m->cap ? m->cap * 2 : 256, old_cap = m->cap;
-		uint64_t *key = malloc(cap * sizeof *key), *val = malloc(cap * sizeof *val);
-		uint64_t *ok = m->key, *ov = m->val;
-		if (key == NULL || val == NULL) {
-			free(key);
-			free(val);
-			return -1;
-		}
-		memset(key, 0xff, cap * sizeof *key);
-		*m = (u64map){ key, val, cap, 0 };
-		for (size_t i = 0; i < old_cap; i++)
-			if (ok[i] != UINT64_MAX)
-				u64map_put(m, ok[i], ov[i]);
-		free(ok);
-		free(ov);
-	}
+	if (2 * (m->n + 1) > m->cap && u64map_reserve(m, m->n + 1) < 0)
+		return -1;
 	size_t i = hash_u64(k) & (m->cap - 1);
 	while (m->key[i] != UINT64_MAX && m->key[i] != k)
 		i = (i + 1) & (m->cap - 1);
@@ -1234,6 +1246,8 @@ static int parse_merges(tokenizer *t, const json_t *merges, pcg_err *err)
 
 	if (!json_is_array(merges))
 		return pcg_fail(err, "merges: missing or not an array");
+	if (u64map_reserve(&t->merges, n) < 0)
+		return pcg_fail(err, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		const json_t *m = json_array_get(merges, i);
 		const char *a, *b;
