@@ -1,0 +1,880 @@
+/* asg.c: building, writing, opening and validating ASG files (see asg.h and
+ * man/asg.5 for the format).
+ *
+ * One code path makes every image (asg_from_groups), and every image, made
+ * here or read from a file, goes through the same validator before anyone
+ * sees it, so the builder's output is checked by the reader's rules.
+ */
+#include "asg.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "matmul.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the ASG file is little-endian and is used in place: a little-endian host is assumed"
+#endif
+
+static const char MAGIC[8] = { 'P', 'C', 'G', '-', 'A', 'S', 'G', '\n' };
+
+/* Header field offsets (man/asg.5). */
+enum {
+	H_MAGIC = 0, H_VERSION = 8, H_WEIGHTS = 12, H_N = 16, H_OFFSET = 20, H_M = 24,
+	H_TOPK = 28, H_THETA = 32, H_NNZ = 40, H_BYTES = 48, H_CHECKSUM = 56,
+};
+
+struct asg {
+	asg_view v;
+	void *map;        /* mmapped file, or NULL */
+	size_t map_len;
+	void *buf;        /* malloc'd image, or NULL */
+};
+
+const asg_view *asg_get(const asg *a)
+{
+	return &a->v;
+}
+
+/* Byte offsets of the arrays in an image of n tokens, M groups, nnz members. */
+typedef struct layout {
+	uint64_t grp_start, tok_start, grp_tok, grp_w, tok_grp, tok_w, total;
+} layout;
+
+static uint64_t align8(uint64_t x)
+{
+	return (x + 7) & ~(uint64_t)7;
+}
+
+/* The caller bounds n, M <= 2^32 and nnz <= 2^56, so nothing overflows. */
+static layout layout_of(uint64_t n, uint64_t M, uint64_t nnz)
+{
+	layout l;
+	uint64_t a4 = align8(4 * nnz);
+
+	l.grp_start = ASG_HEADER_BYTES;
+	l.tok_start = l.grp_start + 8 * (M + 1);
+	l.grp_tok = l.tok_start + 8 * (n + 1);
+	l.grp_w = l.grp_tok + a4;
+	l.tok_grp = l.grp_w + a4;
+	l.tok_w = l.tok_grp + a4;
+	l.total = l.tok_w + a4;
+	return l;
+}
+
+/* FNV-1a over the image as little-endian 64-bit words, with the checksum
+ * field read as 0. Each step (h ^ w) * prime is a bijection of h, so a
+ * change confined to one word always changes the result. */
+static uint64_t checksum(const unsigned char *b, uint64_t size)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (uint64_t i = 0; i + 8 <= size; i += 8) {
+		uint64_t w;
+		memcpy(&w, b + i, 8);
+		if (i == H_CHECKSUM)
+			w = 0;
+		h = (h ^ w) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+static uint32_t get32(const unsigned char *b, int off)
+{
+	uint32_t v;
+	memcpy(&v, b + off, 4);
+	return v;
+}
+
+static uint64_t get64(const unsigned char *b, int off)
+{
+	uint64_t v;
+	memcpy(&v, b + off, 8);
+	return v;
+}
+
+/* Checks an image of size bytes and fills v; name prefixes the messages. */
+static int validate(const unsigned char *b, uint64_t size, const char *name, asg_view *v,
+		    pcg_err *err)
+{
+	uint64_t n, M, nnz, stored, sum;
+	uint64_t *cursor;
+	layout l;
+	double theta;
+
+	if (size < ASG_HEADER_BYTES)
+		return pcg_fail(err, "%s: %llu bytes: too short for an ASG file (the header is %d)",
+				name, (unsigned long long)size, ASG_HEADER_BYTES);
+	if (memcmp(b, MAGIC, sizeof MAGIC) != 0)
+		return pcg_fail(err, "%s: not an ASG file (bad magic)", name);
+	if (get32(b, H_VERSION) != ASG_VERSION)
+		return pcg_fail(err, "%s: ASG version %u; this build reads version %d", name,
+				get32(b, H_VERSION), ASG_VERSION);
+	if (get64(b, H_BYTES) != size)
+		return pcg_fail(err, "%s: truncated or extended: %llu bytes, the header says %llu",
+				name, (unsigned long long)size,
+				(unsigned long long)get64(b, H_BYTES));
+	stored = get64(b, H_CHECKSUM);
+	sum = checksum(b, size);
+	if (stored != sum)
+		return pcg_fail(err, "%s: checksum mismatch (stored %016llx, computed %016llx): "
+				"the file is corrupt", name, (unsigned long long)stored,
+				(unsigned long long)sum);
+	/* From here on the bytes are as written; a crafted file with a valid
+	 * checksum still has every field checked. */
+	n = get32(b, H_N);
+	M = get32(b, H_M);
+	nnz = get64(b, H_NNZ);
+	memcpy(&theta, b + H_THETA, 8);
+	if (get32(b, H_WEIGHTS) > ASG_W_GIVEN)
+		return pcg_fail(err, "%s: weights kind %u unknown", name, get32(b, H_WEIGHTS));
+	if (n < 1 || n > INT32_MAX)
+		return pcg_fail(err, "%s: n = %llu tokens: must be in [1, 2^31)", name,
+				(unsigned long long)n);
+	if (M < 1 || M > INT32_MAX || nnz < n || nnz < M || nnz > size / 16)
+		return pcg_fail(err, "%s: M = %llu groups with %llu members for n = %llu tokens: "
+				"impossible counts", name, (unsigned long long)M,
+				(unsigned long long)nnz, (unsigned long long)n);
+	if (!isfinite(theta))
+		return pcg_fail(err, "%s: theta is not finite", name);
+	l = layout_of(n, M, nnz);
+	if (l.total != size)
+		return pcg_fail(err, "%s: %llu bytes, but n, M and the member count need %llu",
+				name, (unsigned long long)size, (unsigned long long)l.total);
+
+	v->n = (uint32_t)n;
+	v->M = (uint32_t)M;
+	v->nnz = nnz;
+	v->token_offset = get32(b, H_OFFSET);
+	v->topk = get32(b, H_TOPK);
+	v->weights = get32(b, H_WEIGHTS);
+	v->theta = theta;
+	v->bytes = size;
+	v->checksum = stored;
+	v->grp_start = (const uint64_t *)(b + l.grp_start);
+	v->tok_start = (const uint64_t *)(b + l.tok_start);
+	v->grp_tok = (const uint32_t *)(b + l.grp_tok);
+	v->grp_w = (const float *)(b + l.grp_w);
+	v->tok_grp = (const uint32_t *)(b + l.tok_grp);
+	v->tok_w = (const float *)(b + l.tok_w);
+
+	if (v->grp_start[0] != 0 || v->grp_start[M] != nnz)
+		return pcg_fail(err, "%s: group offsets do not run from 0 to %llu", name,
+				(unsigned long long)nnz);
+	for (uint64_t k = 0; k < M; k++) {
+		uint64_t a = v->grp_start[k], e = v->grp_start[k + 1];
+		if (e <= a || e > nnz)
+			return pcg_fail(err, "%s: group %llu: offsets %llu..%llu: empty or out of "
+					"order", name, (unsigned long long)k, (unsigned long long)a,
+					(unsigned long long)e);
+		for (uint64_t j = a; j < e; j++) {
+			if (v->grp_tok[j] >= n || (j > a && v->grp_tok[j] <= v->grp_tok[j - 1]))
+				return pcg_fail(err, "%s: group %llu: member %u out of range or not "
+						"ascending", name, (unsigned long long)k,
+						v->grp_tok[j]);
+			if (!(v->grp_w[j] > 0.0f && v->grp_w[j] <= 1.0f))
+				return pcg_fail(err, "%s: group %llu: weight of token %u is %g: "
+						"must be in (0, 1]", name, (unsigned long long)k,
+						v->grp_tok[j], (double)v->grp_w[j]);
+		}
+	}
+	if (v->tok_start[0] != 0 || v->tok_start[n] != nnz)
+		return pcg_fail(err, "%s: token offsets do not run from 0 to %llu", name,
+				(unsigned long long)nnz);
+	for (uint64_t t = 0; t < n; t++)
+		if (v->tok_start[t + 1] <= v->tok_start[t] || v->tok_start[t + 1] > nnz)
+			return pcg_fail(err, "%s: token %llu: in no group, or offsets out of order",
+					name, (unsigned long long)t);
+	/* The reverse index must be the transpose of the groups: walking the
+	 * groups in order fills each token's list in order. */
+	cursor = malloc(n * sizeof *cursor);
+	if (cursor == NULL)
+		return pcg_fail(err, "%s: out of memory", name);
+	memcpy(cursor, v->tok_start, n * sizeof *cursor);
+	for (uint64_t k = 0; k < M; k++)
+		for (uint64_t j = v->grp_start[k]; j < v->grp_start[k + 1]; j++) {
+			uint32_t t = v->grp_tok[j];
+			uint64_t c = cursor[t]++;
+			if (c >= v->tok_start[t + 1] || v->tok_grp[c] != k ||
+			    memcmp(&v->tok_w[c], &v->grp_w[j], sizeof(float)) != 0) {
+				free(cursor);
+				return pcg_fail(err, "%s: the reverse index disagrees with group "
+						"%llu at token %u", name, (unsigned long long)k, t);
+			}
+		}
+	free(cursor);
+	/* Eq. 2. Each weight is a double quotient rounded once to f32, so the
+	 * sum is 1 within 2^-24 plus the double additions: 1e-6 is generous. */
+	for (uint64_t t = 0; t < n; t++) {
+		double s = 0.0;
+		for (uint64_t c = v->tok_start[t]; c < v->tok_start[t + 1]; c++)
+			s += v->tok_w[c];
+		if (fabs(s - 1.0) > 1e-6)
+			return pcg_fail(err, "%s: token %llu: weights sum to %.9g, not 1", name,
+					(unsigned long long)t, s);
+	}
+	return 0;
+}
+
+static void put32(unsigned char *b, int off, uint32_t v)
+{
+	memcpy(b + off, &v, 4);
+}
+
+static void put64(unsigned char *b, int off, uint64_t v)
+{
+	memcpy(b + off, &v, 8);
+}
+
+/* asg_from_groups, recording kind as the weights' origin. */
+static asg *make(uint32_t n, uint32_t M, const uint64_t *start, const uint32_t *members,
+		 const double *score, uint32_t token_offset, double theta, uint32_t topk,
+		 uint32_t kind, pcg_err *err)
+{
+	uint64_t nnz, *tok_start = NULL, *cursor = NULL;
+	double *tsum = NULL;
+	unsigned char *b = NULL;
+	asg *a = NULL;
+	layout l;
+
+	if (n < 1 || n > INT32_MAX || M < 1 || M > INT32_MAX) {
+		pcg_fail(err, "%u tokens, %u groups: both must be in [1, 2^31)", n, M);
+		return NULL;
+	}
+	if (!isfinite(theta)) {
+		pcg_fail(err, "theta is not finite");
+		return NULL;
+	}
+	nnz = start[M];
+	if (start[0] != 0 || nnz > ((uint64_t)1 << 40)) {
+		pcg_fail(err, "group offsets must start at 0 and count at most 2^40 members");
+		return NULL;
+	}
+	tok_start = calloc((size_t)n + 1, sizeof *tok_start);
+	cursor = malloc((size_t)n * sizeof *cursor);
+	tsum = calloc(n, sizeof *tsum);
+	if (!tok_start || !cursor || !tsum) {
+		pcg_fail(err, "out of memory");
+		goto out;
+	}
+	for (uint32_t k = 0; k < M; k++) {
+		if (start[k + 1] <= start[k] || start[k + 1] > nnz) {
+			pcg_fail(err, "group %u: empty, or offsets out of order", k);
+			goto out;
+		}
+		for (uint64_t j = start[k]; j < start[k + 1]; j++) {
+			uint32_t t = members[j];
+			if (t >= n || (j > start[k] && t <= members[j - 1])) {
+				pcg_fail(err, "group %u: member %u out of range [0, %u) or not "
+					 "ascending", k, t, n);
+				goto out;
+			}
+			if (score && !(score[j] > 0.0 && isfinite(score[j]))) {
+				pcg_fail(err, "group %u: score of token %u is %g: must be positive",
+					 k, t, score[j]);
+				goto out;
+			}
+			tok_start[t + 1]++;
+			tsum[t] += score ? score[j] : 1.0;
+		}
+	}
+	for (uint32_t t = 0; t < n; t++) {
+		if (tok_start[t + 1] == 0) {
+			pcg_fail(err, "token %u is in no group", t);
+			goto out;
+		}
+		tok_start[t + 1] += tok_start[t];
+	}
+
+	l = layout_of(n, M, nnz);
+	b = calloc(1, l.total);
+	a = calloc(1, sizeof *a);
+	if (b == NULL || a == NULL) {
+		pcg_fail(err, "out of memory (%llu bytes)", (unsigned long long)l.total);
+		goto out;
+	}
+	memcpy(b, MAGIC, sizeof MAGIC);
+	put32(b, H_VERSION, ASG_VERSION);
+	put32(b, H_WEIGHTS, kind);
+	put32(b, H_N, n);
+	put32(b, H_OFFSET, token_offset);
+	put32(b, H_M, M);
+	put32(b, H_TOPK, topk);
+	memcpy(b + H_THETA, &theta, 8);
+	put64(b, H_NNZ, nnz);
+	put64(b, H_BYTES, l.total);
+	{
+		uint64_t *gs = (uint64_t *)(b + l.grp_start), *ts = (uint64_t *)(b + l.tok_start);
+		uint32_t *gt = (uint32_t *)(b + l.grp_tok), *tg = (uint32_t *)(b + l.tok_grp);
+		float *gw = (float *)(b + l.grp_w), *tw = (float *)(b + l.tok_w);
+
+		memcpy(gs, start, ((size_t)M + 1) * sizeof *gs);
+		memcpy(ts, tok_start, ((size_t)n + 1) * sizeof *ts);
+		memcpy(gt, members, nnz * sizeof *gt);
+		memcpy(cursor, tok_start, (size_t)n * sizeof *cursor);
+		for (uint32_t k = 0; k < M; k++)
+			for (uint64_t j = start[k]; j < start[k + 1]; j++) {
+				uint32_t t = members[j];
+				uint64_t c = cursor[t]++;
+				/* Eq. 2 by construction; equal split is Eq. 3. */
+				gw[j] = (float)((score ? score[j] : 1.0) / tsum[t]);
+				tg[c] = k;
+				tw[c] = gw[j];
+			}
+	}
+	put64(b, H_CHECKSUM, checksum(b, l.total));
+	if (validate(b, l.total, "ASG", &a->v, err) < 0)
+		goto out;
+	a->buf = b;
+	b = NULL;
+	free(tok_start);
+	free(cursor);
+	free(tsum);
+	return a;
+out:
+	free(tok_start);
+	free(cursor);
+	free(tsum);
+	free(b);
+	free(a);
+	return NULL;
+}
+
+asg *asg_from_groups(uint32_t n, uint32_t M, const uint64_t *start, const uint32_t *members,
+		     const double *score, uint32_t token_offset, double theta, uint32_t topk,
+		     pcg_err *err)
+{
+	return make(n, M, start, members, score, token_offset, theta, topk,
+		    score ? ASG_W_GIVEN : ASG_W_EQUAL, err);
+}
+
+/* Reads all of fd into a malloc'd buffer (pipes, standard input). */
+static unsigned char *read_all(int fd, uint64_t *size, const char *name, pcg_err *err)
+{
+	size_t cap = 1 << 16, len = 0;
+	unsigned char *b = malloc(cap);
+
+	if (b == NULL) {
+		pcg_fail(err, "%s: out of memory", name);
+		return NULL;
+	}
+	for (;;) {
+		ssize_t r;
+		if (len == cap) {
+			unsigned char *nb = realloc(b, cap *= 2);
+			if (nb == NULL) {
+				free(b);
+				pcg_fail(err, "%s: out of memory", name);
+				return NULL;
+			}
+			b = nb;
+		}
+		r = read(fd, b + len, cap - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			pcg_fail(err, "%s: %s", name, strerror(errno));
+			free(b);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	*size = len;
+	return b;
+}
+
+asg *asg_open(const char *path, pcg_err *err)
+{
+	const int is_stdin = !strcmp(path, "-");
+	const char *name = is_stdin ? "stdin" : path;
+	asg *a = calloc(1, sizeof *a);
+	const unsigned char *image;
+	uint64_t size;
+	struct stat st;
+	int fd;
+
+	if (a == NULL) {
+		pcg_fail(err, "%s: out of memory", name);
+		return NULL;
+	}
+	fd = is_stdin ? 0 : open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		pcg_fail(err, "%s: %s", name, strerror(errno));
+		if (fd > 0)
+			close(fd);
+		free(a);
+		return NULL;
+	}
+	if (S_ISREG(st.st_mode) && st.st_size >= ASG_HEADER_BYTES) {
+		size = (uint64_t)st.st_size;
+		a->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (a->map == MAP_FAILED) {
+			pcg_fail(err, "%s: mmap: %s", name, strerror(errno));
+			a->map = NULL;
+			goto fail;
+		}
+		a->map_len = size;
+		image = a->map;
+	} else {
+		a->buf = read_all(fd, &size, name, err);
+		if (a->buf == NULL)
+			goto fail;
+		image = a->buf;
+	}
+	if (!is_stdin)
+		close(fd);
+	fd = -1;
+	if (validate(image, size, name, &a->v, err) < 0)
+		goto fail;
+	return a;
+fail:
+	if (fd > 0)
+		close(fd);
+	asg_close(&a);
+	return NULL;
+}
+
+void asg_close(asg **ap)
+{
+	asg *a = ap ? *ap : NULL;
+
+	if (a == NULL)
+		return;
+	if (a->map)
+		munmap(a->map, a->map_len);
+	free(a->buf);
+	free(a);
+	*ap = NULL;
+}
+
+static int write_all(FILE *f, const void *b, uint64_t size)
+{
+	return fwrite(b, 1, size, f) == size && fflush(f) == 0 ? 0 : -1;
+}
+
+int asg_write(const asg *a, const char *path, pcg_err *err)
+{
+	const void *image = a->map ? a->map : a->buf;
+	char tmp[4200];
+	FILE *f;
+
+	if (!strcmp(path, "-"))
+		return write_all(stdout, image, a->v.bytes) == 0
+			? 0 : pcg_fail(err, "stdout: %s", strerror(errno));
+	if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+		return pcg_fail(err, "%s: path too long", path);
+	f = fopen(tmp, "wb");
+	if (f == NULL)
+		return pcg_fail(err, "%s: %s", tmp, strerror(errno));
+	if (write_all(f, image, a->v.bytes) < 0 || fsync(fileno(f)) != 0) {
+		pcg_fail(err, "%s: %s", tmp, strerror(errno));
+		fclose(f);
+		unlink(tmp);
+		return -1;
+	}
+	if (fclose(f) != 0 || rename(tmp, path) != 0) {
+		pcg_fail(err, "%s: %s", path, strerror(errno));
+		unlink(tmp);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- building from embeddings ---- */
+
+/* A similar pair i < j with its cosine, found by one thread. */
+typedef struct pair {
+	uint32_t i, j;
+	float c;
+} pair;
+
+typedef struct pairs {
+	pair *v;
+	size_t n, cap;
+} pairs;
+
+static int pairs_push(pairs *p, uint32_t i, uint32_t j, float c)
+{
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 4096;
+		pair *v = realloc(p->v, cap * sizeof *v);
+		if (v == NULL)
+			return -1;
+		p->v = v;
+		p->cap = cap;
+	}
+	p->v[p->n++] = (pair){ i, j, c };
+	return 0;
+}
+
+/* A neighbour of a row: its id and cosine. */
+typedef struct nb {
+	uint32_t id;
+	float c;
+} nb;
+
+static int by_id(const void *a, const void *b)
+{
+	uint32_t x = ((const nb *)a)->id, y = ((const nb *)b)->id;
+	return (x > y) - (x < y);
+}
+
+/* Most similar first, the lower id on ties. */
+static int by_sim(const void *a, const void *b)
+{
+	const nb *x = a, *y = b;
+	if (x->c != y->c)
+		return x->c > y->c ? -1 : 1;
+	return (x->id > y->id) - (x->id < y->id);
+}
+
+static uint64_t hash_ids(const nb *v, uint64_t m)
+{
+	uint64_t h = 0xcbf29ce484222325ull ^ m;
+	for (uint64_t i = 0; i < m; i++)
+		h = (h ^ v[i].id) * 0x100000001b3ull;
+	return h ^ (h >> 29);
+}
+
+static int same_ids(const nb *a, const nb *b, uint64_t m)
+{
+	for (uint64_t i = 0; i < m; i++)
+		if (a[i].id != b[i].id)
+			return 0;
+	return 1;
+}
+
+/* Normalises the rows of E in place: zero rows stay zero. */
+static int normalise(float *E, int n, int d, pcg_err *err)
+{
+	for (int t = 0; t < n; t++) {
+		float *r = E + (size_t)t * d;
+		double s = 0.0;
+		for (int k = 0; k < d; k++)
+			s += (double)r[k] * r[k];
+		if (!isfinite(s))
+			return pcg_fail(err, "row %d: not finite", t);
+		if (s > 0.0) {
+			float inv = (float)(1.0 / sqrt(s));
+			for (int k = 0; k < d; k++)
+				r[k] *= inv;
+		}
+	}
+	return 0;
+}
+
+/* All pairs i < j with cos > theta, by tiles of E E^T on or above the
+ * diagonal, each tile one single-threaded sgemm on one OpenMP thread and
+ * thresholded while it is still in cache (see matmul.c on why OpenBLAS runs
+ * single-threaded inside our threads). */
+static int similar_pairs(const float *E, int n, int d, const asg_build_opts *o, pairs *out,
+			 pcg_err *err)
+{
+	const int T = o->tile > 0 ? o->tile : 1024;
+	const long nt = (n + T - 1) / T, ntasks = nt * (nt + 1) / 2;
+	const float theta = (float)o->theta;
+	int *ti = malloc(ntasks * sizeof *ti), *tj = malloc(ntasks * sizeof *tj);
+	double total = 0.0, done = 0.0;
+	int failed = 0;
+	long k = 0;
+
+	if (ti == NULL || tj == NULL) {
+		free(ti);
+		free(tj);
+		return pcg_fail(err, "out of memory");
+	}
+	for (int bi = 0; bi < nt; bi++)
+		for (int bj = bi; bj < nt; bj++) {
+			double ri = (bi + 1) * (double)T > n ? n - (double)bi * T : T;
+			double cj = (bj + 1) * (double)T > n ? n - (double)bj * T : T;
+			ti[k] = bi;
+			tj[k++] = bj;
+			total += bi == bj ? ri * (ri - 1) / 2 : ri * cj;
+		}
+	pcg_set_threads(o->threads);
+#pragma omp parallel
+	{
+		float *C = malloc((size_t)T * T * sizeof *C);
+		pairs mine = { 0 };
+		if (C == NULL) {
+#pragma omp atomic write
+			failed = 1;
+		}
+#pragma omp for schedule(dynamic, 1)
+		for (long t = 0; t < ntasks; t++) {
+			const int i0 = ti[t] * T, j0 = tj[t] * T;
+			const int ri = n - i0 < T ? n - i0 : T, cj = n - j0 < T ? n - j0 : T;
+			int bad;
+#pragma omp atomic read
+			bad = failed;
+			if (bad)
+				continue;
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ri, cj, d, 1.0f,
+				    E + (size_t)i0 * d, d, E + (size_t)j0 * d, d, 0.0f, C, cj);
+			for (int a = 0; a < ri; a++) {
+				const float *row = C + (size_t)a * cj;
+				for (int b = i0 == j0 ? a + 1 : 0; b < cj; b++)
+					if (row[b] > theta &&
+					    pairs_push(&mine, (uint32_t)(i0 + a), (uint32_t)(j0 + b),
+						       row[b]) < 0) {
+#pragma omp atomic write
+						failed = 1;
+						break;
+					}
+			}
+			double w = i0 == j0 ? (double)ri * (ri - 1) / 2 : (double)ri * cj;
+#pragma omp atomic update
+			done += w;
+			if (o->progress && omp_get_thread_num() == 0) {
+				double now;
+#pragma omp atomic read
+				now = done;
+				o->progress(o->progress_ctx, now, total);
+			}
+		}
+#pragma omp critical
+		{
+			if (!failed && mine.n) {
+				if (out->n + mine.n > out->cap) {
+					size_t cap = out->n + mine.n;
+					pair *v = realloc(out->v, cap * sizeof *v);
+					if (v == NULL)
+						failed = 1;
+					else
+						out->v = v, out->cap = cap;
+				}
+				if (!failed) {
+					memcpy(out->v + out->n, mine.v, mine.n * sizeof *mine.v);
+					out->n += mine.n;
+				}
+			}
+		}
+		free(mine.v);
+		free(C);
+	}
+	free(ti);
+	free(tj);
+	if (o->progress)
+		o->progress(o->progress_ctx, total, total);
+	return failed ? pcg_fail(err, "out of memory collecting similar pairs") : 0;
+}
+
+asg *asg_build(float *E, int n, int d, const asg_build_opts *o, pcg_err *err)
+{
+	pairs P = { 0 };
+	uint64_t *rs = NULL, *len = NULL, *gstart = NULL;
+	uint32_t *slot = NULL, *first = NULL, *gof = NULL, *members = NULL, *ngen = NULL;
+	double *score = NULL;
+	nb *rows = NULL;
+	asg *a = NULL;
+	uint32_t M = 0;
+	size_t mask;
+
+	if (n < 1 || d < 1) {
+		pcg_fail(err, "%d x %d embeddings: need at least one row and one column", n, d);
+		return NULL;
+	}
+	if (!(o->theta >= 0.0 && o->theta < 1.0) || o->topk < 0 ||
+	    (o->weights != ASG_W_EQUAL && o->weights != ASG_W_SIMILARITY)) {
+		pcg_fail(err, "bad options: theta %g must be in [0, 1), topk %d >= 0", o->theta,
+			 o->topk);
+		return NULL;
+	}
+	if (normalise(E, n, d, err) < 0 || similar_pairs(E, n, d, o, &P, err) < 0)
+		goto out;
+
+	/* Neighbour lists G(t) with cosines, CSR by row, each ascending by id. */
+	rs = calloc((size_t)n + 1, sizeof *rs);
+	len = calloc(n, sizeof *len);
+	if (!rs || !len)
+		goto oom;
+	for (size_t q = 0; q < P.n; q++)
+		rs[P.v[q].i + 1]++, rs[P.v[q].j + 1]++;
+	for (int t = 0; t < n; t++)
+		rs[t + 1] += rs[t] + 1; /* + t itself */
+	rows = malloc(rs[n] * sizeof *rows);
+	if (!rows)
+		goto oom;
+	for (int t = 0; t < n; t++)
+		rows[rs[t]] = (nb){ (uint32_t)t, 1.0f }, len[t] = 1;
+	for (size_t q = 0; q < P.n; q++) {
+		const pair *p = &P.v[q];
+		rows[rs[p->i] + len[p->i]++] = (nb){ p->j, p->c };
+		rows[rs[p->j] + len[p->j]++] = (nb){ p->i, p->c };
+	}
+	free(P.v);
+	P.v = NULL;
+	for (int t = 0; t < n; t++) {
+		nb *r = rows + rs[t];
+		if (o->topk > 0 && len[t] > (uint64_t)o->topk) {
+			/* t itself (first in its row) always survives the cut: it
+			 * sorts above any cosine while the cut is made. */
+			r[0].c = INFINITY;
+			qsort(r, len[t], sizeof *r, by_sim);
+			len[t] = (uint64_t)o->topk;
+			r[0].c = 1.0f;
+		}
+		qsort(r, len[t], sizeof *r, by_id);
+	}
+
+	/* Identical G(t) merged by hashing the sorted id lists; groups are
+	 * numbered by their first generating token. */
+	mask = 1;
+	while (mask < 2 * (size_t)n)
+		mask <<= 1;
+	slot = calloc(mask, sizeof *slot); /* group + 1, 0: empty */
+	first = malloc((size_t)n * sizeof *first);
+	gof = malloc((size_t)n * sizeof *gof);
+	if (!slot || !first || !gof)
+		goto oom;
+	mask--;
+	for (int t = 0; t < n; t++) {
+		const nb *r = rows + rs[t];
+		size_t h = (size_t)hash_ids(r, len[t]) & mask;
+		for (;; h = (h + 1) & mask) {
+			uint32_t g = slot[h];
+			if (g == 0) {
+				slot[h] = M + 1;
+				first[M] = (uint32_t)t;
+				gof[t] = M++;
+				break;
+			}
+			uint32_t f = first[g - 1];
+			if (len[f] == len[t] && same_ids(rows + rs[f], r, len[t])) {
+				gof[t] = g - 1;
+				break;
+			}
+		}
+	}
+	free(slot);
+	slot = NULL;
+
+	gstart = malloc(((size_t)M + 1) * sizeof *gstart);
+	ngen = calloc(M, sizeof *ngen);
+	if (!gstart || !ngen)
+		goto oom;
+	gstart[0] = 0;
+	for (uint32_t k = 0; k < M; k++)
+		gstart[k + 1] = gstart[k] + len[first[k]];
+	members = malloc(gstart[M] * sizeof *members);
+	if (o->weights == ASG_W_SIMILARITY)
+		score = calloc(gstart[M], sizeof *score);
+	if (!members || (o->weights == ASG_W_SIMILARITY && !score))
+		goto oom;
+	for (uint32_t k = 0; k < M; k++)
+		for (uint64_t j = 0; j < len[first[k]]; j++)
+			members[gstart[k] + j] = rows[rs[first[k]] + j].id;
+	if (score) {
+		/* score_{k,t}: mean cos(E_c, E_t) over the generators c of G_k; c's
+		 * row lists exactly G_k's members in the same order. */
+		for (int c = 0; c < n; c++) {
+			uint32_t k = gof[c];
+			ngen[k]++;
+			for (uint64_t j = 0; j < len[c]; j++)
+				score[gstart[k] + j] += rows[rs[c] + j].c;
+		}
+		for (uint32_t k = 0; k < M; k++)
+			for (uint64_t j = gstart[k]; j < gstart[k + 1]; j++) {
+				score[j] /= ngen[k];
+				/* cos > theta >= 0 for every member, but keep the weight
+				 * positive whatever the rounding. */
+				if (!(score[j] > 1e-6))
+					score[j] = 1e-6;
+			}
+	}
+	free(rows);
+	rows = NULL;
+	a = make((uint32_t)n, M, gstart, members, score, o->token_offset, o->theta,
+		 (uint32_t)o->topk, (uint32_t)o->weights, err);
+	goto out;
+oom:
+	pcg_fail(err, "out of memory");
+out:
+	free(P.v);
+	free(rs);
+	free(len);
+	free(rows);
+	free(slot);
+	free(first);
+	free(gof);
+	free(gstart);
+	free(ngen);
+	free(members);
+	free(score);
+	return a;
+}
+
+/* ---- statistics ---- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+void asg_stats_get(const asg *a, asg_stats *s)
+{
+	const asg_view *v = &a->v;
+	uint64_t *sz = malloc((size_t)v->M * sizeof *sz), singles = 0;
+
+	memset(s, 0, sizeof *s);
+	for (uint32_t k = 0; k < v->M; k++) {
+		uint64_t m = v->grp_start[k + 1] - v->grp_start[k];
+		if (sz)
+			sz[k] = m;
+		singles += m == 1;
+		if (m > s->max_size)
+			s->max_size = m;
+	}
+	for (uint32_t t = 0; t < v->n; t++) {
+		uint64_t m = v->tok_start[t + 1] - v->tok_start[t];
+		if (m > s->max_n)
+			s->max_n = m;
+	}
+	s->mean_size = (double)v->nnz / v->M;
+	s->mean_n = (double)v->nnz / v->n;
+	s->singleton_share = (double)singles / v->M;
+	if (sz) {
+		qsort(sz, v->M, sizeof *sz, cmp_u64);
+		s->median_size = v->M % 2 ? (double)sz[v->M / 2]
+			: 0.5 * ((double)sz[v->M / 2 - 1] + (double)sz[v->M / 2]);
+	} else {
+		s->median_size = NAN;
+	}
+	free(sz);
+}
+
+void asg_print_stats(FILE *f, const asg *a, const char *prefix)
+{
+	static const char *kinds[] = { "equal", "similarity", "given" };
+	const asg_view *v = &a->v;
+	asg_stats s;
+
+	asg_stats_get(a, &s);
+	fprintf(f, "%sversion\t%d\n", prefix, ASG_VERSION);
+	fprintf(f, "%sn\t%u\n", prefix, v->n);
+	fprintf(f, "%stoken_offset\t%u\n", prefix, v->token_offset);
+	fprintf(f, "%stheta\t%g\n", prefix, v->theta);
+	fprintf(f, "%stopk\t%u\n", prefix, v->topk);
+	fprintf(f, "%sweights\t%s\n", prefix, kinds[v->weights]);
+	fprintf(f, "%sgroups\t%u\n", prefix, v->M);
+	fprintf(f, "%smembers\t%llu\n", prefix, (unsigned long long)v->nnz);
+	fprintf(f, "%sgroup_size_mean\t%.4g\n", prefix, s.mean_size);
+	fprintf(f, "%sgroup_size_median\t%g\n", prefix, s.median_size);
+	fprintf(f, "%sgroup_size_max\t%llu\n", prefix, (unsigned long long)s.max_size);
+	fprintf(f, "%sgroups_per_token_mean\t%.4g\n", prefix, s.mean_n);
+	fprintf(f, "%sgroups_per_token_max\t%llu\n", prefix, (unsigned long long)s.max_n);
+	fprintf(f, "%ssingleton_share\t%.4g\n", prefix, s.singleton_share);
+	fprintf(f, "%sbytes\t%llu\n", prefix, (unsigned long long)v->bytes);
+	fprintf(f, "%schecksum\t%016llx\n", prefix, (unsigned long long)v->checksum);
+}
