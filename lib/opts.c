@@ -97,11 +97,13 @@ int pcg_opts_parse(const pcg_opt *opts, int argc, char **argv, pcg_err *err)
 				pos[npos++] = argv[i];
 			break;
 		}
-		if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+		if (a[0] == '-' && a[1] != '-' && a[1] != '\0' && a[2] == '\0')
+			a += 1; /* -x: the one-letter option x */
+		else if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
 			pos[npos++] = argv[i]; /* positional; "-" (stdin) included */
 			continue;
-		}
-		a += 2;
+		} else
+			a += 2;
 		eq = strchr(a, '=');
 		len = eq ? (size_t)(eq - a) : strlen(a);
 		for (k = 0; opts[k].name; k++)
@@ -109,7 +111,7 @@ int pcg_opts_parse(const pcg_opt *opts, int argc, char **argv, pcg_err *err)
 				break;
 		if (!opts[k].name) {
 			free(pos);
-			return pcg_fail(err, "unknown option --%.*s", (int)len, a);
+			return pcg_fail(err, "unknown option %s", argv[i]);
 		}
 		if (eq)
 			val = eq + 1;
@@ -148,8 +150,8 @@ void pcg_opts_usage(FILE *f, const char *prog, const char *synopsis, const pcg_o
 	for (int k = 0; opts[k].name; k++) {
 		const pcg_opt *o = &opts[k];
 		char lhs[64];
-		snprintf(lhs, sizeof lhs, "--%s%s%s", o->name, o->metavar ? " " : "",
-			 o->metavar ? o->metavar : "");
+		snprintf(lhs, sizeof lhs, "%s%s%s%s", o->name[1] ? "--" : "-", o->name,
+			 o->metavar ? " " : "", o->metavar ? o->metavar : "");
 		fprintf(f, "  %-24s %s", lhs, o->help);
 		if (o->def && o->type != PCG_OPT_FLAG)
 			fprintf(f, " (default %s)", o->def);

@@ -6,7 +6,8 @@
  *       { 0 } };
  *   int first = pcg_opts_parse(opts, argc, argv, &err);
  *
- * Flags are "--name VALUE" or "--name=VALUE"; PCG_OPT_FLAG takes no value
+ * Flags are "--name VALUE" or "--name=VALUE"; an option whose name is one
+ * letter is written "-x VALUE" (as -o FILE). PCG_OPT_FLAG takes no value
  * and sets an int to 1. "--" ends the flags. Positional arguments may come
  * between flags: they are moved, in order, to argv[first..argc).
  */
