@@ -21,8 +21,9 @@
 
 /* LLaSA's tokenizer.json is 30 MB; anything far larger is not a tokenizer. */
 #define TOK_MAX_BYTES ((size_t)1 << 30)
-/* Ids index arrays, so a file must not make us allocate for 2^31 of them. */
-#define TOK_MAX_ID (1 << 26)
+/* Ids index arrays, so a file must not make us allocate for 2^31 of them;
+ * the largest vocabularies in use have about 2^20 ids. */
+#define TOK_MAX_ID (1 << 24)
 
 /* ------------------------------------------------------------------ tables */
 
@@ -254,7 +255,6 @@ struct tokenizer {
 	int *node_tok;    /* node -> index into added, -1: none */
 	int n_nodes, nodes_cap;
 	unsigned char first[2][256]; /* bytes that start a token of each trie */
-	int has_single_word;
 	pcre2_code *word_re; /* a \w character as Rust's regex crate has it */
 
 	/* ByteLevel. */
@@ -486,7 +486,6 @@ static int tries_build(tokenizer *t)
 	u64map_clear(&t->edges);
 	t->n_nodes = 0;
 	memset(t->first, 0, sizeof t->first);
-	t->has_single_word = 0;
 	if (node_new(t) != ROOT_RAW || node_new(t) != ROOT_NORM)
 		return -1;
 	for (int i = 0; i < t->n_added; i++) {
@@ -500,7 +499,6 @@ static int tries_build(tokenizer *t)
 				return -1;
 		t->node_tok[node] = i;
 		t->first[a->normalized][s[0]] = 1;
-		t->has_single_word |= a->single_word;
 	}
 	return 0;
 }
@@ -586,7 +584,9 @@ int tok_add_tokens(tokenizer *t, const char *const *tokens, size_t n, pcg_err *e
 		size_t len = strlen(tokens[i]);
 		int64_t off;
 		if (tok_check_utf8(tokens[i], len, err) < 0) {
-			pcg_err_prefix(err, tokens[i]);
+			char what[32];
+			snprintf(what, sizeof what, "token %zu", i);
+			pcg_err_prefix(err, what);
 			free(in);
 			return -1;
 		}

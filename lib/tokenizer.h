@@ -70,7 +70,9 @@ int tok_is_special(const tokenizer *t, int id);
 /* Adds tokens the way HF add_tokens(["..."]) does: non-special,
  * normalized, no stripping; a string already in the vocabulary keeps its id,
  * an empty one is ignored, a new one gets the next id. Returns how many were
- * added or -1 (out of memory, invalid UTF-8). Not thread-safe. */
+ * added or -1 (out of memory, invalid UTF-8). Each call rebuilds the
+ * added-token trie, as HF does, so add many tokens in one call. Not
+ * thread-safe. */
 int tok_add_tokens(tokenizer *t, const char *const *tokens, size_t n, pcg_err *err);
 
 /* Checks that s[0..len) is UTF-8 as Rust's str requires (no overlong forms,
