@@ -139,6 +139,58 @@ def randomize(model, c, g):
     model.generator.head.out.weight[:n_bins] *= 1.5
 
 
+def sensitivity(model, codes3, wav):
+    """How far the waveform moves under plausible porting mistakes: the max abs
+    change and the SNR against the correct output for each, so the test's tolerance can be placed between the float32
+    noise and the smallest of these."""
+    import copy
+    import torch.nn.functional as F
+    out = {}
+
+    def probe(name, change, restore=None):
+        m = copy.deepcopy(model)
+        change(m)
+        try:
+            w = m(codes3)[0, 0].numpy()
+            out[name] = {"max_abs": float(np.abs(w - wav).max()), "snr_db": snr_db(wav, w)}
+        finally:
+            if restore:
+                restore()
+
+    def eps(cls, value):
+        def change(m):
+            for mod in m.modules():
+                if type(mod).__name__ == cls:
+                    mod.eps = value
+        return change
+    probe("groupnorm_eps_1e-5", eps("GroupNorm", 1e-5))
+    probe("layernorm_eps_1e-5", eps("LayerNorm", 1e-5))
+    probe("rmsnorm_eps_1e-5", eps("RMSNorm", 1e-5))
+
+    def symmetric_window(m):
+        w = m.generator.head.istft.window
+        w.copy_(torch.hann_window(w.numel(), periodic=False))
+    probe("symmetric_hann_window", symmetric_window)
+
+    real_clip = torch.clip
+
+    def no_clip(m):
+        def clip(x, min=None, max=None):
+            return x if max == 1e2 else real_clip(x, min=min, max=max)
+        torch.clip = clip
+    probe("no_exp_clip", no_clip, lambda: setattr(torch, "clip", real_clip))
+
+    real_sdpa = F.scaled_dot_product_attention
+
+    def causal(m):
+        def sdpa(q, k, v, attn_mask=None, dropout_p=0, is_causal=False):
+            return real_sdpa(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=True)
+        F.scaled_dot_product_attention = sdpa
+    probe("causal_attention", causal,
+          lambda: setattr(F, "scaled_dot_product_attention", real_sdpa))
+    return out
+
+
 def snr_db(ref, x):
     ref = np.asarray(ref, np.float64)
     err = np.asarray(x, np.float64) - ref
@@ -172,6 +224,8 @@ def build(name, c, out_dir, CodecDecoderVocos, ResidualFSQ, versions, write_enco
     torch.set_num_threads(1)
     wav1 = model(codes3)[0, 0].numpy()
     torch.set_num_threads(nt)
+
+    sens = sensitivity(model, codes3, wav)
 
     # Logmag statistics: how often the clip at 100 fires.
     with torch.no_grad():
@@ -222,6 +276,7 @@ def build(name, c, out_dir, CodecDecoderVocos, ResidualFSQ, versions, write_enco
         "f32_vs_f64_max_abs": float(np.abs(wav - wav64).max()),
         "f32_vs_f64_snr_db": snr_db(wav64, wav),
         "threads1_vs_default_max_abs": float(np.abs(wav - wav1).max()),
+        "sensitivity": sens,
     }
     with open(os.path.join(out_dir, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)

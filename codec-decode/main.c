@@ -1,0 +1,178 @@
+/* codec-decode: speech codes to an audio file, one shot. Reads X-codec2 codes
+ * (text or raw int32, or LLaSA token ids), runs the decoder of the checkpoint
+ * users download (HKUSTAudio/xcodec2 model.safetensors), and writes WAV, FLAC
+ * or raw PCM through libsndfile, atomically (lib/audio.h).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "audio.h"
+#include "codes.h"
+#include "matmul.h"
+#include "opts.h"
+#include "xcodec2.h"
+
+static const char *prog = "codec-decode";
+static const char *SYNOPSIS =
+	"--weights FILE|DIR --codes FILE|- -o OUT [--codec xcodec2] [--config FILE]\n"
+	"       [--codes-format text|i32] [--llasa-ids] [--format FMT]\n"
+	"       [--chunk N [--context N] [--lookahead N]] [--threads N]";
+
+static const char *codec, *weights, *config_path, *codes_path, *codes_fmt_s, *out_path,
+	*format_s;
+static int llasa_ids, speech_offset, end_id, chunk, context, lookahead, threads;
+
+static const pcg_opt opts[] = {
+	{ "codec", PCG_OPT_STR, &codec, "xcodec2", 1, 0, "NAME", "the codec (only xcodec2)" },
+	{ "weights", PCG_OPT_STR, &weights, NULL, 1, 0, "FILE|DIR",
+	  "the codec checkpoint: model.safetensors or its directory" },
+	{ "config", PCG_OPT_STR, &config_path, NULL, 1, 0, "FILE",
+	  "the decoder's shape (default: config.json beside the weights if present, "
+	  "else full size)" },
+	{ "codes", PCG_OPT_STR, &codes_path, NULL, 1, 0, "FILE|-", "the codes ('-': stdin)" },
+	{ "codes-format", PCG_OPT_STR, &codes_fmt_s, "text", 1, 0, "text|i32",
+	  "decimal integers, or raw little-endian int32" },
+	{ "llasa-ids", PCG_OPT_FLAG, &llasa_ids, NULL, 1, 0, NULL,
+	  "the input is LLaSA token ids: subtract --speech-offset" },
+	{ "speech-offset", PCG_OPT_INT, &speech_offset, "128264", 0, 2147483647, "ID",
+	  "with --llasa-ids: the id of code 0" },
+	{ "end-id", PCG_OPT_INT, &end_id, "128261", -1, 2147483647, "ID",
+	  "with --llasa-ids: an end token to drop when last (-1: none)" },
+	{ "o", PCG_OPT_STR, &out_path, NULL, 1, 0, "OUT", "the output file ('-': raw to stdout)" },
+	{ "format", PCG_OPT_STR, &format_s, NULL, 1, 0, "FMT",
+	  "wav, wav-f32, flac, raw or raw-f32 (default: from the -o extension)" },
+	{ "chunk", PCG_OPT_INT, &chunk, "0", 0, 1 << 24, "N",
+	  "decode in chunks of N codes (streaming approximation; 0: whole utterance)" },
+	{ "context", PCG_OPT_INT, &context, "150", 0, 1 << 24, "N",
+	  "with --chunk: earlier codes decoded with each chunk, audio dropped" },
+	{ "lookahead", PCG_OPT_INT, &lookahead, "0", 0, 1 << 24, "N",
+	  "with --chunk: later codes decoded with each chunk, audio dropped" },
+	{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
+	{ NULL },
+};
+
+static int usage_error(const char *msg)
+{
+	fprintf(stderr, "%s: %s\n", prog, msg);
+	pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
+	return 2;
+}
+
+/* config.json in the weights' directory (or beside the weights file). */
+static int find_config(char *buf, size_t n)
+{
+	struct stat st;
+	const char *slash;
+
+	if (stat(weights, &st) == 0 && S_ISDIR(st.st_mode))
+		snprintf(buf, n, "%s/config.json", weights);
+	else if ((slash = strrchr(weights, '/')) != NULL)
+		snprintf(buf, n, "%.*s/config.json", (int)(slash - weights), weights);
+	else
+		snprintf(buf, n, "config.json");
+	return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int main(int argc, char **argv)
+{
+	pcg_err err = { "" };
+	int first = pcg_opts_parse(opts, argc, argv, &err), rc = 1;
+	audio_format fmt;
+	codes_format cfmt;
+	xc2_config cfg;
+	xc2_model *m = NULL;
+	int32_t *codes = NULL;
+	float *wav = NULL;
+	size_t n = 0;
+	char cpath[4200];
+
+	if (first == PCG_OPTS_HELP) {
+		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);
+		return 0;
+	}
+	if (first < 0)
+		return usage_error(err.msg);
+	if (first != argc)
+		return usage_error("unexpected argument");
+	if (!weights || !codes_path || !out_path)
+		return usage_error("--weights, --codes and -o are required");
+	if (strcmp(codec, "xcodec2"))
+		return usage_error("--codec: only xcodec2 is supported");
+	if (!strcmp(codes_fmt_s, "text"))
+		cfmt = CODES_TEXT;
+	else if (!strcmp(codes_fmt_s, "i32"))
+		cfmt = CODES_I32;
+	else
+		return usage_error("--codes-format: text or i32");
+	if (format_s ? audio_format_parse(format_s, &fmt) < 0
+		     : audio_format_from_path(out_path, &fmt) < 0)
+		return usage_error(format_s ? "--format: wav, wav-f32, flac, raw or raw-f32"
+				   : "-o: unknown extension (.wav, .flac, .raw); give --format");
+	if (!strcmp(out_path, "-") && fmt != AUDIO_RAW && fmt != AUDIO_RAW_F32)
+		return usage_error("-o -: standard output takes raw or raw-f32 only");
+	if (!chunk && (pcg_opts_given(opts, "context") || pcg_opts_given(opts, "lookahead")))
+		return usage_error("--context and --lookahead go with --chunk");
+	pcg_set_threads(threads);
+	/* Past a file-size limit, write() then fails with EFBIG and the temporary
+	 * file is removed, instead of the process dying with it left behind. */
+	signal(SIGXFSZ, SIG_IGN);
+
+	/* The codes first: a bad input fails before the weights are mapped. */
+	FILE *f = strcmp(codes_path, "-") ? fopen(codes_path, "rb") : stdin;
+	if (f == NULL) {
+		fprintf(stderr, "%s: %s: %s\n", prog, codes_path, strerror(errno));
+		return 1;
+	}
+	if (codes_read(f, cfmt, &codes, &n, &err) < 0 ||
+	    (llasa_ids && codes_from_ids(codes, &n, speech_offset, 65536, end_id, &err) < 0)) {
+		if (f != stdin)
+			fclose(f);
+		pcg_err_prefix(&err, strcmp(codes_path, "-") ? codes_path : "stdin");
+		goto fail;
+	}
+	if (f != stdin)
+		fclose(f);
+
+	if (config_path ? xc2_config_load(config_path, &cfg, &err) < 0
+			: find_config(cpath, sizeof cpath) ? xc2_config_load(cpath, &cfg, &err) < 0
+							   : (xc2_config_default(&cfg), 0))
+		goto fail;
+	if (n == 0) {
+		pcg_fail(&err, "%s: no codes", strcmp(codes_path, "-") ? codes_path : "stdin");
+		goto fail;
+	}
+	if (n > (size_t)1 << 24) {
+		pcg_fail(&err, "%zu codes: more than one call can decode", n);
+		goto fail;
+	}
+	if (codes_check(codes, n, xc2_config_codebook(&cfg), &err) < 0) {
+		pcg_err_prefix(&err, strcmp(codes_path, "-") ? codes_path : "stdin");
+		goto fail;
+	}
+	m = xc2_open(weights, &cfg, &err);
+	if (m == NULL)
+		goto fail;
+	wav = malloc(n * cfg.hop * sizeof *wav);
+	if (wav == NULL) {
+		pcg_fail(&err, "out of memory for %zu samples", n * cfg.hop);
+		goto fail;
+	}
+	if (chunk ? xc2_decode_chunked(m, codes, (int)n, chunk, context, lookahead, wav, &err)
+		  : xc2_decode(m, codes, (int)n, wav, &err))
+		goto fail;
+	if (audio_write(out_path, wav, n * cfg.hop, cfg.sample_rate, fmt, &err) < 0)
+		goto fail;
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "%s: %s\n", prog, err.msg);
+out:
+	free(wav);
+	free(codes);
+	xc2_close(&m);
+	return rc;
+}

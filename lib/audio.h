@@ -1,0 +1,59 @@
+/* audio.h: mono float samples to an audio file through libsndfile, written
+ * so that a file at the final path is always complete:
+ *
+ *   a temporary file .NAME.XXXXXX.partial in the destination directory
+ *   (O_EXCL, so concurrent writers never share one), every write checked,
+ *   sf_close checked, the file re-opened and its header checked against the
+ *   frames written (libsndfile writes the header at close and can lose an
+ *   error there), fsync and close checked, rename over the final path,
+ *   fsync of the directory. On any failure the temporary file is removed and
+ *   whatever was at the final path stays as it was.
+ *
+ * "-" is standard output (raw formats only: WAV and FLAC need to seek back
+ * to write their header).
+ */
+#ifndef PCG_AUDIO_H
+#define PCG_AUDIO_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+typedef enum audio_format {
+	AUDIO_WAV,      /* "wav":     WAV, 16-bit PCM */
+	AUDIO_WAV_F32,  /* "wav-f32": WAV, 32-bit float */
+	AUDIO_FLAC,     /* "flac":    FLAC, 16-bit */
+	AUDIO_RAW,      /* "raw":     headerless signed 16-bit little-endian */
+	AUDIO_RAW_F32,  /* "raw-f32": headerless float32 little-endian */
+} audio_format;
+
+/* The format called name (the strings above); -1 if none. */
+int audio_format_parse(const char *name, audio_format *f);
+/* The format implied by a path's extension (.wav, .flac, .raw, .pcm; "-" is
+ * raw); -1 if none. */
+int audio_format_from_path(const char *path, audio_format *f);
+const char *audio_format_name(audio_format f);
+
+typedef struct audio_out audio_out;
+
+/* Starts writing mono audio at rate Hz in format f to path ("-": standard
+ * output). 16-bit formats clip samples to [-1, 1]. Returns NULL with err
+ * naming the path on failure. */
+audio_out *audio_open(const char *path, int rate, audio_format f, pcg_err *err);
+
+/* Appends n samples. A non-finite sample is an error (naming its index):
+ * no format can hold it meaningfully. */
+int audio_append(audio_out *a, const float *x, size_t n, pcg_err *err);
+
+/* Finishes the file and moves it to its path (see above). Frees *a and
+ * sets it to NULL, on success and on failure. */
+int audio_commit(audio_out **a, pcg_err *err);
+
+/* Gives up: removes the temporary file; frees *a and sets it to NULL. */
+void audio_abort(audio_out **a);
+
+/* audio_open + audio_append + audio_commit. */
+int audio_write(const char *path, const float *x, size_t n, int rate, audio_format f,
+		pcg_err *err);
+
+#endif

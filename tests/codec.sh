@@ -1,0 +1,130 @@
+#!/bin/sh
+# tests/codec.sh: codec-decode as a user drives it, on the committed tiny
+# X-codec2 fixture: exit codes (0 ok, 1 failure, 2 usage), every output format
+# with a valid 16 kHz mono header and 320 samples per code, raw PCM to stdout,
+# text / int32 / LLaSA-id input giving the same audio, errors naming the
+# position of a bad code, and no file at the final path after any failure.
+set -u
+ROOT=${PCG_ROOT:-$(pwd)}
+T=${TEST_TMP:-$(mktemp -d)}
+FX="$ROOT/tests/fixtures/xcodec2/tiny"
+fails=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
+expect() {
+	want=$1; what=$2; shift 2
+	"$@" >"$T/out" 2>"$T/err"; got=$?
+	if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what: exit $got, want $want: $(cat "$T/err")"; fi
+}
+err_has() { if grep -qF -- "$1" "$T/err"; then ok "stderr names '$1'"; else bad "stderr lacks '$1': $(cat "$T/err")"; fi; }
+# u N OFFSET FILE: the little-endian unsigned integer of N bytes at OFFSET.
+u() { od -A n -t "u$1" -j "$2" -N "$1" "$3" | tr -d ' '; }
+size() { wc -c <"$1" | tr -d ' '; }
+no_partials() {
+	if ls -a "$1" | grep -q '\.partial$'; then bad "temporary file left in $1"; else ok "no temporary file in $1"; fi
+}
+
+cd "$T" || exit 1
+ncodes=$(wc -w <"$FX/codes.txt" | tr -d ' ')
+samples=$((ncodes * 320))
+CD="codec-decode --weights $FX"
+
+# --- usage
+expect 0 "--help" codec-decode --help
+grep -q -- "--llasa-ids" out && ok "--help lists --llasa-ids" || bad "--help lacks --llasa-ids"
+expect 2 "no arguments" codec-decode
+err_has "--weights, --codes and -o are required"
+expect 2 "unknown option" $CD --codes "$FX/codes.txt" -o a.wav --bogus
+err_has "unknown option --bogus"
+expect 2 "other codec" $CD --codec encodec --codes "$FX/codes.txt" -o a.wav
+expect 2 "bad --codes-format" $CD --codes "$FX/codes.txt" --codes-format csv -o a.wav
+err_has "--codes-format"
+expect 2 "unknown extension" $CD --codes "$FX/codes.txt" -o a.mp3
+err_has "--format"
+expect 2 "bad --format" $CD --codes "$FX/codes.txt" -o a.wav --format ogg
+expect 2 "WAV to stdout" $CD --codes "$FX/codes.txt" -o - --format wav
+expect 2 "--context without --chunk" $CD --codes "$FX/codes.txt" -o a.wav --context 10
+expect 2 "negative --chunk" $CD --codes "$FX/codes.txt" -o a.wav --chunk -1
+
+# --- formats: WAV PCM16, WAV float, FLAC, raw to stdout
+expect 0 "decode to WAV" $CD --codes "$FX/codes.txt" -o a.wav
+[ "$(head -c 4 a.wav)" = RIFF ] && [ "$(dd if=a.wav bs=1 skip=8 count=4 2>/dev/null)" = WAVE ] &&
+	ok "RIFF/WAVE" || bad "not a RIFF/WAVE file"
+[ "$(u 2 20 a.wav)" = 1 ] && ok "PCM" || bad "format tag $(u 2 20 a.wav)"
+[ "$(u 2 22 a.wav)" = 1 ] && ok "mono" || bad "$(u 2 22 a.wav) channels"
+[ "$(u 4 24 a.wav)" = 16000 ] && ok "16 kHz" || bad "rate $(u 4 24 a.wav)"
+[ "$(u 2 34 a.wav)" = 16 ] && ok "16-bit" || bad "$(u 2 34 a.wav) bits"
+[ "$(u 4 40 a.wav)" = $((2 * samples)) ] && ok "data: 320 samples per code ($samples)" ||
+	bad "data chunk $(u 4 40 a.wav) bytes, want $((2 * samples))"
+[ "$(size a.wav)" = $((44 + 2 * samples)) ] && ok "WAV size" || bad "WAV size $(size a.wav)"
+expect 0 "decode to float WAV" $CD --codes "$FX/codes.txt" -o f.wav --format wav-f32
+[ "$(u 2 20 f.wav)" = 3 ] && [ "$(u 2 34 f.wav)" = 32 ] && ok "IEEE float, 32-bit" ||
+	bad "float WAV: tag $(u 2 20 f.wav), $(u 2 34 f.wav) bits"
+[ "$(size f.wav)" -ge $((4 * samples)) ] && ok "float WAV size" || bad "float WAV size"
+expect 0 "decode to FLAC" $CD --codes "$FX/codes.txt" -o a.flac
+[ "$(head -c 4 a.flac)" = fLaC ] && ok "FLAC magic" || bad "not FLAC"
+expect 0 "raw PCM16 to stdout" $CD --codes "$FX/codes.txt" -o -
+[ "$(size out)" = $((2 * samples)) ] && ok "raw: 2 bytes x $samples" || bad "raw size $(size out)"
+dd if=a.wav bs=44 skip=1 2>/dev/null | cmp -s - out && ok "raw = the WAV's samples" ||
+	bad "raw differs from the WAV data"
+expect 0 "raw float to stdout" $CD --codes - -o - --format raw-f32 <"$FX/codes.txt"
+[ "$(size out)" = $((4 * samples)) ] && ok "raw-f32: 4 bytes x $samples" || bad "raw-f32 size"
+cp out whole.f32
+
+# --- inputs: int32, LLaSA ids (with the end token), the weights file + config beside it
+expect 0 "int32 codes" codec-decode --weights "$FX/model.safetensors" --codes "$FX/codes.i32" \
+	--codes-format i32 -o - --format raw-f32
+cmp -s out whole.f32 && ok "int32 input = text input" || bad "int32 input gives other audio"
+awk '{ for (i = 1; i <= NF; i++) printf "%d%s", $i + 128264, (i < NF ? " " : " 128261\n") }' \
+	"$FX/codes.txt" >ids.txt
+expect 0 "--llasa-ids" $CD --codes ids.txt --llasa-ids -o - --format raw-f32
+cmp -s out whole.f32 && ok "LLaSA ids = codes" || bad "LLaSA ids give other audio"
+expect 0 "--chunk larger than the utterance" $CD --codes "$FX/codes.txt" --chunk 1000 -o - --format raw-f32
+cmp -s out whole.f32 && ok "one chunk = whole" || bad "one chunk differs from whole"
+expect 0 "--chunk 25 --context 50 --lookahead 5" $CD --codes "$FX/codes.txt" --chunk 25 \
+	--context 50 --lookahead 5 -o - --format raw-f32
+[ "$(size out)" = $((4 * samples)) ] && ok "chunked: same length" || bad "chunked length"
+
+# --- bad input: exit 1, the position named, nothing written
+echo "4 5 65536 6" >bad.txt
+expect 1 "code out of range" $CD --codes bad.txt -o b.wav
+err_has "position 2"
+err_has "bad.txt"
+[ ! -e b.wav ] && ok "no output file" || bad "output file after an error"
+echo "4 5 x 6" >bad.txt
+expect 1 "not a number" $CD --codes bad.txt -o b.wav
+err_has "position 2"
+echo "128264 5 128300" >bad.txt
+expect 1 "LLaSA id not a speech token" $CD --codes bad.txt --llasa-ids -o b.wav
+err_has "position 1"
+printf '\001\000\000' >bad.i32
+expect 1 "int32 input of 3 bytes" $CD --codes bad.i32 --codes-format i32 -o b.wav
+: >empty.txt
+expect 1 "no codes" $CD --codes empty.txt -o b.wav
+err_has "no codes"
+expect 1 "missing codes file" $CD --codes nowhere.txt -o b.wav
+err_has "nowhere.txt"
+expect 1 "missing weights" codec-decode --weights nowhere --codes "$FX/codes.txt" -o b.wav
+err_has "nowhere"
+mkdir -p noconf && cp "$FX/model.safetensors" noconf/
+expect 1 "tiny weights read as full size" codec-decode --weights noconf --codes "$FX/codes.txt" -o b.wav
+err_has "generator.quantizer.project_out.weight"
+printf '{"hidden_size": "64"}' >bad.json
+expect 1 "bad config" $CD --config bad.json --codes "$FX/codes.txt" -o b.wav
+err_has "hidden_size"
+[ ! -e b.wav ] && ok "still no output file" || bad "output file after an error"
+
+# --- atomic output: a bad directory, a full disk (file-size limit), the old file kept
+expect 1 "output into a missing directory" $CD --codes "$FX/codes.txt" -o no/such/b.wav
+err_has "no/such/b.wav"
+cp a.wav keep.wav
+( ulimit -f 16; $CD --codes "$FX/codes.txt" -o keep.wav ) >out 2>err
+[ $? -eq 1 ] && ok "disk full: exit 1" || bad "disk full: exit $?: $(cat err)"
+grep -q "keep.wav" err && ok "disk full: the file named" || bad "disk full: $(cat err)"
+cmp -s keep.wav a.wav && ok "disk full: the old file is intact" || bad "disk full: old file changed"
+( ulimit -f 16; $CD --codes "$FX/codes.txt" -o new.flac --format flac ) >out 2>err
+[ ! -e new.flac ] && ok "disk full: no FLAC at the final path" || bad "partial FLAC left"
+no_partials .
+
+echo "$fails failed"
+[ "$fails" -eq 0 ]
