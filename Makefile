@@ -102,6 +102,7 @@ bench: all
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin
+	install -m 755 scripts/pcg-up scripts/pcg-down scripts/pcg-runtime $(DESTDIR)$(PREFIX)/bin
 	for m in man/*.[1-8]; do \
 		install -D -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$${m##*.}/$${m##*/}; done
 

@@ -25,6 +25,9 @@ for prog in "$ROOT"/*/main.c; do
 	ls "$ROOT"/man/"$p".[18] >/dev/null 2>&1 || bad "no man page for $p"
 done
 
+# Pipelines that examples bring up live in the test's directory, not the user's.
+export PCG_RUNTIME_DIR="$T/runtime"
+
 # run_block NAME: runs the commands of a block (one per line) in a fresh dir.
 n=0
 run_block() {
