@@ -6,6 +6,8 @@
  *           normalized ones over what is left) -> each remaining run through
  *           the pre-tokenizer steps (regex splits, ByteLevel) -> BPE per piece
  *   decode: token strings -> ByteLevel byte map -> lossy UTF-8
+ *   load:   vocab, merges and added_tokens by a small scanner (they are
+ *           nearly all of a 30 MB file), the rest by jansson
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer.h"
@@ -1192,124 +1194,437 @@ static int parse_pre_tokenizer(tokenizer *t, const json_t *pt, pcg_err *err)
 	return 0;
 }
 
-/* A string field as a span in the arena. */
-static int intern(tokenizer *t, const json_t *s, size_t *off, size_t *len, pcg_err *err)
+/* ----------------------------------------------- the three large members */
+
+/* jansson would turn LLaSA's tokenizer.json into 1.5 million values, which
+ * alone takes about a second. The members that hold nearly all of them
+ * (model.vocab, model.merges, added_tokens) are therefore read by this small
+ * scanner straight into the tables; jansson reads the rest. The scanner is
+ * as strict as jansson: JSON syntax, escapes, surrogate pairs, no control
+ * characters in strings (UTF-8 is checked for the whole file beforehand). */
+typedef struct jscan {
+	const char *start, *p, *end; /* start: for byte offsets in messages */
+	char *buf;                   /* the last string read, decoded, NUL-terminated */
+	size_t len, cap;
+	pcg_err *err;
+} jscan;
+
+/* A part of the JSON text. */
+typedef struct span {
+	const char *p;
+	size_t n;
+} span;
+
+static int js_fail(jscan *j, const char *what)
 {
-	int64_t o = arena_add(&t->str, json_string_value(s), json_string_length(s));
-	if (o < 0)
-		return pcg_fail(err, "out of memory");
-	*off = (size_t)o;
-	*len = json_string_length(s);
+	return pcg_fail(j->err, "not valid JSON at byte %zu: %s", (size_t)(j->p - j->start), what);
+}
+
+/* Skips blanks; returns the next character, or -1 at the end. */
+static int js_peek(jscan *j)
+{
+	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
+		j->p++;
+	return j->p < j->end ? (unsigned char)*j->p : -1;
+}
+
+static int js_char(jscan *j, char c)
+{
+	char what[32];
+
+	if (js_peek(j) == (unsigned char)c) {
+		j->p++;
+		return 0;
+	}
+	snprintf(what, sizeof what, "'%c' expected", c);
+	return js_fail(j, what);
+}
+
+static int js_put(jscan *j, const char *s, size_t n)
+{
+	if (j->len + n + 1 > j->cap) {
+		size_t cap = j->cap ? j->cap : 256;
+		while (j->len + n + 1 > cap)
+			cap *= 2;
+		char *b = realloc(j->buf, cap);
+		if (b == NULL)
+			return pcg_fail(j->err, "out of memory");
+		j->buf = b;
+		j->cap = cap;
+	}
+	memcpy(j->buf + j->len, s, n);
+	j->len += n;
+	j->buf[j->len] = 0;
 	return 0;
 }
 
-static int parse_vocab(tokenizer *t, const json_t *vocab, pcg_err *err)
+/* The 4 hex digits of a \u escape at p, or -1. */
+static long hex4(const char *p, const char *end)
 {
-	if (!json_is_object(vocab))
+	long v = 0;
+
+	if (end - p < 4)
+		return -1;
+	for (int i = 0; i < 4; i++) {
+		int c = p[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+			: c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+		if (d < 0)
+			return -1;
+		v = v << 4 | d;
+	}
+	return v;
+}
+
+/* A string, decoded into j->buf (j->len bytes; \u0000 allowed), or
+ * appended to what is there. */
+static int js_str(jscan *j, int append)
+{
+	if (js_char(j, '"') < 0)
+		return -1;
+	if (!append)
+		j->len = 0;
+	for (;;) {
+		const char *q = j->p;
+		while (q < j->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
+			q++;
+		if (js_put(j, j->p, (size_t)(q - j->p)) < 0)
+			return -1;
+		j->p = q;
+		if (q == j->end)
+			return js_fail(j, "unterminated string");
+		if (*q == '"')
+			break;
+		if (*q != '\\')
+			return js_fail(j, "control character in a string");
+		static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+		const char *e = q + 1 < j->end && q[1] ? strchr(from, q[1]) : NULL;
+		char out[4];
+		if (e) {
+			j->p += 2;
+			if (js_put(j, &to[e - from], 1) < 0)
+				return -1;
+			continue;
+		}
+		long c = q + 1 < j->end && q[1] == 'u' ? hex4(q + 2, j->end) : -2;
+		if (c == -2)
+			return js_fail(j, "invalid escape");
+		if (c < 0)
+			return js_fail(j, "invalid \\u escape");
+		if (c >= 0xdc00 && c <= 0xdfff)
+			return js_fail(j, "lone surrogate in a \\u escape");
+		j->p += 6;
+		if (c >= 0xd800 && c < 0xdc00) { /* a surrogate pair */
+			long lo = j->end - j->p >= 6 && j->p[0] == '\\' && j->p[1] == 'u'
+				? hex4(j->p + 2, j->end) : -1;
+			if (lo < 0xdc00 || lo > 0xdfff)
+				return js_fail(j, "lone surrogate in a \\u escape");
+			c = 0x10000 + ((c - 0xd800) << 10) + (lo - 0xdc00);
+			j->p += 6;
+		}
+		if (js_put(j, out, (size_t)put_utf8(out, (uint32_t)c)) < 0)
+			return -1;
+	}
+	j->p++;
+	return 0;
+}
+
+static int js_string(jscan *j)
+{
+	return js_str(j, 0);
+}
+
+/* A number; *v gets it when it is an integer (no fraction, no exponent)
+ * that fits, and *is_int says whether it was. */
+static int js_number(jscan *j, long long *v, int *is_int)
+{
+	const char *q = j->p, *e = j->end;
+	int digits = 0;
+
+	js_peek(j);
+	q = j->p;
+	if (q < e && *q == '-')
+		q++;
+	if (q < e && *q == '0')
+		q++, digits = 1;
+	else
+		for (; q < e && *q >= '0' && *q <= '9'; q++)
+			digits++;
+	if (digits == 0)
+		return js_fail(j, "value expected");
+	*is_int = 1;
+	if (q < e && *q == '.') {
+		*is_int = digits = 0;
+		for (q++; q < e && *q >= '0' && *q <= '9'; q++)
+			digits++;
+	}
+	if (digits && q < e && (*q == 'e' || *q == 'E')) {
+		*is_int = digits = 0;
+		if (++q < e && (*q == '+' || *q == '-'))
+			q++;
+		for (; q < e && *q >= '0' && *q <= '9'; q++)
+			digits++;
+	}
+	if (digits == 0)
+		return js_fail(j, "malformed number");
+	if (*is_int) {
+		char num[24];
+		size_t n = (size_t)(q - j->p);
+		if (n >= sizeof num) {
+			*is_int = 0; /* too long for an id */
+		} else {
+			memcpy(num, j->p, n);
+			num[n] = 0;
+			*v = strtoll(num, NULL, 10);
+		}
+	}
+	j->p = q;
+	return 0;
+}
+
+/* true, false or null (-1). */
+static int js_literal(jscan *j, int *v)
+{
+	static const char *names[3] = { "null", "false", "true" };
+
+	js_peek(j);
+	for (int i = 0; i < 3; i++) {
+		size_t n = strlen(names[i]);
+		if ((size_t)(j->end - j->p) >= n && !memcmp(j->p, names[i], n)) {
+			j->p += n;
+			*v = i - 1;
+			return 0;
+		}
+	}
+	return js_fail(j, "value expected");
+}
+
+/* Steps through an object or array: the first call (*k == 0) reads the
+ * opening bracket, later ones the comma or the closing bracket. Returns 1
+ * when an element follows, 0 after the closing bracket, -1 on error. */
+static int js_next(jscan *j, char open, size_t *k)
+{
+	char close = open == '{' ? '}' : ']';
+
+	if ((*k)++ == 0 && js_char(j, open) < 0)
+		return -1;
+	if (js_peek(j) == close) {
+		j->p++;
+		return 0;
+	}
+	return *k == 1 || js_char(j, ',') == 0 ? 1 : -1;
+}
+
+/* Reads and checks a value of any kind, keeping nothing. */
+static int js_skip(jscan *j, int depth)
+{
+	int c = js_peek(j), v;
+	size_t k = 0;
+	long long x;
+
+	if (depth > 512)
+		return js_fail(j, "nested too deeply");
+	if (c == '"')
+		return js_string(j);
+	if (c != '{' && c != '[')
+		return c == '-' || (c >= '0' && c <= '9') ? js_number(j, &x, &v) : js_literal(j, &v);
+	while ((v = js_next(j, (char)c, &k)) == 1)
+		if ((c == '{' && (js_string(j) < 0 || js_char(j, ':') < 0)) || js_skip(j, depth + 1) < 0)
+			return -1;
+	return v;
+}
+
+/* Growing text, for the part of the file that goes to jansson; running out
+ * of memory is noted and checked once at the end. */
+typedef struct text {
+	char *p;
+	size_t n, cap;
+	int oom;
+} text;
+
+static void text_add(text *t, const char *s, size_t n)
+{
+	if (t->n + n + 1 > t->cap) {
+		size_t cap = t->cap ? t->cap : 4096;
+		while (t->n + n + 1 > cap)
+			cap *= 2;
+		char *p = realloc(t->p, cap);
+		if (p == NULL) {
+			t->oom = 1;
+			return;
+		}
+		t->p = p;
+		t->cap = cap;
+	}
+	memcpy(t->p + t->n, s, n);
+	t->n += n;
+	t->p[t->n] = 0;
+}
+
+/* Big members: where each is found, by name. */
+static const struct {
+	const char *parent, *name;
+} BIG[3] = { { "model", "vocab" }, { "model", "merges" }, { NULL, "added_tokens" } };
+
+/* Copies the object at j to out, except the big members, whose values go
+ * to big[] (a null one counts as absent); in is the name of the member the
+ * object is the value of (NULL at the top). "model" is copied member by
+ * member so that its vocab and merges stay out. A big member given twice is
+ * refused; jansson refuses the other duplicates. */
+static int skim(jscan *j, const char *in, span big[3], text *out)
+{
+	size_t k = 0;
+	int r, i;
+
+	text_add(out, "{", 1);
+	while ((r = js_next(j, '{', &k)) == 1) {
+		const char *m = (js_peek(j), j->p);
+		if (js_string(j) < 0 || js_char(j, ':') < 0)
+			return -1;
+		if (k > 1)
+			text_add(out, ",", 1);
+		if (!in && !strcmp(j->buf, "model") && js_peek(j) == '{') {
+			text_add(out, m, (size_t)(j->p - m));
+			if (skim(j, "model", big, out) < 0)
+				return -1;
+			continue;
+		}
+		for (i = 0; i < 3; i++)
+			if (!strcmp(j->buf, BIG[i].name) &&
+			    (in && BIG[i].parent ? !strcmp(in, BIG[i].parent) : in == BIG[i].parent))
+				break;
+		const char *v = (js_peek(j), j->p);
+		if (js_skip(j, 1) < 0)
+			return -1;
+		if (i == 3) {
+			text_add(out, m, (size_t)(j->p - m));
+			continue;
+		}
+		if (big[i].p)
+			return pcg_fail(j->err, "duplicate key '%s'", BIG[i].name);
+		big[i] = (span){ v, (size_t)(j->p - v) };
+		text_add(out, m, (size_t)(v - m)); /* the key stays, for the commas */
+		text_add(out, "null", 4);
+	}
+	text_add(out, "}", 1);
+	return r;
+}
+
+/* A scanner over a span of the file (offsets in messages stay file offsets). */
+static jscan js_at(const char *start, span s, pcg_err *err)
+{
+	return (jscan){ start, s.p, s.p + s.n, NULL, 0, 0, err };
+}
+
+static int parse_vocab(tokenizer *t, jscan *j, pcg_err *err)
+{
+	size_t k = 0;
+	int r;
+
+	if (j->p == NULL || js_peek(j) != '{')
 		return pcg_fail(err, "vocab: missing or not an object");
-	if (strmap_grow(&t->vocab, json_object_size(vocab)) < 0)
-		return pcg_fail(err, "out of memory");
-	for (void *it = json_object_iter((json_t *)vocab); it;
-	     it = json_object_iter_next((json_t *)vocab, it)) {
-		const char *key = json_object_iter_key(it);
-		size_t klen = json_object_iter_key_len(it);
-		const json_t *v = json_object_iter_value(it);
-		json_int_t id = json_integer_value(v);
+	while ((r = js_next(j, '{', &k)) == 1) {
+		long long id = -1;
+		int is_int, old;
 		int64_t off;
-		int old;
-		if (!json_is_integer(v) || id < 0 || id >= TOK_MAX_ID)
-			return pcg_fail(err, "vocab: '%s': id is not an integer in [0, %d)", key,
+		if (js_string(j) < 0 || js_char(j, ':') < 0)
+			return -1;
+		if (js_peek(j) != '-' && (js_peek(j) < '0' || js_peek(j) > '9'))
+			is_int = 0;
+		else if (js_number(j, &id, &is_int) < 0)
+			return -1;
+		if (!is_int || id < 0 || id >= TOK_MAX_ID)
+			return pcg_fail(err, "vocab: '%s': id is not an integer in [0, %d)", j->buf,
 					TOK_MAX_ID);
-		if (ids_reserve(t, (int)id) < 0 || (off = arena_add(&t->str, key, klen)) < 0 ||
-		    strmap_put(&t->vocab, &t->str, (size_t)off, klen, (int)id, &old) < 0)
+		if (ids_reserve(t, (int)id) < 0 || (off = arena_add(&t->str, j->buf, j->len)) < 0 ||
+		    strmap_put(&t->vocab, &t->str, (size_t)off, j->len, (int)id, &old) < 0)
 			return pcg_fail(err, "out of memory");
+		if (old >= 0)
+			return pcg_fail(err, "vocab: '%s' appears twice", j->buf);
 		if (t->model_tok[id].len != UINT32_MAX)
 			return pcg_fail(err, "vocab: id %d is used by '%.*s' and '%s'", (int)id,
-					(int)t->model_tok[id].len, t->str.p + t->model_tok[id].off, key);
+					(int)t->model_tok[id].len, t->str.p + t->model_tok[id].off, j->buf);
 		t->model_tok[id].off = (size_t)off;
-		t->model_tok[id].len = (uint32_t)klen;
+		t->model_tok[id].len = (uint32_t)j->len;
 		if (id >= t->n_ids)
 			t->n_ids = (int)id + 1;
+		t->n_model++;
 	}
-	t->n_model = (int)json_object_size(vocab);
-	return 0;
+	return r;
 }
 
-/* Merges as "a b" (split at the one space; "#version" lines skipped, as HF
- * reads merges.txt) or as ["a", "b"]. A pair listed twice keeps its last
- * rank, as HF's collect into a HashMap does. */
-static int parse_merges(tokenizer *t, const json_t *merges, pcg_err *err)
+/* Reads merge i into j->buf as a then b (the merged token), with the
+ * lengths of a and b: "a b" (split at its one space) or ["a", "b"].
+ * Returns 1, or 0 for a "#version" line (skipped, as HF reads merges.txt). */
+static int read_merge(jscan *j, size_t i, size_t *la, size_t *lb)
 {
-	size_t n = json_array_size(merges), cap = 0, rank = 0;
-	char *buf = NULL;
-	int rc = -1;
+	size_t k = 0;
+	char *sp;
 
-	if (!json_is_array(merges))
-		return pcg_fail(err, "merges: missing or not an array");
-	if (u64map_reserve(&t->merges, n) < 0)
-		return pcg_fail(err, "out of memory");
-	for (size_t i = 0; i < n; i++) {
-		const json_t *m = json_array_get(merges, i);
-		const char *a, *b;
-		size_t la, lb;
-		if (json_is_string(m)) {
-			const char *s = json_string_value(m), *sp = memchr(s, ' ', json_string_length(m));
-			size_t len = json_string_length(m);
-			if (!strncmp(s, "#version", 8))
-				continue;
-			if (sp == NULL || memchr(sp + 1, ' ', len - (size_t)(sp + 1 - s))) {
-				pcg_fail(err, "merges[%zu]: '%s' is not two tokens separated by a space",
-					 i, s);
-				goto out;
-			}
-			a = s;
-			la = (size_t)(sp - s);
-			b = sp + 1;
-			lb = len - la - 1;
-		} else if (json_is_array(m) && json_array_size(m) == 2 &&
-			   json_is_string(json_array_get(m, 0)) &&
-			   json_is_string(json_array_get(m, 1))) {
-			a = json_string_value(json_array_get(m, 0));
-			la = json_string_length(json_array_get(m, 0));
-			b = json_string_value(json_array_get(m, 1));
-			lb = json_string_length(json_array_get(m, 1));
-		} else {
-			pcg_fail(err, "merges[%zu]: neither \"a b\" nor [\"a\", \"b\"]", i);
-			goto out;
-		}
-		if (la + lb > cap) {
-			char *p = realloc(buf, cap = 2 * (la + lb));
-			if (p == NULL) {
-				pcg_fail(err, "out of memory");
-				goto out;
-			}
-			buf = p;
-		}
-		memcpy(buf, a, la);
-		memcpy(buf + la, b, lb);
-		int ia = strmap_get(&t->vocab, &t->str, a, la);
-		int ib = strmap_get(&t->vocab, &t->str, b, lb);
-		int im = strmap_get(&t->vocab, &t->str, buf, la + lb);
-		if (ia < 0 || ib < 0 || im < 0) {
-			pcg_fail(err, "merges[%zu]: '%.*s' is not in the vocab", i,
-				 ia < 0 ? (int)la : ib < 0 ? (int)lb : (int)(la + lb),
-				 ia < 0 ? a : ib < 0 ? b : buf);
-			goto out;
-		}
-		if (u64map_put(&t->merges, (uint64_t)ia << 32 | (uint32_t)ib,
-			       (uint64_t)rank << 32 | (uint32_t)im) < 0) {
-			pcg_fail(err, "out of memory");
-			goto out;
-		}
-		rank++;
+	if (js_peek(j) == '"') {
+		if (js_string(j) < 0)
+			return -1;
+		if (j->len >= 8 && !memcmp(j->buf, "#version", 8))
+			return 0;
+		sp = memchr(j->buf, ' ', j->len);
+		if (sp == NULL || memchr(sp + 1, ' ', j->len - (size_t)(sp + 1 - j->buf)))
+			return pcg_fail(j->err, "merges[%zu]: '%s' is not two tokens separated by a"
+					" space", i, j->buf);
+		*la = (size_t)(sp - j->buf);
+		*lb = j->len - *la - 1;
+		memmove(sp, sp + 1, *lb + 1);
+		j->len--;
+		return 1;
 	}
-	rc = 0;
-out:
-	free(buf);
-	return rc;
+	if (js_peek(j) == '[' && js_next(j, '[', &k) == 1 && js_peek(j) == '"') {
+		j->len = 0;
+		if (js_str(j, 1) < 0)
+			return -1;
+		*la = j->len;
+		if (js_next(j, '[', &k) == 1 && js_peek(j) == '"') {
+			if (js_str(j, 1) < 0)
+				return -1;
+			*lb = j->len - *la;
+			if (js_next(j, '[', &k) == 0)
+				return 1;
+		}
+	}
+	return pcg_fail(j->err, "merges[%zu]: neither \"a b\" nor [\"a\", \"b\"]", i);
 }
 
-static int parse_model(tokenizer *t, const json_t *model, pcg_err *err)
+/* A pair listed twice keeps its last rank, as HF's collect into a HashMap
+ * does. */
+static int parse_merges(tokenizer *t, jscan *j, pcg_err *err)
+{
+	size_t k = 0, la = 0, lb = 0;
+	uint32_t rank = 0;
+	int r;
+
+	if (j->p == NULL || js_peek(j) != '[')
+		return pcg_fail(err, "merges: missing or not an array");
+	for (size_t i = 0; (r = js_next(j, '[', &k)) == 1; i++) {
+		int m = read_merge(j, i, &la, &lb);
+		if (m <= 0) {
+			if (m < 0)
+				return -1;
+			continue;
+		}
+		const char *ab = j->buf;
+		int ia = strmap_get(&t->vocab, &t->str, ab, la);
+		int ib = strmap_get(&t->vocab, &t->str, ab + la, lb);
+		int im = strmap_get(&t->vocab, &t->str, ab, la + lb);
+		if (ia < 0 || ib < 0 || im < 0)
+			return pcg_fail(err, "merges[%zu]: '%.*s' is not in the vocab", i,
+					ia < 0 ? (int)la : ib < 0 ? (int)lb : (int)(la + lb),
+					ia < 0 || ib >= 0 ? ab : ab + la);
+		if (u64map_put(&t->merges, (uint64_t)ia << 32 | (uint32_t)ib,
+			       (uint64_t)rank++ << 32 | (uint32_t)im) < 0)
+			return pcg_fail(err, "out of memory");
+	}
+	return r;
+}
+
+static int parse_model(tokenizer *t, const json_t *model, jscan *vocab, jscan *merges,
+		       pcg_err *err)
 {
 	const char *type = type_of(model);
 	const json_t *v;
@@ -1332,8 +1647,7 @@ static int parse_model(tokenizer *t, const json_t *model, pcg_err *err)
 		if ((v = field(model, name)) && !(json_is_string(v) && json_string_length(v) == 0))
 			return pcg_fail(err, "%s is not supported", name);
 	}
-	if (parse_vocab(t, json_object_get(model, "vocab"), err) < 0 ||
-	    parse_merges(t, json_object_get(model, "merges"), err) < 0)
+	if (parse_vocab(t, vocab, err) < 0 || parse_merges(t, merges, err) < 0)
 		return -1;
 	t->unk_id = -1;
 	if ((v = field(model, "unk_token"))) {
@@ -1348,46 +1662,95 @@ static int parse_model(tokenizer *t, const json_t *model, pcg_err *err)
 	return 0;
 }
 
+/* One added_tokens entry; options default as in HF's AddedToken
+ * (normalized: !special). */
+static int parse_added_one(tokenizer *t, jscan *j, size_t i, added_tok *a, pcg_err *err)
+{
+	static const char *keys[7] = { "single_word", "lstrip", "rstrip", "normalized", "special",
+				       "id", "content" };
+	int f[5] = { 0, 0, 0, -1, 0 }, have_content = 0, seen = 0, r, n;
+	long long id = -1;
+	size_t k = 0;
+
+	if (js_peek(j) != '{')
+		return pcg_fail(err, "added_tokens[%zu]: not an object", i);
+	while ((r = js_next(j, '{', &k)) == 1) {
+		int c, v, is_int;
+		int64_t off;
+		if (js_string(j) < 0 || js_char(j, ':') < 0)
+			return -1;
+		for (n = 0; n < 7 && strcmp(j->buf, keys[n]); n++)
+			;
+		if (n < 7 && (seen >> n & 1))
+			return pcg_fail(err, "added_tokens[%zu]: %s given twice", i, keys[n]);
+		seen |= 1 << n;
+		c = js_peek(j);
+		if (n < 5) {
+			if (c != 'n' && c != 't' && c != 'f')
+				return pcg_fail(err, "added_tokens[%zu]: %s: not a boolean", i, keys[n]);
+			if (js_literal(j, &v) < 0)
+				return -1;
+			if (v >= 0)
+				f[n] = v;
+		} else if (n == 5 && (c == '-' || (c >= '0' && c <= '9'))) {
+			if (js_number(j, &id, &is_int) < 0)
+				return -1;
+			if (!is_int)
+				id = -1;
+		} else if (n == 6 && c == '"') {
+			if (js_string(j) < 0)
+				return -1;
+			if ((off = arena_add(&t->str, j->buf, j->len)) < 0)
+				return pcg_fail(err, "out of memory");
+			a->off = (size_t)off;
+			a->len = (uint32_t)j->len;
+			have_content = 1;
+		} else if (js_skip(j, 1) < 0) { /* another member, or id/content of a wrong type */
+			return -1;
+		}
+	}
+	if (r < 0)
+		return -1;
+	if (!have_content || id < 0 || id >= TOK_MAX_ID)
+		return pcg_fail(err, "added_tokens[%zu]: needs a content string and an id in [0, %d)",
+				i, TOK_MAX_ID);
+	*a = (added_tok){ a->off, a->len, (int)id, (unsigned char)f[0], (unsigned char)f[1],
+			  (unsigned char)f[2], (unsigned char)(f[3] < 0 ? !f[4] : f[3]),
+			  (unsigned char)f[4] };
+	return 0;
+}
+
 /* The added tokens, added in one batch as HF's deserializer does. HF then
  * uses the ids it assigns, not the ones in the file; we refuse a file where
  * the two differ rather than silently renumber. */
-static int parse_added(tokenizer *t, const json_t *list, pcg_err *err)
+static int parse_added(tokenizer *t, jscan *j, pcg_err *err)
 {
-	size_t n = json_array_size(list);
-	added_tok *in = malloc((n ? n : 1) * sizeof *in);
-	int *ids = malloc((n ? n : 1) * sizeof *ids), rc = -1;
+	added_tok *in = NULL;
+	int *ids = NULL, rc = -1, r;
+	size_t n = 0, cap = 0, k = 0;
 
-	if (list != NULL && !json_is_array(list)) {
-		pcg_fail(err, "added_tokens: not an array");
-		goto out;
+	if (j->p == NULL)
+		return 0;
+	if (js_peek(j) != '[')
+		return pcg_fail(err, "added_tokens: not an array");
+	while ((r = js_next(j, '[', &k)) == 1) {
+		if (n == cap) {
+			added_tok *p = realloc(in, (cap = cap ? 2 * cap : 512) * sizeof *p);
+			if (p == NULL || n >= INT32_MAX) {
+				free(p ? p : in);
+				return pcg_fail(err, "out of memory");
+			}
+			in = p;
+		}
+		if (parse_added_one(t, j, n, &in[n], err) < 0)
+			goto out;
+		n++;
 	}
-	if (in == NULL || ids == NULL || n > INT32_MAX) {
+	if (r < 0)
+		goto out;
+	if ((ids = malloc((n ? n : 1) * sizeof *ids)) == NULL) {
 		pcg_fail(err, "out of memory");
 		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		const json_t *o = json_array_get(list, i), *c = json_object_get(o, "content");
-		const json_t *id = json_object_get(o, "id");
-		int f[5];
-		size_t off = 0, len = 0;
-		if (!json_is_string(c) || !json_is_integer(id) || json_integer_value(id) < 0 ||
-		    json_integer_value(id) >= TOK_MAX_ID) {
-			pcg_fail(err, "added_tokens[%zu]: needs a content string and an id in [0, %d)",
-				 i, TOK_MAX_ID);
-			goto out;
-		}
-		if (get_bool(o, "single_word", 0, &f[0], err) < 0 ||
-		    get_bool(o, "lstrip", 0, &f[1], err) < 0 ||
-		    get_bool(o, "rstrip", 0, &f[2], err) < 0 ||
-		    get_bool(o, "special", 0, &f[4], err) < 0 ||
-		    get_bool(o, "normalized", !f[4], &f[3], err) < 0 ||
-		    intern(t, c, &off, &len, err) < 0) {
-			pcg_err_prefix(err, "added_tokens");
-			goto out;
-		}
-		in[i] = (added_tok){ off, (uint32_t)len, (int)json_integer_value(id),
-				     (unsigned char)f[0], (unsigned char)f[1], (unsigned char)f[2],
-				     (unsigned char)f[3], (unsigned char)f[4] };
 	}
 	if (add_batch(t, in, (int)n, ids, err) < 0)
 		goto out;
@@ -1406,7 +1769,9 @@ out:
 	return rc;
 }
 
-static int parse_root(tokenizer *t, const json_t *root, pcg_err *err)
+/* The small members, parsed by jansson. */
+static int parse_root(tokenizer *t, const json_t *root, jscan *vocab, jscan *merges,
+		      jscan *added, pcg_err *err)
 {
 	const json_t *v;
 	const char *type;
@@ -1420,7 +1785,7 @@ static int parse_root(tokenizer *t, const json_t *root, pcg_err *err)
 	if (v == NULL || strcmp(type = type_of(v), "ByteLevel"))
 		return pcg_fail(err, "decoder: %s is not supported (only ByteLevel)",
 				v ? type : "null");
-	if (parse_model(t, field(root, "model"), err) < 0) {
+	if (parse_model(t, field(root, "model"), vocab, merges, err) < 0) {
 		pcg_err_prefix(err, "model");
 		return -1;
 	}
@@ -1428,7 +1793,31 @@ static int parse_root(tokenizer *t, const json_t *root, pcg_err *err)
 		pcg_err_prefix(err, "pre_tokenizer");
 		return -1;
 	}
-	return parse_added(t, field(root, "added_tokens"), err);
+	return parse_added(t, added, err);
+}
+
+/* Splits the file: model.vocab, model.merges and added_tokens become spans
+ * for the scanner, the rest becomes the JSON text out for jansson. */
+static int split_file(const char *json, size_t len, span big[3], text *out, pcg_err *err)
+{
+	jscan j = { json, json, json + len, NULL, 0, 0, err };
+	int rc = -1, c = js_peek(&j);
+
+	for (int i = 0; i < 3; i++)
+		big[i] = (span){ NULL, 0 };
+	if (c != '{')
+		rc = c < 0 ? js_fail(&j, "empty") : pcg_fail(err, "not a JSON object");
+	else if (skim(&j, NULL, big, out) < 0)
+		rc = -1;
+	else if (js_peek(&j) >= 0)
+		rc = js_fail(&j, "text after the object");
+	else
+		rc = out->oom ? pcg_fail(err, "out of memory") : 0;
+	for (int i = 0; i < 3; i++)
+		if (big[i].n == 4 && !memcmp(big[i].p, "null", 4))
+			big[i].p = NULL;
+	free(j.buf);
+	return rc;
 }
 
 tokenizer *tok_parse(const char *json, size_t len, pcg_err *err)
@@ -1436,6 +1825,9 @@ tokenizer *tok_parse(const char *json, size_t len, pcg_err *err)
 	tokenizer *t = calloc(1, sizeof *t);
 	json_error_t je;
 	json_t *root = NULL;
+	text small = { NULL, 0, 0, 0 };
+	span big[3];
+	jscan js[3] = { { 0 } };
 
 	if (t == NULL) {
 		pcg_fail(err, "out of memory");
@@ -1450,20 +1842,26 @@ tokenizer *tok_parse(const char *json, size_t len, pcg_err *err)
 	if (compile(&t->word_re, "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]",
 		    PCRE2_ZERO_TERMINATED, 0, err) < 0)
 		goto fail;
-	root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+	if (tok_check_utf8(json, len, err) < 0 || split_file(json, len, big, &small, err) < 0)
+		goto fail;
+	root = json_loadb(small.p, small.n, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
 	if (root == NULL) {
-		pcg_fail(err, "not valid JSON: %s (line %d)", je.text, je.line);
+		pcg_fail(err, "not valid JSON: %s", je.text);
 		goto fail;
 	}
-	if (!json_is_object(root)) {
-		pcg_fail(err, "not a JSON object");
+	for (int i = 0; i < 3; i++)
+		js[i] = js_at(json, big[i], err);
+	if (parse_root(t, root, &js[0], &js[1], &js[2], err) < 0)
 		goto fail;
-	}
-	if (parse_root(t, root, err) < 0)
-		goto fail;
+	for (int i = 0; i < 3; i++)
+		free(js[i].buf);
+	free(small.p);
 	json_decref(root);
 	return t;
 fail:
+	for (int i = 0; i < 3; i++)
+		free(js[i].buf);
+	free(small.p);
 	json_decref(root);
 	tok_free(&t);
 	return NULL;

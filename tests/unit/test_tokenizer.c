@@ -395,6 +395,18 @@ static char *replace_once(const char *s, const char *from, const char *to)
 	return r;
 }
 
+/* A small tokenizer.json that uses every option. */
+static const char SMALL[] =
+	"{\"version\":\"1.0\",\"added_tokens\":[{\"id\":7,\"content\":\"<x>\",\"special\":true,"
+	"\"normalized\":false},{\"id\":8,\"content\":\"yz\",\"lstrip\":true,\"rstrip\":true,"
+	"\"single_word\":true,\"special\":false,\"normalized\":true}],\"normalizer\":null,"
+	"\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
+	"\"pattern\":{\"Regex\":\"\\\\p{L}+|\\\\s+(?!\\\\S)|.\"},\"behavior\":\"Isolated\","
+	"\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":true,"
+	"\"use_regex\":false}]},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\","
+	"\"ignore_merges\":false,\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"\xc4\xa0\":3,\"ab\":4,"
+	"\"abc\":5,\"\xc4\xa0" "a\":6},\"merges\":[\"a b\",[\"ab\",\"c\"],\"\xc4\xa0 a\"]}}";
+
 /* Each edit of pcg-mkmodel's tokenizer.json must be refused with a message
  * that contains what is named. */
 static void test_bad_files(void)
@@ -489,6 +501,76 @@ static void test_bad_files(void)
 	}
 	free(base);
 
+	/* The scanner of vocab, merges and added_tokens is as strict as jansson. */
+	static const struct {
+		const char *from, *to, *want;
+	} small_edits[] = {
+		{ "\"a\":0,", "\"a\":0,\"a\":7,", "vocab: 'a' appears twice" },
+		{ "\"a\":0,", "\"\\x\":9,", "invalid escape" },
+		{ "\"a\":0,", "\"\\ud800\":9,", "lone surrogate" },
+		{ "\"a\":0,", "\"\\udc00\\ud800\":9,", "lone surrogate" },
+		{ "\"a\":0,", "\"\\u12G4\":9,", "invalid \\u escape" },
+		{ "\"a\":0,", "\"\t\":9,", "control character in a string" },
+		{ "\"a\":0,", "\"a\":\"0\",", "vocab: 'a': id is not an integer" },
+		{ "\"a\":0,", "\"a\":0.5,", "vocab: 'a': id is not an integer" },
+		{ "\"a\":0,", "\"a\":01,", "not valid JSON at byte" },
+		{ "\"a\":0,", "\"a\":99999999999999999999,", "id is not an integer in" },
+		{ "\"a\":0,", "\"a\":-,", "value expected" },
+		{ "\"a\":0,", "\"a\":0,,", "not valid JSON at byte" },
+		{ "\"vocab\":{", "\"vocab\":{},\"vocab\":{", "duplicate key 'vocab'" },
+		{ "\"version\":\"1.0\",", "\"version\":\"1.0\",\"added_tokens\":[],", "duplicate key 'added_tokens'" },
+		{ "\"version\":\"1.0\",", "\"version\":\"1.0\",\"version\":\"1.0\",", "duplicate" },
+		{ "{\"id\":7,", "{\"id\":7,\"id\":7,", "added_tokens[0]: id given twice" },
+		{ "{\"id\":7,", "{\"id\":7.0,", "added_tokens[0]: needs a content string" },
+		{ "{\"id\":7,", "{\"id\":7,\"x\":[[[],{\"y\":tru}]],", "value expected" },
+		{ "\"special\":true,", "\"special\":1,", "added_tokens[0]: special: not a boolean" },
+		{ "\"added_tokens\":[{", "\"added_tokens\":[3,{", "added_tokens[0]: not an object" },
+		{ "\"added_tokens\":[", "\"added_tokens\":{", "not valid JSON at byte" },
+		{ "[\"ab\",\"c\"]", "[\"ab\",\"c\",\"d\"]", "merges[1]: neither" },
+		{ "[\"ab\",\"c\"]", "[\"ab\"]", "merges[1]: neither" },
+		{ "[\"ab\",\"c\"]", "\"ab c d\"", "merges[1]: 'ab c d' is not two tokens" },
+		{ "}}", "}} x", "text after the object" },
+		{ "}}", "}", "not valid JSON at byte" },
+	};
+	for (size_t i = 0; i < sizeof small_edits / sizeof small_edits[0]; i++) {
+		s = replace_once(SMALL, small_edits[i].from, small_edits[i].to);
+		CHECKF(s != NULL, "small edit %zu: '%s' not in SMALL", i, small_edits[i].from);
+		if (s == NULL)
+			continue;
+		err.msg[0] = 0;
+		t = tok_parse(s, strlen(s), &err);
+		CHECKF(t == NULL && strstr(err.msg, small_edits[i].want), "small edit %zu: want '%s', got"
+		       " '%s'", i, small_edits[i].want, t ? "accepted" : err.msg);
+		tok_free(&t);
+		free(s);
+	}
+	/* Nesting in a member nobody reads is bounded, not a stack overflow. */
+	size_t deep = 100000;
+	char *nest = malloc(sizeof SMALL + 2 * deep + 16);
+	strcpy(nest, "{\"x\":");
+	memset(nest + 5, '[', deep);
+	memset(nest + 5 + deep, ']', deep);
+	strcpy(nest + 5 + 2 * deep, ",");
+	strcat(nest, SMALL + 1);
+	CHECK(tok_parse(nest, strlen(nest), &err) == NULL && strstr(err.msg, "nested too deeply"));
+	free(nest);
+	/* Escapes are decoded: \u0120 is the byte-level space, a surrogate pair
+	 * an emoji; a file that is not UTF-8 is refused with the offset. */
+	s = replace_once(SMALL, "\"\xc4\xa0\":3", "\"\\u0120\":3");
+	char *s2 = replace_once(s, "\"<x>\"", "\"\\u00e9\\t\\ud83d\\ude00\\\"\"");
+	t = tok_parse(s2, strlen(s2), &err);
+	CHECKF(t != NULL, "escapes: %s", err.msg);
+	CHECK(t && tok_token_id(t, "\xc3\xa9\t\xf0\x9f\x98\x80\"", 8) == 7);
+	CHECK(t && tok_token_id(t, "\xc4\xa0", 2) == 3);
+	tok_free(&t);
+	free(s);
+	free(s2);
+	s = replace_once(SMALL, "\"c\":2,", "\"c\xff\":2,");
+	char want[64];
+	snprintf(want, sizeof want, "invalid UTF-8 at byte %zu", (size_t)(strchr(s, '\xff') - s));
+	CHECK(tok_parse(s, strlen(s), &err) == NULL && strstr(err.msg, want));
+	free(s);
+
 	/* tok_load puts the path in front. */
 	CHECK(tok_load(FIXTURES "/no-such-file.json", &err) == NULL &&
 	      strstr(err.msg, "no-such-file.json: No such file"));
@@ -515,26 +597,16 @@ static uint64_t fuzz_next(uint64_t *s)
  * must encode and decode without a memory error (the asan- build checks). */
 static void test_fuzz(void)
 {
-	static const char base[] =
-		"{\"version\":\"1.0\",\"added_tokens\":[{\"id\":7,\"content\":\"<x>\",\"special\":true,"
-		"\"normalized\":false},{\"id\":8,\"content\":\"yz\",\"lstrip\":true,\"rstrip\":true,"
-		"\"single_word\":true,\"special\":false,\"normalized\":true}],\"normalizer\":null,"
-		"\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\","
-		"\"pattern\":{\"Regex\":\"\\\\p{L}+|\\\\s+(?!\\\\S)|.\"},\"behavior\":\"Isolated\","
-		"\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":true,"
-		"\"use_regex\":false}]},\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\","
-		"\"ignore_merges\":false,\"vocab\":{\"a\":0,\"b\":1,\"c\":2,\"\xc4\xa0\":3,\"ab\":4,"
-		"\"abc\":5,\"\xc4\xa0" "a\":6},\"merges\":[\"a b\",[\"ab\",\"c\"],\"\xc4\xa0 a\"]}}";
-	static const char chars[] = "{}[]\",:-0123456789ab \\.*+?()|<>^$";
+	static const char chars[] = "{}[]\",:-0123456789abuedE \\.*+?()|<>^$";
 	static const char *texts[] = { "abc abcab", " <x>yz yz ayz", "", "\xc3\xa9 c<x", "  \n a" };
 	uint64_t seed = 12345;
-	char buf[sizeof base + 8];
+	char buf[sizeof SMALL + 8];
 	pcg_err err;
 	int parsed = 0;
 
-	for (int it = 0; it < 3000; it++) {
-		size_t n = sizeof base - 1;
-		memcpy(buf, base, sizeof base);
+	for (int it = 0; it < 10000; it++) {
+		size_t n = sizeof SMALL - 1;
+		memcpy(buf, SMALL, sizeof SMALL);
 		int edits = 1 + (int)(fuzz_next(&seed) % 3);
 		for (int e = 0; e < edits; e++) {
 			size_t at = fuzz_next(&seed) % n;
@@ -559,8 +631,17 @@ static void test_fuzz(void)
 		}
 		tok_free(&t);
 	}
-	printf("fuzz: %d of 3000 mutants parsed\n", parsed);
+	printf("fuzz: %d of 10000 mutants parsed\n", parsed);
 	CHECK(parsed > 0);
+	/* Every prefix of the file is refused, with no read past its end. */
+	for (size_t n = 0; n + 1 < sizeof SMALL; n++) {
+		char *p = malloc(n + 1);
+		memcpy(p, SMALL, n);
+		tokenizer *t = tok_parse(p, n, &err);
+		CHECKF(t == NULL, "prefix of %zu bytes accepted", n);
+		tok_free(&t);
+		free(p);
+	}
 }
 
 int main(void)
