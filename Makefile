@@ -90,7 +90,16 @@ build/lib/cuda/%.o: lib/cuda/%.cu | $(DEPS_OK)
 build/tests/cuda-%: build/tests/cuda/%.o build/libpcg-cuda.a build/libpcg.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS_ALL) -lstdc++
 
-test: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS)
+# libFuzzer targets (tests/fuzz/*.c) when clang can build them.
+CLANG    ?= $(shell command -v clang 2>/dev/null)
+FUZZ_OK  := $(if $(CLANG),$(shell printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' | \
+		$(CLANG) -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo 1))
+FUZZERS  := $(if $(FUZZ_OK),$(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/*.c)))
+build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/proto.c lib/err.c lib/dtype.c lib/sampling.c | $(DEPS_OK)
+	@mkdir -p build/fuzz
+	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -Ilib $^ -lmsgpackc -lm -o $@
+
+test: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS) $(FUZZERS)
 	@tests/run
 
 demo: all
