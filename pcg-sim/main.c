@@ -1,0 +1,206 @@
+/* pcg-sim: runs a verification policy many times on one position
+ * (lookahead 1) with a fixed draft distribution p and target distribution q,
+ * for offline study and tests: acceptance rate, emitted tokens, emitted
+ * groups (pcg) and thinning trials.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "asg.h"
+#include "opts.h"
+#include "policy.h"
+#include "rng.h"
+
+static const char *prog = "pcg-sim";
+static const char *SYNOPSIS =
+	"--policy sd|ssd|pcg|greedy [--beta B] [--asg FILE] --draft P.f32 --target Q.f32\n"
+	"       [--trials N] [--seed S]";
+
+static const char *policy_s, *asg_path, *draft_path, *target_path;
+static double beta;
+static int trials, seed;
+
+static const pcg_opt opts[] = {
+	{ "policy", PCG_OPT_STR, &policy_s, NULL, 1, 0, "P", "sd, ssd, pcg or greedy" },
+	{ "beta", PCG_OPT_FLOAT, &beta, "0.4", 0, 1e9, "B", "ssd: the tolerance beta" },
+	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
+	  "pcg: the ASG file (- for stdin; without it every token is its own group)" },
+	{ "draft", PCG_OPT_STR, &draft_path, NULL, 1, 0, "FILE", "p: raw little-endian float32" },
+	{ "target", PCG_OPT_STR, &target_path, NULL, 1, 0, "FILE", "q: raw little-endian float32" },
+	{ "trials", PCG_OPT_INT, &trials, "100000", 1, 2147483647, "N", "rounds to run" },
+	{ "seed", PCG_OPT_INT, &seed, "1", 0, 2147483647, "S", "random seed" },
+	{ NULL },
+};
+
+/* Reads a probability vector: float32 values, finite and >= 0, summing to 1
+ * within 1e-3; normalised to sum 1. */
+static float *read_probs(const char *path, int *V, pcg_err *err)
+{
+	FILE *f = fopen(path, "rb");
+	size_t cap = 4096, len = 0, n;
+	char *b = NULL;
+	double sum = 0.0;
+
+	if (f == NULL) {
+		pcg_fail(err, "%s: %s", path, strerror(errno));
+		return NULL;
+	}
+	for (;;) {
+		char *w = realloc(b, cap);
+		if (w == NULL) {
+			pcg_fail(err, "%s: out of memory", path);
+			goto fail;
+		}
+		b = w;
+		len += fread(b + len, 1, cap - len, f);
+		if (len < cap)
+			break;
+		cap *= 2;
+	}
+	if (ferror(f)) {
+		pcg_fail(err, "%s: %s", path, strerror(errno));
+		goto fail;
+	}
+	n = len / 4;
+	if (len % 4 != 0 || n == 0 || n > 0x7fffffff) {
+		pcg_fail(err, "%s: %zu bytes: want a non-empty sequence of float32 values", path,
+			 len);
+		goto fail;
+	}
+	float *v = (float *)b; /* realloc'd memory is aligned for float */
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(v[i]) || v[i] < 0.0f) {
+			pcg_fail(err, "%s: entry %zu is %g: probabilities must be finite and >= 0",
+				 path, i, (double)v[i]);
+			goto fail;
+		}
+		sum += v[i];
+	}
+	if (fabs(sum - 1.0) > 1e-3) {
+		pcg_fail(err, "%s: the %zu entries sum to %.9g, not 1 within 1e-3", path, n, sum);
+		goto fail;
+	}
+	for (size_t i = 0; i < n; i++)
+		v[i] = (float)(v[i] / sum);
+	fclose(f);
+	*V = (int)n;
+	return v;
+fail:
+	fclose(f);
+	free(b);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	pcg_err err = { "" };
+	int first = pcg_opts_parse(opts, argc, argv, &err), kind, V = 0, Vq = 0, rc = 1;
+	float *p = NULL, *q = NULL;
+	double *cdf = NULL;
+	long *tok = NULL, *grp = NULL, accepted = 0, rejections = 0, trial_sum = 0;
+	long n_labels = 0;
+	asg *a = NULL;
+	policy *pl = NULL;
+	pcg_rng rng;
+
+	if (first == PCG_OPTS_HELP) {
+		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);
+		return 0;
+	}
+	kind = policy_s ? policy_kind_from_name(policy_s) : -1;
+	const char *bad = first < 0 ? err.msg
+		: first != argc ? "unexpected argument"
+		: !policy_s ? "--policy is required"
+		: kind < 0 ? "--policy: want sd, ssd, pcg or greedy"
+		: !draft_path || !target_path ? "--draft and --target are required"
+		: pcg_opts_given(opts, "beta") && kind != POLICY_SSD ? "--beta is for --policy ssd"
+		: asg_path && kind != POLICY_PCG ? "--asg is for --policy pcg" : NULL;
+	if (bad) {
+		fprintf(stderr, "%s: %s\n", prog, bad);
+		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
+		return 2;
+	}
+	p = read_probs(draft_path, &V, &err);
+	q = p ? read_probs(target_path, &Vq, &err) : NULL;
+	if (q == NULL)
+		goto fail;
+	if (V != Vq) {
+		pcg_fail(&err, "%s has %d entries, %s has %d: want the same length", draft_path, V,
+			 target_path, Vq);
+		goto fail;
+	}
+	if (asg_path && (a = asg_open(asg_path, &err)) == NULL)
+		goto fail;
+	policy_params pp = { (policy_kind)kind, kind == POLICY_SSD ? beta : 0.0, a, 0, -1 };
+	if ((pl = policy_new(&pp, V, &err)) == NULL)
+		goto fail;
+
+	/* Group labels: the ASG's M groups, then one per token at or beyond n. */
+	if (kind == POLICY_PCG)
+		n_labels = a ? (long)asg_get(a)->M + (V - (long)asg_get(a)->n) : V;
+	cdf = malloc((size_t)V * sizeof *cdf);
+	tok = calloc((size_t)V, sizeof *tok);
+	grp = calloc((size_t)(n_labels ? n_labels : 1), sizeof *grp);
+	if (!cdf || !tok || !grp) {
+		pcg_fail(&err, "out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < V; i++)
+		cdf[i] = (i ? cdf[i - 1] : 0.0) + p[i];
+
+	pcg_rng_init(&rng, (uint64_t)seed, 0);
+	for (int t = 0; t < trials; t++) {
+		const float *pv[1] = { p }, *qv[2] = { q, NULL };
+		policy_result res;
+		/* x ~ p: the first i with cdf[i] > u * total (never a zero entry) */
+		double target = pcg_rng_uniform(&rng) * cdf[V - 1];
+		int lo = 0, hi = V - 1;
+		while (lo < hi) {
+			int mid = lo + (hi - lo) / 2;
+			if (cdf[mid] > target)
+				hi = mid;
+			else
+				lo = mid + 1;
+		}
+		if (policy_run(pl, 1, &lo, pv, qv, &rng, &res, &err) < 0)
+			goto fail;
+		accepted += res.n_accepted;
+		tok[res.tokens[0]]++;
+		if (kind == POLICY_PCG)
+			grp[res.groups[0]]++;
+		if (res.rejected) {
+			rejections++;
+			trial_sum += res.trials;
+		}
+	}
+
+	printf("accept_rate\t%.6f\n", (double)accepted / trials);
+	for (int i = 0; i < V; i++)
+		if (tok[i])
+			printf("token\t%d\t%ld\n", i, tok[i]);
+	for (long k = 0; k < n_labels; k++)
+		if (grp[k])
+			printf("group\t%ld\t%ld\n", k, grp[k]);
+	printf("mean_trials\t%.6f\n",
+	       kind == POLICY_PCG && rejections ? (double)trial_sum / rejections : 0.0);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		pcg_fail(&err, "stdout: write failed");
+		goto fail;
+	}
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "%s: %s\n", prog, err.msg);
+out:
+	policy_free(&pl);
+	asg_close(&a);
+	free(p);
+	free(q);
+	free(cdf);
+	free(tok);
+	free(grp);
+	return rc;
+}
