@@ -1,15 +1,15 @@
 /* bench/tokenizer.c: the tokenizer's load time on a LLaSA-sized
  * tokenizer.json (193,800 entries, 280,147 merges, 65,800 added tokens) and
- * its encode throughput in MB of UTF-8 per second.
+ * its encode throughput in MiB of UTF-8 per second.
  *
  * The LLaSA file is made here from the committed Llama 3 tokenizer.json.gz
  * by appending the 8 tags and 65,536 <|s_N|> tokens to added_tokens, as
  * transformers' save_pretrained writes them (2-space indent): once with
- * merges as "a b" strings (20 MB) and once as ["a", "b"] pairs, the form
+ * merges as "a b" strings (21 MB) and once as ["a", "b"] pairs, the form
  * tokenizers >= 0.20 saves (30 MB). --keep keeps the second.
  * Texts: the licences in /usr/share/common-licenses (English prose) and the
  * parity corpus of tests/fixtures/tokenizer (many scripts, emoji, long runs),
- * each repeated to --mb MB. Run from the repository root.
+ * each repeated to --mb MiB. Run from the repository root.
  * Usage: bench-tokenizer [--reps N] [--mb N] [--keep FILE]
  */
 #include <dirent.h>
@@ -31,7 +31,7 @@ static const char *keep;
 
 static const pcg_opt opts[] = {
 	{ "reps", PCG_OPT_INT, &reps, "5", 1, 1000, "N", "repetitions (the best is reported)" },
-	{ "mb", PCG_OPT_INT, &mb, "4", 1, 1024, "N", "size of each encoded text in MB" },
+	{ "mb", PCG_OPT_INT, &mb, "4", 1, 1024, "N", "size of each encoded text in MiB" },
 	{ "keep", PCG_OPT_STR, &keep, NULL, 1, 0, "FILE", "write the LLaSA tokenizer.json here" },
 	{ NULL },
 };
@@ -167,7 +167,7 @@ static void bench_encode(const tokenizer *t, const char *name, const char *src, 
 			best = t0;
 		free(ids);
 	}
-	printf("encode %-22s %5.2f MB in %6.3f s: %6.2f MB/s, %zu ids (%.2f bytes/id)\n", name,
+	printf("encode %-22s %5.2f MiB in %6.3f s: %6.2f MiB/s, %zu ids (%.2f bytes/id)\n", name,
 	       n / 1048576.0, best, n / 1048576.0 / best, n_ids, (double)n / n_ids);
 	free(text);
 }
@@ -206,7 +206,7 @@ static tokenizer *bench_load(int pairs)
 	fclose(f);
 	if (!keep)
 		remove(path);
-	printf("load   LLaSA tokenizer.json, merges as %s: %.1f MB, %d ids: best %.3f s"
+	printf("load   LLaSA tokenizer.json, merges as %s: %.1f MiB, %d ids: best %.3f s"
 	       " (CPU %.3f s), mean %.3f s of %d\n", pairs ? "pairs  " : "strings",
 	       size / 1048576.0, tok_vocab_size(t), best, cpu_best, sum / reps, reps);
 	return t;
