@@ -85,8 +85,11 @@ static inline __attribute__((always_inline)) float hsum(vf v)
  * elements, the order in which bf16 pairs widen most cheaply: a 32-bit word
  * holding two bf16 values gives the even one by a shift and the odd one by
  * a mask. Several weight rows share each activation load, and several
- * activation rows share each weight load; with few accumulators in flight a
- * second set hides the FMA latency. */
+ * activation rows share each weight load. Every (row, activation row) sum
+ * is accumulated in the same order whatever R and NB are, so a logit does
+ * not depend on how rows and positions were grouped: a block of positions
+ * gives bit for bit what single positions give, and a subset of rows what
+ * the full matrix gives. */
 /* Bytes ahead of each weight stream to prefetch: with several streams per
  * thread and FMAs between the loads, the hardware prefetcher alone leaves
  * memory bandwidth unused. */
@@ -103,15 +106,14 @@ tile_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsign
 {
 	const size_t es = dt == PCG_F32 ? 4 : 2;
 	const float *xv = dt == PCG_BF16 ? xs : x;
-	const int two_sets = R * NB <= 4;
-	vf acc0[4][4], acc1[4][4];
+	vf acc[4][4];
 	int k = 0;
 
 #pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
 		for (int b = 0; b < NB; b++)
-			acc0[r][b] = acc1[r][b] = (vf){0};
+			acc[r][b] = (vf){0};
 	for (; k + 2 * VW <= K; k += 2 * VW) {
 		vf w0[4], w1[4];
 #pragma GCC unroll 4
@@ -138,11 +140,8 @@ tile_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsign
 			memcpy(&x1, xv + (size_t)b * K + k + VW, sizeof x1);
 #pragma GCC unroll 4
 			for (int r = 0; r < R; r++) {
-				acc0[r][b] += w0[r] * x0;
-				if (two_sets)
-					acc1[r][b] += w1[r] * x1;
-				else
-					acc0[r][b] += w1[r] * x1;
+				acc[r][b] += w0[r] * x0;
+				acc[r][b] += w1[r] * x1;
 			}
 		}
 	}
@@ -150,7 +149,7 @@ tile_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsign
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
 		for (int b = 0; b < NB; b++) {
-			float s = hsum(two_sets ? acc0[r][b] + acc1[r][b] : acc0[r][b]);
+			float s = hsum(acc[r][b]);
 			for (int j = k; j < K; j++)
 				s += load_w1(w + r * row_bytes + j * es, dt) * x[(size_t)b * K + j];
 			y[(size_t)b * ldy + r] = s;

@@ -139,6 +139,40 @@ static void check_conversions(void)
 	CHECK(pcg_bf16_to_f32(pcg_f32_to_bf16(3.140625f)) == 3.140625f);
 }
 
+/* A row's sum does not depend on the grouping of rows and positions: a
+ * block of 7 positions over rows [3, 300) equals, bit for bit, each
+ * position alone over each row alone. (The policies compare draft and
+ * target distributions computed in different groupings.) */
+static void check_grouping(pcg_dtype dt)
+{
+	enum { N = 300, K = 96, B = 7 };
+	uint16_t *wh = malloc((size_t)N * K * 2);
+	float *wf = malloc((size_t)N * K * 4), *x = malloc((size_t)B * K * 4);
+	float *y = malloc((size_t)B * N * 4), *y1 = malloc(4);
+	unsigned seed = 77;
+	int same = 1;
+
+	for (int i = 0; i < N * K; i++) {
+		wf[i] = (float)frand(&seed);
+		wh[i] = dt == PCG_BF16 ? pcg_f32_to_bf16(wf[i]) : pcg_f32_to_f16(wf[i]);
+	}
+	for (int i = 0; i < B * K; i++)
+		x[i] = (float)frand(&seed);
+	pcg_mat W = { dt == PCG_F32 ? (const void *)wf : (const void *)wh, dt, N, K };
+	pcg_matmul(y, N, x, B, &W, 3, N - 3);
+	for (int b = 0; b < B; b++)
+		for (int r = 3; r < N; r += 37) {
+			pcg_matmul(y1, 1, x + (size_t)b * K, 1, &W, r, 1);
+			same &= memcmp(y1, &y[(size_t)b * N + r - 3], 4) == 0;
+		}
+	CHECKF(same, "%s: grouping changes the sums", pcg_dtype_name(dt));
+	free(wh);
+	free(wf);
+	free(x);
+	free(y);
+	free(y1);
+}
+
 /* Every dtype, batch size and width, on one and two threads. */
 static void check_kernels(void)
 {
@@ -161,6 +195,9 @@ static void check_kernels(void)
 	}
 	check_widening(PCG_F16);
 	check_widening(PCG_BF16);
+	check_grouping(PCG_F32);
+	check_grouping(PCG_F16);
+	check_grouping(PCG_BF16);
 }
 
 int main(void)
