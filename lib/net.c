@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "proto.h"
@@ -93,6 +94,18 @@ void net_close(void **sock)
 	if (sock && *sock) {
 		zmq_close(*sock);
 		*sock = NULL;
+	}
+}
+
+void net_server_close(void **sock, const char *url)
+{
+	if (sock && *sock) {
+		zmq_unbind(*sock, url);
+		net_close(sock);
+		/* libzmq 4.3 removes the file asynchronously, if at all, when the
+		 * process exits right after: remove it here. */
+		if (!strncmp(url, "ipc://", 6))
+			unlink(url + 6);
 	}
 }
 

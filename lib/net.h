@@ -24,6 +24,9 @@ void *net_server(void *ctx, const char *url, pcg_err *err);
 /* A connected DEALER socket for a client. */
 void *net_client(void *ctx, const char *url, pcg_err *err);
 void net_close(void **sock);
+/* Closes a server socket bound to url and removes the file of an ipc://
+ * endpoint, which libzmq may leave behind. */
+void net_server_close(void **sock, const char *url);
 
 /* A received request: the peer's routing frames and the body. */
 typedef struct net_req {
