@@ -278,10 +278,14 @@ int modelserver_main(int argc, char **argv, ms_role role)
 	 * from the other process: 8x slower rounds measured on 2 cores with a
 	 * tiny model. libgomp reads OMP_WAIT_POLICY when it is loaded, before
 	 * main, so set it and start again; a user's own setting wins. */
-	if (getenv("OMP_WAIT_POLICY") == NULL) {
+	char self[4096];
+	ssize_t sl;
+	if (getenv("OMP_WAIT_POLICY") == NULL &&
+	    (sl = readlink("/proc/self/exe", self, sizeof self - 1)) > 0) {
+		self[sl] = '\0';
 		setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-		execv("/proc/self/exe", argv);
-		/* no /proc: go on with the default */
+		execv(self, argv); /* the real path: ps shows the program's name */
+		/* could not: go on with the default */
 	}
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 	if (first == PCG_OPTS_HELP) {
@@ -381,7 +385,7 @@ int modelserver_main(int argc, char **argv, ms_role role)
 fail:
 	fprintf(stderr, "%s: %s\n", prog, err.msg);
 out:
-	net_close(&sock);
+	net_server_close(&sock, listen_url);
 	if (ctx)
 		zmq_ctx_term(ctx);
 	while (sv.n > 0)

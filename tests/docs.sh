@@ -34,7 +34,14 @@ run_block() {
 	n=$((n + 1))
 	d="$T/example$n"
 	mkdir -p "$d"
-	if (cd "$d" && sh -e "$T/block") >"$d.log" 2>&1; then
+	# Its own process group, killed afterwards: a failing example must not
+	# leave the daemons it started running.
+	(cd "$d" && exec setsid sh -e "$T/block") >"$d.log" 2>&1 &
+	pid=$!
+	wait $pid
+	rc=$?
+	kill -TERM -- -$pid 2>/dev/null
+	if [ $rc -eq 0 ]; then
 		echo "ok: $1 example $n"
 	else
 		bad "$1 example $n failed:"; sed 's/^/    /' "$d.log"; sed 's/^/    $ /' "$T/block"

@@ -1,0 +1,484 @@
+/* verifier: the hub of the pipeline. It owns the round loop of speculative
+ * decoding: the draft proposes L tokens (draftd), the target scores the
+ * block in one pass (targetd), the policy decides what to keep, and the
+ * committed speech tokens stream to codec-decode. Clients (pcg-synth) send
+ * "synth" requests; the reply carries the tokens and the statistics. See
+ * man/verifier.8. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include "asg.h"
+#include "client.h"
+#include "llasa.h"
+#include "net.h"
+#include "opts.h"
+#include "policy.h"
+#include "proto.h"
+#include "rng.h"
+#include "sampling.h"
+#include "tokenizer.h"
+
+static const char *prog = "verifier";
+static const char *SYNOPSIS = "--tokenizer FILE [--asg FILE|-] [--listen URL] [--draft URL] "
+			      "[--target URL] [--codec URL|none] [--timeout-ms N] [--tries N]";
+
+static const char *tok_path, *asg_path, *listen_url, *draft_url, *target_url, *codec_url;
+static int timeout_ms, tries;
+
+static const pcg_opt opts[] = {
+	{ "tokenizer", PCG_OPT_STR, &tok_path, NULL, 1, 0, "FILE",
+	  "the target's tokenizer.json (the speech vocabulary and the prompt)" },
+	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
+	  "ASG file for the pcg policy (- reads standard input)" },
+	{ "listen", PCG_OPT_STR, &listen_url, "tcp://127.0.0.1:7600", 1, 0, "URL",
+	  "endpoint for clients" },
+	{ "draft", PCG_OPT_STR, &draft_url, "tcp://127.0.0.1:7601", 1, 0, "URL", "draftd" },
+	{ "target", PCG_OPT_STR, &target_url, "tcp://127.0.0.1:7602", 1, 0, "URL", "targetd" },
+	{ "codec", PCG_OPT_STR, &codec_url, "none", 1, 0, "URL",
+	  "codec-decode, or none (tokens only)" },
+	{ "timeout-ms", PCG_OPT_INT, &timeout_ms, "3000", 10, 600000, "N",
+	  "per-try timeout of a request to a server" },
+	{ "tries", PCG_OPT_INT, &tries, "2", 1, 100, "N", "tries per request before giving up" },
+	{ NULL },
+};
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig) { (void)sig; stop = 1; }
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Stats of one synthesis, in the order of the result's stats array. */
+enum { S_ROUNDS, S_DRAFTED, S_ACCEPTED, S_RATE, S_MAL, S_TOK_S, S_T_DRAFT, S_T_TARGET,
+       S_T_POLICY, S_T_MSG, S_TOKENS, S_T_TOTAL, S_RESENDS, S_POS0 };
+
+typedef struct verifier {
+	tokenizer *tok;
+	llasa_vocab voc;
+	asg *groups;
+	pcg_client *draft, *target, *codec;
+	uint64_t next_session;
+	int width;            /* speech tokens + the end token */
+	llama_rows rows;
+	proto_msg *q, *r;     /* request and reply to a server */
+	float *p, *qv;        /* PROTO_MAX_N x width */
+} verifier;
+
+/* Row index of a model id in the output rows (speech codes, then end). */
+static int id_row(const verifier *v, int id)
+{
+	int c = llasa_id_to_code(&v->voc, id);
+	return c >= 0 ? c : id == v->voc.end_id ? v->width - 1 : -1;
+}
+
+static int row_id(const verifier *v, int row)
+{
+	return row == v->width - 1 ? v->voc.end_id : llasa_code_to_id(&v->voc, row);
+}
+
+/* One request to a model server, resending the whole context once if the
+ * server lost the session. *sync is what it holds of ctx. */
+static int ask(verifier *v, pcg_client *c, proto_msg *q, const int *ctx, int n, int *sync,
+	       const int *tail, int n_tail, double *t_server, int *resends, pcg_err *err)
+{
+	for (int attempt = 0; attempt < 2; attempt++) {
+		q->pos = *sync;
+		q->n_append = 0;
+		if (n - *sync + n_tail > PROTO_MAX_APPEND)
+			return pcg_fail(err, "context of %d tokens exceeds %d", n + n_tail,
+					PROTO_MAX_APPEND);
+		for (int i = *sync; i < n; i++)
+			q->append[q->n_append++] = ctx[i];
+		for (int i = 0; i < n_tail; i++)
+			q->append[q->n_append++] = tail[i];
+		if (client_call(c, q, v->r, err) < 0)
+			return -1;
+		if (v->r->type == PROTO_PROBS) {
+			*sync = n;
+			*t_server += v->r->n_stats > 0 ? v->r->stats[0] : 0;
+			if (v->r->width != v->width || v->r->n_vec != q->n)
+				return pcg_fail(err, "server answered %d x %d, asked %d x %d",
+						v->r->n_vec, v->r->width, q->n, v->width);
+			return 0;
+		}
+		if (v->r->type == PROTO_ERROR && !strcmp(v->r->code, PROTO_E_UNKNOWN_SESSION) &&
+		    attempt == 0) {
+			*sync = 0; /* restarted or evicted: resend everything */
+			(*resends)++;
+			continue;
+		}
+		return pcg_fail(err, "%s: %s", v->r->type == PROTO_ERROR ? v->r->code : "reply",
+				v->r->type == PROTO_ERROR ? v->r->msg : "unexpected type");
+	}
+	return pcg_fail(err, "server lost the session twice");
+}
+
+/* Sends newly committed codes to codec-decode. */
+static int stream(verifier *v, uint64_t session, const int *ids, int n, int final,
+		  const char *out, pcg_err *err)
+{
+	proto_msg *q = v->q;
+
+	if (v->codec == NULL)
+		return 0;
+	memset(q, 0, offsetof(proto_msg, append));
+	q->type = PROTO_AUDIO;
+	q->session = session;
+	q->n_append = 0;
+	for (int i = 0; i < n; i++)
+		q->append[q->n_append++] = llasa_id_to_code(&v->voc, ids[i]);
+	q->final = final;
+	snprintf(q->out, sizeof q->out, "%s", out);
+	if (client_call(v->codec, q, v->r, err) < 0)
+		return -1;
+	if (v->r->type == PROTO_ERROR)
+		return pcg_fail(err, "codec-decode: %s: %s", v->r->code, v->r->msg);
+	return 0;
+}
+
+/* One synthesis: the round loop. Fills rep (a result or an error). */
+static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
+{
+	pcg_err err = { "" };
+	int *ctx = NULL, n = 0, n_prompt, d_sync = 0, t_sync = 0, resends = 0;
+	size_t np = 0;
+	double st[PROTO_MAX_STATS] = { 0 }, t0 = now();
+	const int L = req->n;
+	const uint64_t session = v->next_session++;
+	const int is_none = !strcmp(req->policy, "none");
+	const int kind = policy_kind_from_name(req->policy);
+	policy *pol = NULL;
+	policy_result *res = NULL;
+
+	if (!is_none && kind < 0) {
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
+			    "field 'policy': '%s' is not sd, ssd, pcg, greedy or none", req->policy);
+		return;
+	}
+	if (kind == POLICY_PCG && v->groups == NULL) {
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "policy pcg needs an ASG (verifier --asg)");
+		return;
+	}
+	if (!is_none) {
+		policy_params pp = { .kind = (policy_kind)kind, .beta = req->beta,
+				     .groups = kind == POLICY_PCG ? v->groups : NULL,
+				     .end_token = v->width - 1 };
+		pol = policy_new(&pp, v->width, &err);
+		res = malloc(sizeof *res);
+		if (pol == NULL || res == NULL) {
+			proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "%s", pol ? "out of memory" : err.msg);
+			policy_free(&pol);
+			free(res);
+			return;
+		}
+	}
+	if (!is_none && (L < 1 || L + 1 > PROTO_MAX_N)) {
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "field 'n': lookahead %d not in [1, %d]",
+			    L, PROTO_MAX_N - 1);
+		policy_free(&pol);
+		free(res);
+		return;
+	}
+	llasa_prompt pr = { .text = req->text };
+	int *pids = NULL;
+	if (llasa_prompt_ids(v->tok, &v->voc, &pr, &pids, &np, &err) < 0) {
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "text: %s", err.msg);
+		policy_free(&pol);
+		free(res);
+		return;
+	}
+	n_prompt = (int)np;
+	ctx = malloc(((size_t)n_prompt + req->max_tokens + PROTO_MAX_N) * sizeof *ctx);
+	if (ctx == NULL) {
+		free(pids);
+		proto_error(rep, req->id, PROTO_E_INTERNAL, "out of memory");
+		policy_free(&pol);
+		free(res);
+		return;
+	}
+	memcpy(ctx, pids, np * sizeof *ctx);
+	free(pids);
+	n = n_prompt;
+
+	proto_msg *q = v->q;
+	int ended = 0, rounds = 0;
+	double accept_pos[PROTO_MAX_N] = { 0 };
+	while (!ended && n - n_prompt < req->max_tokens) {
+		int out[PROTO_MAX_N], n_emit = 0, x[PROTO_MAX_N], accepted = 0;
+		const int committed = n;
+		double t;
+
+		/* 1. draft: x_1..x_L and p_1..p_L */
+		if (!is_none) {
+			memset(q, 0, offsetof(proto_msg, append));
+			q->type = PROTO_PROPOSE;
+			q->session = session;
+			q->n = L;
+			q->samp = req->samp;
+			q->rows = v->rows;
+			q->f16 = req->f16;
+			q->seed = req->seed * 0x9e3779b97f4a7c15ull + (uint64_t)rounds;
+			t = now();
+			if (ask(v, v->draft, q, ctx, n, &d_sync, NULL, 0, &st[S_T_MSG], &resends, &err) < 0)
+				goto fail;
+			st[S_T_DRAFT] += now() - t;
+			for (int i = 0; i < L; i++) {
+				x[i] = v->r->x[i];
+				proto_vector(v->r, i, v->p + (size_t)i * v->width);
+			}
+		}
+		/* 2. target: q_1..q_{L+1} in one pass over [last committed, x_1..x_L] */
+		memset(q, 0, offsetof(proto_msg, append));
+		q->type = PROTO_SCORE;
+		q->session = session;
+		q->n = is_none ? 1 : L + 1;
+		q->samp = req->samp;
+		q->rows = v->rows;
+		q->f16 = req->f16;
+		t = now();
+		if (ask(v, v->target, q, ctx, n, &t_sync, x, is_none ? 0 : L, &st[S_T_MSG], &resends,
+			&err) < 0)
+			goto fail;
+		st[S_T_TARGET] += now() - t;
+		for (int i = 0; i < q->n; i++)
+			proto_vector(v->r, i, v->qv + (size_t)i * v->width);
+
+		/* 3. policy */
+		t = now();
+		pcg_rng rng;
+		pcg_rng_init(&rng, req->seed, 1 + (uint64_t)rounds);
+		if (is_none) {
+			int row = pcg_sample(v->qv, v->width, pcg_rng_uniform(&rng));
+			out[n_emit++] = row_id(v, row < 0 ? v->width - 1 : row);
+		} else {
+			int xr[PROTO_MAX_N];
+			const float *pp[PROTO_MAX_N], *qq[PROTO_MAX_N];
+			for (int i = 0; i < L; i++) {
+				xr[i] = id_row(v, x[i]);
+				pp[i] = v->p + (size_t)i * v->width;
+			}
+			for (int i = 0; i <= L; i++)
+				qq[i] = v->qv + (size_t)i * v->width;
+			if (policy_run(pol, L, xr, pp, qq, &rng, res, &err) < 0)
+				goto fail;
+			n_emit = res->n_tokens;
+			accepted = res->n_accepted;
+			for (int i = 0; i < n_emit; i++)
+				out[i] = row_id(v, res->tokens[i]);
+			for (int i = 0; i < accepted; i++)
+				accept_pos[i] += 1;
+		}
+		st[S_T_POLICY] += now() - t;
+
+		/* 4. commit, up to the end token */
+		for (int i = 0; i < n_emit && !ended; i++) {
+			if (out[i] == v->voc.end_id)
+				ended = 1;
+			else
+				ctx[n++] = out[i];
+		}
+		if (n - n_prompt > req->max_tokens)
+			n = n_prompt + req->max_tokens;
+		rounds++;
+		st[S_DRAFTED] += is_none ? 0 : L;
+		st[S_ACCEPTED] += accepted;
+		if (stream(v, session, ctx + committed, n - committed, 0, req->out, &err) < 0)
+			goto fail;
+	}
+	if (stream(v, session, NULL, 0, 1, req->out, &err) < 0)
+		goto fail;
+	/* The servers may drop the session now; a lost drop costs only memory. */
+	memset(q, 0, offsetof(proto_msg, append));
+	q->type = PROTO_DROP;
+	q->session = session;
+	client_call(v->target, q, v->r, &err);
+	if (!is_none) {
+		q->type = PROTO_DROP;
+		client_call(v->draft, q, v->r, &err);
+	}
+
+	rep->type = PROTO_RESULT;
+	rep->id = req->id;
+	rep->n_append = n - n_prompt;
+	memcpy(rep->append, ctx + n_prompt, (size_t)(n - n_prompt) * sizeof *ctx);
+	st[S_ROUNDS] = rounds;
+	st[S_RATE] = st[S_DRAFTED] > 0 ? st[S_ACCEPTED] / st[S_DRAFTED] : 0;
+	st[S_MAL] = rounds > 0 ? 1 + st[S_ACCEPTED] / rounds : 0;
+	st[S_T_TOTAL] = now() - t0;
+	st[S_TOKENS] = n - n_prompt;
+	st[S_TOK_S] = st[S_T_TOTAL] > 0 ? (n - n_prompt) / st[S_T_TOTAL] : 0;
+	/* messaging: time in calls minus the servers' own compute */
+	st[S_T_MSG] = st[S_T_DRAFT] + st[S_T_TARGET] - st[S_T_MSG];
+	st[S_RESENDS] = resends;
+	rep->n_stats = S_POS0 + (is_none ? 0 : L);
+	for (int i = 0; i < S_POS0; i++)
+		rep->stats[i] = st[i];
+	for (int i = 0; !is_none && i < L; i++)
+		rep->stats[S_POS0 + i] = rounds ? accept_pos[i] / rounds : 0;
+	snprintf(rep->msg, sizeof rep->msg, "%.255s", req->out);
+	goto done;
+fail:
+	proto_error(rep, req->id, PROTO_E_INTERNAL, "%s", err.msg);
+done:
+	free(ctx);
+	policy_free(&pol);
+	free(res);
+}
+
+/* ping: the verifier and every server behind it answer. */
+static void ping(verifier *v, const proto_msg *req, proto_msg *rep)
+{
+	pcg_err err = { "" };
+	char summary[256] = "";
+	pcg_client *cs[3] = { v->draft, v->target, v->codec };
+	const char *names[3] = { "draftd", "targetd", "codec-decode" };
+
+	for (int i = 0; i < 3; i++) {
+		if (cs[i] == NULL)
+			continue;
+		memset(v->q, 0, offsetof(proto_msg, append));
+		v->q->type = PROTO_PING;
+		if (client_call(cs[i], v->q, v->r, &err) < 0 || v->r->type != PROTO_PONG) {
+			proto_error(rep, req->id, PROTO_E_INTERNAL, "%s: %s", names[i],
+				    v->r->type == PROTO_ERROR ? v->r->msg : err.msg);
+			return;
+		}
+		snprintf(summary + strlen(summary), sizeof summary - strlen(summary), "%s%s ok",
+			 *summary ? ", " : "", names[i]);
+	}
+	rep->type = PROTO_PONG;
+	rep->id = req->id;
+	snprintf(rep->msg, sizeof rep->msg, "verifier ok%s%s (speech %d tokens%s)",
+		 *summary ? ", " : "", summary, v->voc.speech_count, v->groups ? ", asg" : "");
+}
+
+int main(int argc, char **argv)
+{
+	pcg_err err = { "" };
+	verifier v = { 0 };
+	void *ctx = NULL, *sock = NULL;
+	proto_msg *req = NULL, *rep = NULL;
+	int rc = 1;
+	int first = pcg_opts_parse(opts, argc, argv, &err);
+
+	if (first == PCG_OPTS_HELP) {
+		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);
+		return 0;
+	}
+	if (first < 0 || first != argc || tok_path == NULL) {
+		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg
+			: first != argc ? "unexpected argument" : "--tokenizer FILE is required");
+		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
+		return 2;
+	}
+	const char *urls[4] = { listen_url, draft_url, target_url, codec_url };
+	for (int i = 0; i < 4; i++)
+		if (!(i == 3 && !strcmp(codec_url, "none")) && net_endpoint_ok(urls[i], &err) < 0) {
+			fprintf(stderr, "%s: %s\n", prog, err.msg);
+			return 2;
+		}
+	v.tok = tok_load(tok_path, &err);
+	if (v.tok == NULL || llasa_vocab_init(v.tok, &v.voc, &err) < 0)
+		goto fail;
+	if (asg_path && (v.groups = asg_open(asg_path, &err)) == NULL)
+		goto fail;
+	if (v.groups && asg_get(v.groups)->n > (uint32_t)v.voc.speech_count) {
+		pcg_fail(&err, "%s: covers %u tokens, the vocabulary has %d speech tokens", asg_path,
+			 asg_get(v.groups)->n, v.voc.speech_count);
+		goto fail;
+	}
+	v.width = v.voc.speech_count + 1;
+	v.rows = (llama_rows){ 2, { v.voc.speech_first, v.voc.end_id },
+			       { v.voc.speech_first + v.voc.speech_count, v.voc.end_id + 1 } };
+	v.next_session = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
+	v.q = malloc(sizeof *v.q);
+	v.r = malloc(sizeof *v.r);
+	req = malloc(sizeof *req);
+	rep = malloc(sizeof *rep);
+	v.p = malloc((size_t)PROTO_MAX_N * v.width * sizeof(float));
+	v.qv = malloc((size_t)PROTO_MAX_N * v.width * sizeof(float));
+	ctx = zmq_ctx_new();
+	if (!v.q || !v.r || !req || !rep || !v.p || !v.qv || !ctx) {
+		pcg_fail(&err, "out of memory");
+		goto fail;
+	}
+	v.draft = client_new(ctx, draft_url, timeout_ms, tries, &err);
+	if (v.draft == NULL || (v.target = client_new(ctx, target_url, timeout_ms, tries, &err)) == NULL)
+		goto fail;
+	if (strcmp(codec_url, "none") &&
+	    (v.codec = client_new(ctx, codec_url, timeout_ms, tries, &err)) == NULL)
+		goto fail;
+	sock = net_server(ctx, listen_url, &err);
+	if (sock == NULL)
+		goto fail;
+
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	fprintf(stderr, "%s: listening on %s (draft %s, target %s, codec %s)\n", prog, listen_url,
+		draft_url, target_url, codec_url);
+	while (!stop) {
+		net_req r;
+		void *out;
+		size_t len;
+		int got = net_recv_req(sock, &r, 250, &err);
+		if (got <= 0) {
+			if (got < 0)
+				fprintf(stderr, "%s: %s\n", prog, err.msg);
+			continue;
+		}
+		memset(rep, 0, offsetof(proto_msg, append));
+		rep->n_append = 0;
+		rep->n_stats = 0;
+		if (proto_parse(r.body, r.len, req, &err) < 0)
+			proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		else if (req->type == PROTO_SYNTH)
+			synth(&v, req, rep);
+		else if (req->type == PROTO_PING)
+			ping(&v, req, rep);
+		else
+			proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "the verifier does not take '%s'",
+				    proto_type_name(req->type));
+		if (rep->type == PROTO_ERROR)
+			fprintf(stderr, "%s: request %llu: %s: %s\n", prog, (unsigned long long)rep->id,
+				rep->code, rep->msg);
+		if (proto_pack(rep, &out, &len, &err) == 0) {
+			if (net_reply(sock, &r, out, len, &err) < 0)
+				fprintf(stderr, "%s: %s\n", prog, err.msg);
+			free(out);
+		}
+		net_req_free(&r);
+	}
+	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "%s: %s\n", prog, err.msg);
+out:
+	net_server_close(&sock, listen_url);
+	client_free(&v.draft);
+	client_free(&v.target);
+	client_free(&v.codec);
+	if (ctx)
+		zmq_ctx_term(ctx);
+	asg_close(&v.groups);
+	tok_free(&v.tok);
+	free(v.q);
+	free(v.r);
+	free(v.p);
+	free(v.qv);
+	free(req);
+	free(rep);
+	return rc;
+}
