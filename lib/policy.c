@@ -26,6 +26,8 @@ struct policy {
 	uint32_t n, M;      /* tokens the ASG covers, its groups (0, 0 without one) */
 	const asg_view *g;  /* NULL without an ASG */
 	double *bsum;       /* [nblk] block sums of the distribution being sampled */
+	float *diff;        /* pcg: [V] q - p, for the exact residual */
+	double *resid;      /* pcg: [M + V - n] [Q_c - P_c]+ of every group label */
 };
 
 static const char *NAMES[] = { "sd", "ssd", "pcg", "greedy" };
@@ -88,8 +90,12 @@ policy *policy_new(const policy_params *pp, int V, pcg_err *err)
 		pl->M = pl->g->M;
 	}
 	pl->bsum = malloc((size_t)pl->nblk * sizeof *pl->bsum);
-	if (pl->bsum == NULL) {
-		free(pl);
+	if (pp->kind == POLICY_PCG) {
+		pl->diff = malloc((size_t)V * sizeof *pl->diff);
+		pl->resid = malloc(((size_t)pl->M + (size_t)(V - (int)pl->n)) * sizeof *pl->resid);
+	}
+	if (pl->bsum == NULL || (pp->kind == POLICY_PCG && (!pl->diff || !pl->resid))) {
+		policy_free(&pl);
 		pcg_fail(err, "out of memory");
 		return NULL;
 	}
@@ -100,6 +106,8 @@ void policy_free(policy **pl)
 {
 	if (pl && *pl) {
 		free((*pl)->bsum);
+		free((*pl)->diff);
+		free((*pl)->resid);
 		free(*pl);
 		*pl = NULL;
 	}
@@ -242,14 +250,6 @@ static void group_mass(const policy *pl, uint32_t k, const float *p, const float
 	*qm = b;
 }
 
-/* [Q_c(G_k) - P_c(G_k)]+, the same arithmetic in both passes of exact(). */
-static double residual_of(const policy *pl, uint32_t k, const float *p, const float *q)
-{
-	double pm, qm;
-	group_mass(pl, k, p, q, &pm, &qm);
-	return qm > pm ? qm - pm : 0.0;
-}
-
 /* z ~ q(t) w_{k,t} / Q_c(G_k) over t in G_k (Eq. 10). */
 static int draw_in_group(const policy *pl, uint32_t k, const float *q, pcg_rng *rng)
 {
@@ -274,17 +274,30 @@ static int draw_in_group(const policy *pl, uint32_t k, const float *q, pcg_rng *
 	return last;
 }
 
-/* The group residual R_c (Eq. 8) computed over all groups: M groups of the
- * ASG, then the singletons t >= n. Two passes with the same arithmetic:
- * the total, then the group at u * total. */
+/* The group residual R_c (Eq. 8) computed over all groups: the M groups of
+ * the ASG, then the singletons t >= n. Q_c - P_c = sum w (q - p), so one
+ * pass makes d = q - p and one pass over the members gathers d once per
+ * member; the residuals are kept, and the draw scans them. */
 static int exact(policy *pl, const float *p, const float *q, pcg_rng *rng, uint32_t *group)
 {
-	const uint32_t G = pl->M + (uint32_t)(pl->V - (int)pl->n);
+	const uint32_t M = pl->M, G = M + (uint32_t)(pl->V - (int)pl->n);
 	double tv = 0.0, target;
 	uint32_t k, last = UINT32_MAX;
 
-	for (k = 0; k < G; k++)
-		tv += residual_of(pl, k, p, q);
+	for (int t = 0; t < pl->V; t++)
+		pl->diff[t] = q[t] - p[t];
+	for (k = 0; k < M; k++) {
+		double s = 0.0;
+		for (uint64_t j = pl->g->grp_start[k]; j < pl->g->grp_start[k + 1]; j++)
+			s += (double)pl->g->grp_w[j] * pl->diff[pl->g->grp_tok[j]];
+		pl->resid[k] = s > 0.0 ? s : 0.0;
+		tv += pl->resid[k];
+	}
+	for (; k < G; k++) {
+		double s = pl->diff[pl->n + (k - M)];
+		pl->resid[k] = s > 0.0 ? s : 0.0;
+		tv += pl->resid[k];
+	}
 	target = pcg_rng_uniform(rng) * tv;
 	if (!(tv > 0.0)) {
 		/* No residual mass (P_c = Q_c up to rounding): Q_c is the limit. */
@@ -294,12 +307,11 @@ static int exact(policy *pl, const float *p, const float *q, pcg_rng *rng, uint3
 		return y;
 	}
 	for (k = 0; k < G; k++) {
-		double r = residual_of(pl, k, p, q);
-		if (r > 0.0) {
+		if (pl->resid[k] > 0.0) {
 			last = k;
-			if (target < r)
+			if (target < pl->resid[k])
 				break;
-			target -= r;
+			target -= pl->resid[k];
 		}
 	}
 	*group = last;
