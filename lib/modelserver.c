@@ -247,101 +247,35 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 	rep->n_vec = q->n;
 }
 
-static const char *model_dir, *listen_url, *layers_s;
-static int threads;
-static long long kv_mem;
-
-int modelserver_main(int argc, char **argv, ms_role role)
+int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *stop_flag)
 {
-	const char *prog = role == MS_DRAFT ? "draftd" : "targetd";
-	const pcg_opt opts[] = {
-		{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "DIR", "model directory" },
-		{ "listen", PCG_OPT_STR, &listen_url,
-		  role == MS_DRAFT ? "tcp://127.0.0.1:7601" : "tcp://127.0.0.1:7602", 1, 0, "URL",
-		  "endpoint to bind (inproc://, ipc://PATH, tcp://127.0.0.1:PORT)" },
-		{ "layers", PCG_OPT_STR, &layers_s, NULL, 1, 0, "LIST",
-		  "serve only these layers of the checkpoint, e.g. 0,1,15 (a draft)" },
-		{ "kv-mem", PCG_OPT_SIZE, &kv_mem, "2G", 1 << 20, 1e15, "BYTES",
-		  "KV cache budget; least recently used sessions are evicted beyond it" },
-		{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
-		{ NULL },
-	};
-	const char *synopsis = "--model DIR [--listen URL] [--layers LIST] [--kv-mem BYTES] [--threads N]";
 	pcg_err err = { "" };
-	server sv = { .prog = prog };
-	int layers[1024], n_layers = 0, rc = 1;
-	void *ctx = NULL, *sock = NULL;
+	server sv = { .prog = cfg->prog };
+	void *sock = NULL;
 	proto_msg *q = NULL, *rep = NULL;
+	int rc = 1;
 
-	/* Servers of a pipeline share cores and take turns. OpenMP threads that
-	 * spin after each parallel region (libgomp's default) steal the cores
-	 * from the other process: 8x slower rounds measured on 2 cores with a
-	 * tiny model. libgomp reads OMP_WAIT_POLICY when it is loaded, before
-	 * main, so set it and start again; a user's own setting wins. */
-	char self[4096];
-	ssize_t sl;
-	if (getenv("OMP_WAIT_POLICY") == NULL &&
-	    (sl = readlink("/proc/self/exe", self, sizeof self - 1)) > 0) {
-		self[sl] = '\0';
-		setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-		execv(self, argv); /* the real path: ps shows the program's name */
-		/* could not: go on with the default */
-	}
-	int first = pcg_opts_parse(opts, argc, argv, &err);
-	if (first == PCG_OPTS_HELP) {
-		pcg_opts_usage(stdout, prog, synopsis, opts);
-		return 0;
-	}
-	if (first < 0 || first != argc || model_dir == NULL) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg
-			: first != argc ? "unexpected argument" : "--model DIR is required");
-		pcg_opts_usage(stderr, prog, synopsis, opts);
-		return 2;
-	}
-	for (const char *s = layers_s; s && *s; n_layers++) {
-		char *end;
-		long l = strtol(s, &end, 10);
-		if (end == s || l < 0 || l > 100000 || (*end && *end != ',') || n_layers == 1024) {
-			fprintf(stderr, "%s: --layers: '%s' is not a comma-separated list of layers\n",
-				prog, layers_s);
-			return 2;
-		}
-		layers[n_layers] = (int)l;
-		s = *end ? end + 1 : end;
-	}
-	if (net_endpoint_ok(listen_url, &err) < 0) {
-		fprintf(stderr, "%s: --listen: %s\n", prog, err.msg);
-		return 2;
-	}
-	pcg_set_threads(threads);
-	llama_open_opts lo = { n_layers ? layers : NULL, n_layers };
-	sv.model = llama_open(model_dir, &lo, &err);
+	llama_open_opts lo = { cfg->n_layers ? cfg->layers : NULL, cfg->n_layers };
+	sv.model = llama_open(cfg->model_dir, &lo, &err);
 	if (sv.model == NULL)
 		goto fail;
-	sv.kv_mem = kv_mem;
+	sv.kv_mem = cfg->kv_mem;
 	const int V = llama_get_config(sv.model)->vocab;
 	sv.logits = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
 	sv.probs = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
 	q = malloc(sizeof *q);
 	rep = malloc(sizeof *rep);
-	ctx = zmq_ctx_new();
-	if (!sv.logits || !sv.probs || !q || !rep || !ctx) {
+	if (!sv.logits || !sv.probs || !q || !rep) {
 		pcg_fail(&err, "out of memory");
 		goto fail;
 	}
-	sock = net_server(ctx, listen_url, &err);
+	sock = net_server(ctx, cfg->listen_url, &err);
 	if (sock == NULL)
 		goto fail;
+	logf_(&sv, "serving %s (%d layers) on %s", cfg->model_dir, llama_n_layers(sv.model),
+	      cfg->listen_url);
 
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal; /* no SA_RESTART: zmq_poll returns EINTR */
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	logf_(&sv, "serving %s (%d layers) on %s", model_dir, llama_n_layers(sv.model), listen_url);
-
-	while (!stop) {
+	while (!*stop_flag) {
 		net_req r;
 		void *out;
 		size_t len;
@@ -383,11 +317,9 @@ int modelserver_main(int argc, char **argv, ms_role role)
 	rc = 0;
 	goto out;
 fail:
-	fprintf(stderr, "%s: %s\n", prog, err.msg);
+	fprintf(stderr, "%s: %s\n", cfg->prog, err.msg);
 out:
-	net_server_close(&sock, listen_url);
-	if (ctx)
-		zmq_ctx_term(ctx);
+	net_server_close(&sock, cfg->listen_url);
 	while (sv.n > 0)
 		drop(&sv, &sv.s[0]);
 	free(sv.s);
@@ -396,5 +328,95 @@ out:
 	free(q);
 	free(rep);
 	llama_close(&sv.model);
+	return rc;
+}
+
+int modelserver_parse_layers(const char *s, int *layers, int max, pcg_err *err)
+{
+	int n = 0;
+
+	while (s && *s) {
+		char *end;
+		long l = strtol(s, &end, 10);
+		if (end == s || l < 0 || l > 100000 || (*end && *end != ',') || n == max)
+			return pcg_fail(err, "'%s' is not a comma-separated list of layers", s);
+		layers[n++] = (int)l;
+		s = *end ? end + 1 : end;
+	}
+	return n;
+}
+
+static const char *model_dir, *listen_url, *layers_s;
+static int threads;
+static long long kv_mem;
+
+int modelserver_main(int argc, char **argv, ms_role role)
+{
+	const char *prog = role == MS_DRAFT ? "draftd" : "targetd";
+	const pcg_opt opts[] = {
+		{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "DIR", "model directory" },
+		{ "listen", PCG_OPT_STR, &listen_url,
+		  role == MS_DRAFT ? "tcp://127.0.0.1:7601" : "tcp://127.0.0.1:7602", 1, 0, "URL",
+		  "endpoint to bind (inproc://, ipc://PATH, tcp://127.0.0.1:PORT)" },
+		{ "layers", PCG_OPT_STR, &layers_s, NULL, 1, 0, "LIST",
+		  "serve only these layers of the checkpoint, e.g. 0,1,15 (a draft)" },
+		{ "kv-mem", PCG_OPT_SIZE, &kv_mem, "2G", 1 << 20, 1e15, "BYTES",
+		  "KV cache budget; least recently used sessions are evicted beyond it" },
+		{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
+		{ NULL },
+	};
+	const char *synopsis = "--model DIR [--listen URL] [--layers LIST] [--kv-mem BYTES] [--threads N]";
+	pcg_err err = { "" };
+	int layers[1024], n_layers;
+
+	/* Servers of a pipeline share cores and take turns. OpenMP threads that
+	 * spin after each parallel region (libgomp's default) steal the cores
+	 * from the other process: 8x slower rounds measured on 2 cores with a
+	 * tiny model. libgomp reads OMP_WAIT_POLICY when it is loaded, before
+	 * main, so set it and start again; a user's own setting wins. */
+	char self[4096];
+	ssize_t sl;
+	if (getenv("OMP_WAIT_POLICY") == NULL &&
+	    (sl = readlink("/proc/self/exe", self, sizeof self - 1)) > 0) {
+		self[sl] = '\0';
+		setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+		execv(self, argv); /* the real path: ps shows the program's name */
+		/* could not: go on with the default */
+	}
+	int first = pcg_opts_parse(opts, argc, argv, &err);
+	if (first == PCG_OPTS_HELP) {
+		pcg_opts_usage(stdout, prog, synopsis, opts);
+		return 0;
+	}
+	if (first < 0 || first != argc || model_dir == NULL) {
+		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg
+			: first != argc ? "unexpected argument" : "--model DIR is required");
+		pcg_opts_usage(stderr, prog, synopsis, opts);
+		return 2;
+	}
+	if ((n_layers = modelserver_parse_layers(layers_s, layers, 1024, &err)) < 0) {
+		fprintf(stderr, "%s: --layers: %s\n", prog, err.msg);
+		return 2;
+	}
+	if (net_endpoint_ok(listen_url, &err) < 0) {
+		fprintf(stderr, "%s: --listen: %s\n", prog, err.msg);
+		return 2;
+	}
+	pcg_set_threads(threads);
+
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal; /* no SA_RESTART: zmq_poll returns EINTR */
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	void *ctx = zmq_ctx_new();
+	if (ctx == NULL) {
+		fprintf(stderr, "%s: zmq_ctx_new failed\n", prog);
+		return 1;
+	}
+	ms_config cfg = { prog, model_dir, listen_url, layers, n_layers, kv_mem };
+	int rc = modelserver_serve(ctx, &cfg, &stop);
+	zmq_ctx_term(ctx);
 	return rc;
 }

@@ -7,7 +7,29 @@
 #ifndef PCG_MODELSERVER_H
 #define PCG_MODELSERVER_H
 
+#include <signal.h>
+
+#include "err.h"
+
 typedef enum ms_role { MS_DRAFT, MS_TARGET } ms_role;
+
+typedef struct ms_config {
+	const char *prog;       /* name in logs: draftd, targetd */
+	const char *model_dir;
+	const char *listen_url;
+	const int *layers;      /* a layer subset, or NULL */
+	int n_layers;
+	long long kv_mem;       /* KV cache budget in bytes */
+} ms_config;
+
+/* Loads the model, binds listen_url on ctx and serves until *stop is set.
+ * Several servers may run as threads of one process on one ctx (inproc://
+ * endpoints: the verifier's --local mode). Returns 0, or 1 with the reason
+ * printed. */
+int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *stop);
+
+/* Parses "0,1,15" into layers (at most max). Returns the count or -1. */
+int modelserver_parse_layers(const char *s, int *layers, int max, pcg_err *err);
 
 /* The whole program: parses argv, serves until SIGTERM or SIGINT. Returns
  * the exit status (0, 1 failure, 2 usage). */

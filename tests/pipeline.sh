@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/pipeline.sh: the whole pipeline as separate processes on a tiny
 # model: every policy synthesises through pcg-up's ipc sockets; the same
-# seed gives the same tokens over ipc and over tcp, and again on a rerun;
+# seed gives the same tokens over ipc, over tcp and inproc (one process), and
+# again on a rerun;
 # another seed gives other tokens; pcg-down leaves no process or socket.
 set -u
 T=${TEST_TMP:-$(mktemp -d)}
@@ -49,6 +50,19 @@ for pol in sd pcg none; do
 done
 kill $pids
 wait
+pids=
+
+# One process: the verifier runs the model servers as threads on inproc://.
+verifier --local tiny --local-draft-layers 0 --asg tiny.asg --listen "ipc://$T/local.sock" 2>l.log &
+pids=$!
+for pol in sd pcg none; do
+	pcg-synth --verifier "ipc://$T/local.sock" --timeout-ms 20000 --policy $pol --max-tokens 40 \
+		--tokens "A short test." >"inproc.$pol" 2>err || bad "inproc $pol: $(cat err)"
+	[ "$(tail -n 1 "ipc.$pol")" = "$(tail -n 1 "inproc.$pol")" ] && ok "$pol: inproc tokens = ipc tokens" ||
+		bad "$pol: inproc and ipc tokens differ"
+done
+kill $pids
+wait $pids && ok "local verifier: clean exit" || bad "local verifier: exit $?"
 pids=
 echo "$fails failed"
 [ "$fails" -eq 0 ]

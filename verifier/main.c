@@ -9,13 +9,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "asg.h"
 #include "client.h"
 #include "llasa.h"
 #include "net.h"
+#include "modelserver.h"
 #include "opts.h"
 #include "policy.h"
 #include "proto.h"
@@ -28,6 +31,7 @@ static const char *SYNOPSIS = "--tokenizer FILE [--asg FILE|-] [--listen URL] [-
 			      "[--target URL] [--codec URL|none] [--timeout-ms N] [--tries N]";
 
 static const char *tok_path, *asg_path, *listen_url, *draft_url, *target_url, *codec_url;
+static const char *local_dir, *local_draft, *local_layers;
 static int timeout_ms, tries;
 
 static const pcg_opt opts[] = {
@@ -44,6 +48,13 @@ static const pcg_opt opts[] = {
 	{ "timeout-ms", PCG_OPT_INT, &timeout_ms, "3000", 10, 600000, "N",
 	  "per-try timeout of a request to a server" },
 	{ "tries", PCG_OPT_INT, &tries, "2", 1, 100, "N", "tries per request before giving up" },
+	{ "local", PCG_OPT_STR, &local_dir, NULL, 1, 0, "DIR",
+	  "run the target (DIR) and the draft as threads of this process, on inproc:// "
+	  "endpoints, instead of connecting to --draft and --target" },
+	{ "local-draft", PCG_OPT_STR, &local_draft, NULL, 1, 0, "DIR",
+	  "with --local: the draft model (default: the target)" },
+	{ "local-draft-layers", PCG_OPT_STR, &local_layers, NULL, 1, 0, "LIST",
+	  "with --local: the draft is these layers of the target" },
 	{ NULL },
 };
 
@@ -334,6 +345,21 @@ done:
 	free(res);
 }
 
+/* --local: a model server as a thread of this process. */
+typedef struct local_server {
+	pthread_t th;
+	void *ctx;
+	ms_config cfg;
+	int started, rc;
+} local_server;
+
+static void *local_main(void *arg)
+{
+	local_server *ls = arg;
+	ls->rc = modelserver_serve(ls->ctx, &ls->cfg, &stop);
+	return NULL;
+}
+
 /* ping: the verifier and every server behind it answer. */
 static void ping(verifier *v, const proto_msg *req, proto_msg *rep)
 {
@@ -367,18 +393,43 @@ int main(int argc, char **argv)
 	verifier v = { 0 };
 	void *ctx = NULL, *sock = NULL;
 	proto_msg *req = NULL, *rep = NULL;
-	int rc = 1;
+	int rc = 1, layers[1024], n_layers = 0;
+	local_server ls[2] = { 0 };
+	char self[4096];
+	ssize_t sl;
+
+	/* In --local mode the model servers are threads here: passive OpenMP
+	 * waiting, as draftd and targetd set it (see lib/modelserver.c). */
+	if (getenv("OMP_WAIT_POLICY") == NULL &&
+	    (sl = readlink("/proc/self/exe", self, sizeof self - 1)) > 0) {
+		self[sl] = '\0';
+		setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+		execv(self, argv);
+	}
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 
 	if (first == PCG_OPTS_HELP) {
 		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);
 		return 0;
 	}
+	static char local_tok[4200];
+	if (first >= 0 && tok_path == NULL && local_dir) {
+		snprintf(local_tok, sizeof local_tok, "%s/tokenizer.json", local_dir);
+		tok_path = local_tok;
+	}
 	if (first < 0 || first != argc || tok_path == NULL) {
 		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg
 			: first != argc ? "unexpected argument" : "--tokenizer FILE is required");
 		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
 		return 2;
+	}
+	if (local_dir) {
+		if ((n_layers = modelserver_parse_layers(local_layers, layers, 1024, &err)) < 0) {
+			fprintf(stderr, "%s: --local-draft-layers: %s\n", prog, err.msg);
+			return 2;
+		}
+		draft_url = "inproc://draftd";
+		target_url = "inproc://targetd";
 	}
 	const char *urls[4] = { listen_url, draft_url, target_url, codec_url };
 	for (int i = 0; i < 4; i++)
@@ -410,6 +461,19 @@ int main(int argc, char **argv)
 	if (!v.q || !v.r || !req || !rep || !v.p || !v.qv || !ctx) {
 		pcg_fail(&err, "out of memory");
 		goto fail;
+	}
+	if (local_dir) {
+		ls[0].cfg = (ms_config){ "targetd", local_dir, target_url, NULL, 0, 2LL << 30 };
+		ls[1].cfg = (ms_config){ "draftd", local_draft ? local_draft : local_dir, draft_url,
+					 n_layers ? layers : NULL, n_layers, 2LL << 30 };
+		for (int i = 0; i < 2; i++) {
+			ls[i].ctx = ctx;
+			if (pthread_create(&ls[i].th, NULL, local_main, &ls[i]) != 0) {
+				pcg_fail(&err, "cannot start a local model server");
+				goto fail;
+			}
+			ls[i].started = 1;
+		}
 	}
 	v.draft = client_new(ctx, draft_url, timeout_ms, tries, &err);
 	if (v.draft == NULL || (v.target = client_new(ctx, target_url, timeout_ms, tries, &err)) == NULL)
@@ -470,6 +534,13 @@ out:
 	client_free(&v.draft);
 	client_free(&v.target);
 	client_free(&v.codec);
+	stop = 1;
+	for (int i = 0; i < 2; i++)
+		if (ls[i].started) {
+			pthread_join(ls[i].th, NULL);
+			if (ls[i].rc != 0)
+				rc = 1;
+		}
 	if (ctx)
 		zmq_ctx_term(ctx);
 	asg_close(&v.groups);
