@@ -42,6 +42,9 @@ uint16_t pcg_f32_to_f16(float f);
 size_t pcg_dtype_size(pcg_dtype t);
 const char *pcg_dtype_name(pcg_dtype t);
 
+/* Converts n f32 values to f16 (round to nearest even). */
+void pcg_f32_to_f16_n(uint16_t *dst, const float *src, size_t n);
+
 /* Converts n elements of type t at src (any alignment) to f32 at dst. */
 void pcg_to_f32(float *dst, const void *src, pcg_dtype t, size_t n);
 

@@ -139,8 +139,7 @@ static int pack_field(msgpack_packer *pk, const proto_msg *m, int f, pcg_err *er
 		uint16_t *h = malloc(bytes ? bytes : 1);
 		if (h == NULL)
 			return pcg_fail(err, "pack: out of memory");
-		for (size_t i = 0; i < n; i++)
-			h[i] = pcg_f32_to_f16(((const float *)m->probs)[i]);
+		pcg_f32_to_f16_n(h, m->probs, n);
 		msgpack_pack_bin_body(pk, h, bytes);
 		free(h);
 		break;

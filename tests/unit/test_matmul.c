@@ -137,6 +137,33 @@ static void check_conversions(void)
 	CHECK(pcg_f32_to_bf16(1.0f + ldexpf(1, -8)) == 0x3f80); /* tie to even */
 	CHECK(pcg_f32_to_bf16(1.0f + 3 * ldexpf(1, -8)) == 0x3f82);
 	CHECK(pcg_bf16_to_f32(pcg_f32_to_bf16(3.140625f)) == 3.140625f);
+
+	/* The bulk conversions (F16C when the CPU has it) equal the scalar ones:
+	 * every f16 value, and f32 values around every f16 rounding boundary. */
+	uint16_t *h = malloc(65536 * 2), *h2 = malloc(65536 * 2);
+	float *f = malloc(65536 * 4);
+	for (int i = 0; i < 65536; i++)
+		h[i] = (uint16_t)i;
+	pcg_to_f32(f, h, PCG_F16, 65536);
+	bad = 0;
+	for (int i = 0; i < 65536; i++) {
+		float w = pcg_f16_to_f32((uint16_t)i);
+		bad += !(memcmp(&w, &f[i], 4) == 0 || (isnan(w) && isnan(f[i])));
+	}
+	CHECKF(bad == 0, "bulk f16 -> f32: %d values differ", bad);
+	unsigned seed = 9;
+	for (int i = 0; i < 65536; i++) { /* halfway points and their neighbours */
+		float a = pcg_f16_to_f32((uint16_t)(i & 0x7bff)), b = pcg_f16_to_f32((uint16_t)((i & 0x7bff) + 1));
+		f[i] = (i % 3 == 0) ? (a + b) / 2 : (float)(frand(&seed) * 70000.0);
+	}
+	pcg_f32_to_f16_n(h2, f, 65536);
+	bad = 0;
+	for (int i = 0; i < 65536; i++)
+		bad += h2[i] != pcg_f32_to_f16(f[i]);
+	CHECKF(bad == 0, "bulk f32 -> f16: %d values differ", bad);
+	free(h);
+	free(h2);
+	free(f);
 }
 
 /* A row's sum does not depend on the grouping of rows and positions: a
