@@ -12,7 +12,9 @@
 
 #include "audio.h"
 #include "codes.h"
+#include "daemon.h"
 #include "matmul.h"
+#include "net.h"
 #include "opts.h"
 #include "xcodec2.h"
 
@@ -24,7 +26,8 @@ static const char *SYNOPSIS =
 
 static const char *codec, *weights, *config_path, *codes_path, *codes_fmt_s, *out_path,
 	*format_s;
-static int llasa_ids, speech_offset, end_id, chunk, context, lookahead, threads;
+static int llasa_ids, speech_offset, end_id, chunk, context, lookahead, threads, daemon_mode;
+static const char *listen_url;
 
 static const pcg_opt opts[] = {
 	{ "codec", PCG_OPT_STR, &codec, "xcodec2", 1, 0, "NAME", "the codec (only xcodec2)" },
@@ -52,6 +55,10 @@ static const pcg_opt opts[] = {
 	{ "lookahead", PCG_OPT_INT, &lookahead, "0", 0, 1 << 24, "N",
 	  "with --chunk: later codes decoded with each chunk, audio dropped" },
 	{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
+	{ "daemon", PCG_OPT_FLAG, &daemon_mode, NULL, 1, 0, NULL,
+	  "serve the pipeline: decode the tokens of each session, write its file" },
+	{ "listen", PCG_OPT_STR, &listen_url, "tcp://127.0.0.1:7603", 1, 0, "URL",
+	  "with --daemon: the endpoint to bind" },
 	{ NULL },
 };
 
@@ -98,6 +105,22 @@ int main(int argc, char **argv)
 		return usage_error(err.msg);
 	if (first != argc)
 		return usage_error("unexpected argument");
+	if (daemon_mode) {
+		if (!weights || codes_path || out_path)
+			return usage_error("--daemon takes --weights (and --config, --listen), not --codes or -o");
+		if (net_endpoint_ok(listen_url, &err) < 0)
+			return usage_error(err.msg);
+		pcg_set_threads(threads);
+		signal(SIGXFSZ, SIG_IGN);
+		if (config_path ? xc2_config_load(config_path, &cfg, &err) < 0
+				: find_config(cpath, sizeof cpath) ? xc2_config_load(cpath, &cfg, &err) < 0
+								   : (xc2_config_default(&cfg), 0))
+			goto fail;
+		if ((m = xc2_open(weights, &cfg, &err)) == NULL)
+			goto fail;
+		rc = codec_daemon(listen_url, m);
+		goto out;
+	}
 	if (!weights || !codes_path || !out_path)
 		return usage_error("--weights, --codes and -o are required");
 	if (strcmp(codec, "xcodec2"))

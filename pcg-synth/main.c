@@ -120,7 +120,12 @@ int main(int argc, char **argv)
 		q->seed = (uint64_t)seed;
 		q->max_tokens = max_tokens;
 		q->f16 = f16;
-		snprintf(q->out, sizeof q->out, "%s", out ? out : "");
+		/* codec-decode runs elsewhere: give it an absolute path. */
+		char cwd[2048];
+		if (out && out[0] != '/' && getcwd(cwd, sizeof cwd))
+			snprintf(q->out, sizeof q->out, "%s/%s", cwd, out);
+		else
+			snprintf(q->out, sizeof q->out, "%s", out ? out : "");
 	}
 	char ubuf[4200];
 	if (url == NULL)

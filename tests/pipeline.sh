@@ -37,6 +37,25 @@ pcg-synth --policy bogus "x" 2>err; [ $? -eq 1 ] && grep -q "policy" err && ok "
 pcg-down >down.log 2>&1
 ls rt/*.sock rt/*.pid >/dev/null 2>&1 && bad "sockets or PID files left" || ok "pcg-down cleaned up"
 
+# With codec-decode: four processes, a 16 kHz mono file of 320 samples per code.
+pcg-up --target tiny --draft-layers 0 --asg tiny.asg \
+	--codec-weights "$PCG_ROOT/tests/fixtures/xcodec2/tiny" >up2.log 2>&1 || { cat up2.log; exit 1; }
+if pcg-synth --policy pcg --max-tokens 60 --tokens -o out.wav "A short test." >codec.out 2>err; then
+	n=$(tail -n 1 codec.out | wc -w)
+	hdr=$(od -An -tu4 -j24 -N4 out.wav | tr -d ' ')         # sample rate
+	ch=$(od -An -tu2 -j22 -N2 out.wav | tr -d ' ')          # channels
+	bytes=$(od -An -tu4 -j40 -N4 out.wav | tr -d ' ')       # data chunk size (PCM16)
+	[ "$hdr" = 16000 ] && [ "$ch" = 1 ] && [ "$bytes" -eq $((n * 320 * 2)) ] &&
+		ok "out.wav: 16 kHz mono, $n codes x 320 samples" ||
+		bad "out.wav: rate $hdr, channels $ch, $bytes bytes for $n codes"
+	ls out.wav.* >/dev/null 2>&1 && bad "temporary audio file left" || ok "no temporary audio file"
+else
+	bad "with codec: $(cat err)"
+fi
+pcg-synth --policy sd --max-tokens 10 -o /proc/no/such.wav "A short test." 2>err
+[ $? -eq 1 ] && grep -q "codec-decode\|such" err && ok "unwritable audio path: error" || bad "unwritable path: $(cat err)"
+pcg-down >/dev/null 2>&1
+
 # The same stages over tcp on loopback, started by hand: same tokens.
 targetd --model tiny --listen tcp://127.0.0.1:7652 2>t.log & pids="$!"
 draftd --model tiny --layers 0 --listen tcp://127.0.0.1:7651 2>d.log & pids="$pids $!"

@@ -1,0 +1,174 @@
+/* daemon.c: codec-decode as a pipeline server: "audio" messages append the
+ * speech codes of a session as the verifier commits them; the final one
+ * decodes the whole utterance (the decoder is non-causal: GroupNorm and
+ * attention see every frame) and writes the audio file the request names,
+ * atomically. One poll loop; SIGTERM and SIGINT stop it. */
+#include "daemon.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "audio.h"
+#include "codes.h"
+#include "net.h"
+#include "proto.h"
+
+#define MAX_SESSIONS 64
+#define MAX_CODES (1 << 20) /* 5.8 hours at 50 codes per second */
+
+typedef struct utterance {
+	uint64_t session;
+	int32_t *codes;
+	int n, cap;
+} utterance;
+
+static volatile sig_atomic_t stop;
+static void on_signal(int sig) { (void)sig; stop = 1; }
+
+static utterance *find(utterance *u, int n, uint64_t s)
+{
+	for (int i = 0; i < n; i++)
+		if (u[i].session == s)
+			return &u[i];
+	return NULL;
+}
+
+/* Handles one parsed message into rep. */
+static void handle(const xc2_model *m, utterance *u, int *nu, const proto_msg *q, proto_msg *rep)
+{
+	pcg_err err = { "" };
+	const xc2_config *cfg = xc2_get_config(m);
+	utterance *x;
+
+	rep->id = q->id;
+	if (q->type == PROTO_PING) {
+		rep->type = PROTO_PONG;
+		snprintf(rep->msg, sizeof rep->msg, "codec-decode xcodec2 %d Hz, %d sessions",
+			 cfg->sample_rate, *nu);
+		return;
+	}
+	if (q->type != PROTO_AUDIO) {
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "codec-decode does not take '%s'",
+			    proto_type_name(q->type));
+		return;
+	}
+	if (codes_check(q->append, (size_t)q->n_append, xc2_config_codebook(cfg), &err) < 0) {
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'tokens': %s", err.msg);
+		return;
+	}
+	x = find(u, *nu, q->session);
+	if (x == NULL) {
+		if (*nu == MAX_SESSIONS) {
+			proto_error(rep, q->id, PROTO_E_TOO_LARGE, "%d utterances in progress", MAX_SESSIONS);
+			return;
+		}
+		x = &u[(*nu)++];
+		memset(x, 0, sizeof *x);
+		x->session = q->session;
+	}
+	if (x->n + q->n_append > MAX_CODES) {
+		proto_error(rep, q->id, PROTO_E_TOO_LARGE, "more than %d codes", MAX_CODES);
+		goto drop;
+	}
+	if (x->n + q->n_append > x->cap) {
+		int cap = (x->n + q->n_append) * 2 + 64;
+		int32_t *c = realloc(x->codes, (size_t)cap * sizeof *c);
+		if (c == NULL) {
+			proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory");
+			goto drop;
+		}
+		x->codes = c;
+		x->cap = cap;
+	}
+	memcpy(x->codes + x->n, q->append, (size_t)q->n_append * sizeof *q->append);
+	x->n += q->n_append;
+	rep->type = PROTO_OK;
+	if (!q->final)
+		return;
+	if (q->out[0] != '\0' && x->n > 0) {
+		audio_format fmt;
+		float *wav = malloc((size_t)x->n * cfg->hop * sizeof *wav);
+		if (audio_format_from_path(q->out, &fmt) < 0) {
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
+				    "field 'out': %s: unknown extension (.wav, .flac, .raw)", q->out);
+		} else if (wav == NULL) {
+			proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory for the audio");
+		} else if (xc2_decode(m, x->codes, x->n, wav, &err) < 0 ||
+			   audio_write(q->out, wav, (size_t)x->n * cfg->hop, cfg->sample_rate, fmt,
+				       &err) < 0) {
+			proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
+		} else {
+			fprintf(stderr, "codec-decode: %s: %d codes, %.2f s\n", q->out, x->n,
+				(double)x->n * cfg->hop / cfg->sample_rate);
+		}
+		free(wav);
+	}
+drop:
+	free(x->codes);
+	*x = u[--(*nu)];
+}
+
+int codec_daemon(const char *listen_url, const xc2_model *m)
+{
+	pcg_err err = { "" };
+	utterance u[MAX_SESSIONS];
+	int nu = 0, rc = 1;
+	proto_msg *q = malloc(sizeof *q), *rep = malloc(sizeof *rep);
+	void *ctx = zmq_ctx_new(), *sock = NULL;
+
+	if (!q || !rep || !ctx) {
+		fprintf(stderr, "codec-decode: out of memory\n");
+		goto out;
+	}
+	sock = net_server(ctx, listen_url, &err);
+	if (sock == NULL) {
+		fprintf(stderr, "codec-decode: %s\n", err.msg);
+		goto out;
+	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	fprintf(stderr, "codec-decode: serving on %s\n", listen_url);
+	while (!stop) {
+		net_req r;
+		void *out;
+		size_t len;
+		int got = net_recv_req(sock, &r, 250, &err);
+		if (got < 0)
+			fprintf(stderr, "codec-decode: %s\n", err.msg);
+		if (got <= 0)
+			continue;
+		memset(rep, 0, offsetof(proto_msg, append));
+		rep->n_append = 0;
+		rep->n_stats = 0;
+		if (proto_parse(r.body, r.len, q, &err) < 0)
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		else
+			handle(m, u, &nu, q, rep);
+		if (rep->type == PROTO_ERROR)
+			fprintf(stderr, "codec-decode: request %llu: %s: %s\n",
+				(unsigned long long)rep->id, rep->code, rep->msg);
+		if (proto_pack(rep, &out, &len, &err) == 0) {
+			if (net_reply(sock, &r, out, len, &err) < 0)
+				fprintf(stderr, "codec-decode: %s\n", err.msg);
+			free(out);
+		}
+		net_req_free(&r);
+	}
+	fprintf(stderr, "codec-decode: stopping, %d unfinished utterances dropped\n", nu);
+	rc = 0;
+out:
+	for (int i = 0; i < nu; i++)
+		free(u[i].codes);
+	net_server_close(&sock, listen_url);
+	if (ctx)
+		zmq_ctx_term(ctx);
+	free(q);
+	free(rep);
+	return rc;
+}
