@@ -36,6 +36,7 @@
 #include "matmul.h"
 #include "safetensors.h"
 
+
 /* ------------------------------------------------------------------ config */
 
 void xc2_config_default(xc2_config *c)
@@ -455,12 +456,31 @@ size_t xc2_mapped_bytes(const xc2_model *m) { return st_mapped_bytes(m->ck); }
 
 /* ------------------------------------------------------------------ layers */
 
-/* nn.Linear: y[t] = W x[t] + b for the T rows of x; y is [T, W->rows]. */
+/* nn.Linear: y[t] = W x[t] + b for the T rows of x; y is [T, W->rows].
+ * f32 weights (the checkpoint's) and many rows: each thread one
+ * single-threaded sgemm of all of x against its share of the rows of W, so
+ * every weight is packed once and x once per thread, where pcg_matmul's
+ * tiles of 128 weight rows (made for a few rows of x and for bf16 weights)
+ * pack all of x once per tile (c_attn at 30 s: 37 M floats of packing
+ * against 6 M). Other dtypes and few rows go to pcg_matmul. */
 static void linear(float *y, const float *x, int T, const pcg_mat *W, const float *b)
 {
-	const int R = W->rows;
+	const int R = W->rows, K = W->cols;
 
-	pcg_matmul(y, R, x, T, W, 0, R);
+	if (W->dtype == PCG_F32 && T >= 64) {
+#pragma omp parallel
+		{
+			const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+			const int r0 = R * id / nt / 16 * 16;
+			const int r1 = id == nt - 1 ? R : R * (id + 1) / nt / 16 * 16;
+			if (r1 > r0)
+				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, r1 - r0, K, 1.0f,
+					    x, K, (const float *)W->data + (size_t)r0 * K, K, 0.0f, y + r0,
+					    R);
+		}
+	} else {
+		pcg_matmul(y, R, x, T, W, 0, R);
+	}
 	if (b == NULL)
 		return;
 #pragma omp parallel for schedule(static) if ((size_t)T * R > 65536)
@@ -568,6 +588,84 @@ static void rmsnorm(float *y, const float *x, int T, int C, const float *w)
 	}
 }
 
+/* Softmax, vectorised: at 30 s of audio the attention takes 430 M
+ * exponentials, about a fifth of the decoder's time with glibc's scalar
+ * expf. Vectors of 16 floats, compiled for AVX-512, AVX2 and the baseline,
+ * chosen at run time. */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+/* x = exp(x) for x <= 0 (passed by pointer: a 64-byte vector by value
+ * draws an ABI note from GCC when not inlined) with Cephes expf's polynomial (relative error below
+ * 2e-7, as expf's own few ulp): x = n ln2 + r, |r| <= ln2 / 2, exp(x) =
+ * 2^n p(r). Below -87.3 the result would be subnormal (slow to compute
+ * with, and below 1e-38 of the row's largest term): 0 instead. */
+static inline __attribute__((always_inline)) void exp_neg(v16f *xp)
+{
+	v16f x = *xp;
+	const v16i under = x < -87.3f;
+	x = (v16f)((v16i)x & ~under) + (v16f)((v16i)((v16f){ 0 } - 87.3f) & under);
+	const v16i n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, v16i);
+	const v16f nf = __builtin_convertvector(n, v16f);
+	const v16f r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
+	v16f p = (v16f){ 0 } + 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1.0f;
+	const v16i pow2n = (n + 127) << 23;
+	*xp = (v16f)((v16i)(p * (v16f)pow2n) & ~under);
+}
+
+/* Each of the rows of S (n wide) becomes softmax(row). */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void softmax_rows(float *S, int rows, int n)
+{
+	const int nv = n / 16 * 16;
+
+	for (int i = 0; i < rows; i++) {
+		float *s = S + (size_t)i * n, mx = -INFINITY, sum = 0.0f, tail[16];
+		v16f vmax = (v16f){ 0 } - INFINITY, vsum = { 0 };
+		for (int j = 0; j < nv; j += 16) {
+			v16f v;
+			memcpy(&v, s + j, sizeof v);
+			const v16i gt = v > vmax;
+			vmax = (v16f)(((v16i)v & gt) | ((v16i)vmax & ~gt));
+		}
+		for (int k = 0; k < 16; k++)
+			mx = vmax[k] > mx ? vmax[k] : mx;
+		for (int j = nv; j < n; j++)
+			mx = s[j] > mx ? s[j] : mx;
+		for (int j = 0; j < nv; j += 16) {
+			v16f v;
+			memcpy(&v, s + j, sizeof v);
+			v -= mx;
+			exp_neg(&v);                              /* exp(s - max) */
+			memcpy(s + j, &v, sizeof v);
+			vsum += v;
+		}
+		if (nv < n) {                                     /* the last n % 16 */
+			v16f v;
+			for (int k = 0; k < 16; k++)
+				tail[k] = nv + k < n ? s[nv + k] : -INFINITY;
+			memcpy(&v, tail, sizeof v);
+			v -= mx;
+			exp_neg(&v);                              /* -inf lanes give 0 */
+			memcpy(tail, &v, sizeof v);
+			for (int k = 0; nv + k < n; k++)
+				s[nv + k] = tail[k];
+			vsum += v;
+		}
+		for (int k = 0; k < 16; k++)
+			sum += vsum[k];
+		const float inv = 1.0f / sum;
+		for (int j = 0; j < n; j++)
+			s[j] *= inv;
+	}
+}
+
 /* scaled_dot_product_attention(q, k, v, is_causal=False) over all T frames,
  * one head per task. qkv is [T, 3C] (q | k | v, each heads x d, as einops
  * 'b t (r h d) -> r b h t d' splits it); out is [T, C] ('b h t d -> b t (h d)').
@@ -584,19 +682,7 @@ static void attention(float *out, const float *qkv, int T, int C, int heads, flo
 		/* S = q k^T * scale */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, d, scale, q, 3 * C, k,
 			    3 * C, 0.0f, S, T);
-		/* softmax over the keys */
-		for (int i = 0; i < T; i++) {
-			float *s = S + (size_t)i * T, mx = -INFINITY, sum = 0.0f;
-			for (int j = 0; j < T; j++)
-				mx = s[j] > mx ? s[j] : mx;
-			for (int j = 0; j < T; j++) {
-				s[j] = expf(s[j] - mx);
-				sum += s[j];
-			}
-			const float inv = 1.0f / sum;
-			for (int j = 0; j < T; j++)
-				s[j] *= inv;
-		}
+		softmax_rows(S, T, T);                           /* softmax over the keys */
 		/* y = S v */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, T, 1.0f, S, T, v, 3 * C,
 			    0.0f, out + h * d, C);
