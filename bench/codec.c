@@ -71,7 +71,9 @@ static float urand(void)
 }
 
 /* Writes the decoder tensors of the full-size config to path with random
- * values: matrices of variance 1/fan_in, biases of 0.1^2/... */
+ * values as the reference fixtures have them (uniform instead of normal):
+ * matrices of variance 1/fan_in, biases and norm biases of standard
+ * deviation 0.1, norm weights 1 + that. */
 static void write_random(const char *path)
 {
 	xc2_config c;
@@ -83,15 +85,15 @@ static void write_random(const char *path)
 	xc2_config_default(&c);
 	const int C = c.hidden, N = 4 * c.hop;
 #define T(nm, d0, d1, d2, kind) do { \
-		int64_t d_[3] = { d0, d1, d2 }; \
-		int nd_ = d1 < 0 ? 1 : d2 < 0 ? 2 : 3; \
+		int64_t d_[3] = { (d0), (d1), (d2) }; \
+		int nd_ = (d1) < 0 ? 1 : (d2) < 0 ? 2 : 3; \
 		size_t ne_ = 1; \
 		for (int i_ = 0; i_ < nd_; i_++) ne_ *= (size_t)d_[i_]; \
 		float *p_ = malloc(ne_ * sizeof *p_); \
 		if (p_ == NULL) { perror("malloc"); exit(1); } \
-		float a_ = kind == 0 ? sqrtf(3.0f * (float)d0 / (float)ne_) : 0.17f; \
+		float a_ = (kind) == 0 ? sqrtf(3.0f * (float)(d0) / (float)ne_) : 0.17f; \
 		for (size_t i_ = 0; i_ < ne_; i_++) \
-			p_[i_] = (kind == 2 ? 1.0f : 0.0f) + a_ * urand(); \
+			p_[i_] = ((kind) == 2 ? 1.0f : 0.0f) + a_ * urand(); \
 		t[n].name = strdup(nm); t[n].dtype = PCG_F32; t[n].ndim = nd_; \
 		memcpy(t[n].shape, d_, sizeof d_); t[n].data = p_; bufs[n++] = p_; \
 	} while (0)
@@ -240,7 +242,7 @@ int main(int argc, char **argv)
 	printf("peak RSS %.0f MB (weights mapped: %.0f MB)\n", ru.ru_maxrss / 1024.0,
 	       xc2_mapped_bytes(m) / 1e6);
 
-	if (snr) {
+	if (snr && max_seconds >= 30) {
 		/* The first 10 s of the 30 s codes, whole vs chunked. */
 		const int T = 500;
 		const size_t n = (size_t)T * cfg.hop;
