@@ -743,6 +743,10 @@ static int check_codes(const xc2_model *m, const int32_t *codes, int T, pcg_err 
 
 	if (T < 1)
 		return pcg_fail(err, "no codes to decode");
+	/* Sample indices are ints: n_fft * T must fit (about 28 hours at 16 kHz). */
+	if (T > INT_MAX / (4 * m->cfg.hop))
+		return pcg_fail(err, "%d codes: too many for one call (at most %d)", T,
+				INT_MAX / (4 * m->cfg.hop));
 	for (int t = 0; t < T; t++)
 		if (codes[t] < 0 || codes[t] >= book)
 			return pcg_fail(err, "code %d at position %d out of range [0, %lld)",
