@@ -85,6 +85,7 @@ const char *pcg_dtype_name(pcg_dtype t)
  * convert 8 values at once; the scalar functions above serve the rest. The
  * f16 vectors of the pipeline's messages are 65,537 wide. */
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(float *dst, const uint16_t *s,
@@ -108,12 +109,16 @@ __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *dst, c
 		dst[i] = pcg_f32_to_f16(s[i]);
 }
 
+/* CPUID leaf 1: ECX bit 29 F16C, bit 28 AVX, bit 27 OSXSAVE (the OS saves
+ * the YMM registers). Read directly: clang's __builtin_cpu_supports does not
+ * know "f16c". */
 static int have_f16c(void)
 {
 	static int have = -1;
 	if (have < 0) {
-		__builtin_cpu_init();
-		have = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+		unsigned a, b, c, d;
+		have = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1) && (c >> 28 & 1) &&
+		       (c >> 27 & 1);
 	}
 	return have;
 }
