@@ -22,14 +22,15 @@
 
 #define MODEL "tests/fixtures/llama/gqa-f32"
 
-static pid_t start(const char *prog, const char *url)
+static pid_t start(const char *prog, const char *url, const char *kv_mem)
 {
 	pid_t pid = fork();
 	if (pid == 0) {
 		char p[64];
 		snprintf(p, sizeof p, "bin/%s", prog);
 		freopen("/dev/null", "w", stdout);
-		execl(p, prog, "--model", MODEL, "--listen", url, "--threads", "1", (char *)NULL);
+		execl(p, prog, "--model", MODEL, "--listen", url, "--threads", "1", "--kv-mem", kv_mem,
+		      (char *)NULL);
 		_exit(127);
 	}
 	return pid;
@@ -77,7 +78,7 @@ int main(void)
 		SKIP("bin/draftd not built");
 	snprintf(durl, sizeof durl, "ipc://%s/d.sock", check_tmpdir());
 	snprintf(turl, sizeof turl, "ipc://%s/t.sock", check_tmpdir());
-	pid_t dp = start("draftd", durl), tp = start("targetd", turl);
+	pid_t dp = start("draftd", durl, "2G"), tp = start("targetd", turl, "2G");
 	void *ctx = zmq_ctx_new();
 	pcg_client *d = client_new(ctx, durl, 2000, 5, &err);
 	pcg_client *t = client_new(ctx, turl, 2000, 5, &err);
@@ -155,6 +156,31 @@ int main(void)
 			  .n = 1, .samp = samp, .rows = rows };
 	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_ERROR &&
 	      !strcmp(r->code, "unknown-session"));
+
+	/* LRU eviction: a server with a 1 MiB KV budget (a session of this model
+	 * holds 48 KiB: 3 layers x K and V x 64 positions x 32 floats) keeps the
+	 * recent sessions and forgets the oldest, which then answer
+	 * unknown-session. */
+	char eurl[512];
+	snprintf(eurl, sizeof eurl, "ipc://%s/e.sock", check_tmpdir());
+	pid_t ep = start("targetd", eurl, "1M");
+	pcg_client *e = client_new(ctx, eurl, 2000, 5, &err);
+	int served = 0;
+	for (int s = 1; s <= 40; s++) {
+		*q = (proto_msg){ .type = PROTO_SCORE, .session = (uint64_t)s, .pos = 0, .n_append = 3,
+				  .append = { 1, 2, 3 }, .n = 1, .samp = samp, .rows = rows };
+		served += client_call(e, q, r, &err) == 0 && r->type == PROTO_PROBS;
+	}
+	CHECK(served == 40);
+	*q = (proto_msg){ .type = PROTO_SCORE, .session = 1, .pos = 3, .n_append = 1, .append = { 4 },
+			  .n = 1, .samp = samp, .rows = rows };
+	CHECK(client_call(e, q, r, &err) == 0 && r->type == PROTO_ERROR &&
+	      !strcmp(r->code, "unknown-session"));
+	q->session = 40;
+	CHECK(client_call(e, q, r, &err) == 0 && r->type == PROTO_PROBS);
+	client_free(&e);
+	kill(ep, SIGTERM);
+	waitpid(ep, NULL, 0);
 
 	/* SIGTERM: both exit 0 within 2 s. */
 	kill(dp, SIGTERM);
