@@ -42,6 +42,8 @@ SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 DEPS_OK  := build/.deps-ok
 
 .PHONY: all test demo install clean bench deps
+# Keep the objects of tests and benches: they are intermediates of pattern rules.
+.SECONDARY:
 all: $(BINS) $(BENCHES) $(CUDA_LIB)
 
 # Installs the Debian packages the build needs when one is missing.

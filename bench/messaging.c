@@ -25,10 +25,12 @@
 #include "proto.h"
 
 static const char *model_dir;
-static int rounds;
+static int rounds, width;
 static const pcg_opt opts[] = {
 	{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "DIR", "model directory" },
 	{ "rounds", PCG_OPT_INT, &rounds, "100", 5, 100000, "N", "rounds per configuration" },
+	{ "width", PCG_OPT_INT, &width, "65537", 2, 65537, "N",
+	  "rows per distribution (65,537: LLaSA's; small: the latency of a round alone)" },
 	{ NULL },
 };
 
@@ -82,14 +84,14 @@ int main(int argc, char **argv)
 			model_dir, V);
 		return 1;
 	}
-	const llama_rows rows = { 2, { V - 65536, V - 65536 - 3 }, { V, V - 65536 - 2 } };
+	const llama_rows rows = { 2, { V - (width - 1), V - 65536 - 3 }, { V, V - 65536 - 2 } };
 	char ipc[3][256];
 	const char *transports[3] = { "inproc", "ipc", "tcp" };
 	snprintf(ipc[0], sizeof ipc[0], "/tmp/pcg-bench-msg-%d-d.sock", (int)getpid());
 	snprintf(ipc[1], sizeof ipc[1], "/tmp/pcg-bench-msg-%d-t.sock", (int)getpid());
 	pcg_set_threads(1);
 	printf("messaging per round (propose L=3 + score 4 positions, V=%d), median of %d rounds\n",
-	       65537, rounds);
+	       width, rounds);
 	for (int tr = 0; tr < 3; tr++) {
 		char d_url[300], t_url[300];
 		if (tr == 0) {
@@ -141,7 +143,7 @@ int main(int argc, char **argv)
 			qsort(over, (size_t)rounds, sizeof *over, cmp);
 			printf("%-6s %s: %7.3f ms per round (p90 %.3f ms), %.2f MB per round\n",
 			       transports[tr], f16 ? "f16" : "f32", over[rounds / 2] * 1e3,
-			       over[rounds * 9 / 10] * 1e3, (3.0 + 4.0) * 65537 * (f16 ? 2 : 4) / 1e6);
+			       over[rounds * 9 / 10] * 1e3, (3.0 + 4.0) * width * (f16 ? 2 : 4) / 1e6);
 		}
 		client_free(&d);
 		client_free(&t);

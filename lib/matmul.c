@@ -17,8 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The helpers below pass 64-byte vectors by value; they are always inlined,
- * so the ABI note GCC gives for them does not apply. */
+/* The helpers below return 64-byte vectors; they are always inlined, so the
+ * ABI warning GCC gives for that does not apply. (Casts between vector
+ * types of one size reinterpret the bits.) */
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 #define VW 16 /* floats per vector */
@@ -28,13 +29,6 @@ typedef uint32_t vu __attribute__((vector_size(VW * 4)));
 typedef _Float16 vhf __attribute__((vector_size(VW * 2)));
 
 static int n_threads = 0; /* 0: not set yet, use omp's default */
-
-static inline __attribute__((always_inline)) vf as_vf(vu u)
-{
-	vf f;
-	memcpy(&f, &u, sizeof f);
-	return f;
-}
 
 /* 16 f16 values at p widened to f32 with integer operations (exact for
  * normals, subnormals, infinities and NaN), because GCC widens _Float16
@@ -53,10 +47,10 @@ static inline __attribute__((always_inline)) vf f16x16(const void *p)
 	inf = (vu)(e == 0x0f800000u);      /* all ones where inf/NaN */
 	o += inf & ((128u - 16u) << 23);
 	sub = (vu)(e == 0u);               /* zero or subnormal */
-	fs = as_vf(o + (1u << 23)) - as_vf((vu){0} + (113u << 23)); /* renormalise */
+	fs = (vf)(o + (1u << 23)) - (vf)((vu){0} + (113u << 23)); /* renormalise */
 	memcpy(&os, &fs, sizeof os);
 	o = (o & ~sub) | (os & sub);
-	return as_vf(o | ((u & 0x8000u) << 16));
+	return (vf)(o | ((u & 0x8000u) << 16));
 }
 
 static inline __attribute__((always_inline)) float load_w1(const unsigned char *p, pcg_dtype dt)
@@ -72,8 +66,9 @@ static inline __attribute__((always_inline)) float load_w1(const unsigned char *
 	return dt == PCG_BF16 ? pcg_bf16_to_f32(h) : pcg_f16_to_f32(h);
 }
 
-static inline __attribute__((always_inline)) float hsum(vf v)
+static inline __attribute__((always_inline)) float hsum(const vf *pv)
 {
+	const vf v = *pv;
 	float s = 0;
 	for (int i = 0; i < VW; i++)
 		s += v[i];
@@ -123,8 +118,8 @@ tile_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsign
 			if (dt == PCG_BF16) {
 				vu u;
 				memcpy(&u, wr + 2 * (size_t)k, sizeof u);
-				w0[r] = as_vf(u << 16);
-				w1[r] = as_vf(u & 0xffff0000u);
+				w0[r] = (vf)(u << 16);
+				w1[r] = (vf)(u & 0xffff0000u);
 			} else if (dt == PCG_F16) {
 				w0[r] = f16x16(wr + 2 * (size_t)k);
 				w1[r] = f16x16(wr + 2 * (size_t)(k + VW));
@@ -149,7 +144,7 @@ tile_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsign
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
 		for (int b = 0; b < NB; b++) {
-			float s = hsum(acc[r][b]);
+			float s = hsum(&acc[r][b]);
 			for (int j = k; j < K; j++)
 				s += load_w1(w + r * row_bytes + j * es, dt) * x[(size_t)b * K + j];
 			y[(size_t)b * ldy + r] = s;

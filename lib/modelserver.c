@@ -305,11 +305,9 @@ int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *st
 		} else {
 			sv.served++;
 		}
-		if (proto_pack(rep, &out, &len, &err) == 0) {
-			if (net_reply(sock, &r, out, len, &err) < 0)
-				logf_(&sv, "%s", err.msg);
-			free(out);
-		}
+		if (proto_pack(rep, &out, &len, &err) == 0 &&
+		    net_reply_owned(sock, &r, out, len, &err) < 0)
+			logf_(&sv, "%s", err.msg);
 		net_req_free(&r);
 	}
 	logf_(&sv, "stopping: %lu served, %lu errors, %lu dropped, %lu evicted", sv.served, sv.errors,

@@ -190,6 +190,40 @@ out:
 	return rc;
 }
 
+static void free_body(void *data, void *hint)
+{
+	(void)hint;
+	free(data);
+}
+
+/* The body is handed to libzmq without a copy and freed when it is sent. */
+static int send_owned(void *sock, void *body, size_t len)
+{
+	zmq_msg_t m;
+
+	if (zmq_msg_init_data(&m, body, len, free_body, NULL) != 0) {
+		free(body);
+		return -1;
+	}
+	if (zmq_msg_send(&m, sock, 0) < 0) {
+		zmq_msg_close(&m); /* frees body */
+		return -1;
+	}
+	return 0;
+}
+
+int net_reply_owned(void *sock, const net_req *r, void *body, size_t len, pcg_err *err)
+{
+	if (zmq_send(sock, r->route, r->route_len, ZMQ_SNDMORE) < 0 ||
+	    (r->delim && zmq_send(sock, "", 0, ZMQ_SNDMORE) < 0)) {
+		free(body);
+		return pcg_fail(err, "reply: %s", zmq_strerror(zmq_errno()));
+	}
+	if (send_owned(sock, body, len) < 0)
+		return pcg_fail(err, "reply: %s", zmq_strerror(zmq_errno()));
+	return 0;
+}
+
 int net_reply(void *sock, const net_req *r, const void *body, size_t len, pcg_err *err)
 {
 	if (zmq_send(sock, r->route, r->route_len, ZMQ_SNDMORE) < 0 ||

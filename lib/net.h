@@ -43,6 +43,9 @@ typedef struct net_req {
 int net_recv_req(void *sock, net_req *r, int timeout_ms, pcg_err *err);
 /* Server: sends body back to the peer of r. */
 int net_reply(void *sock, const net_req *r, const void *body, size_t len, pcg_err *err);
+/* The same with a malloc'd body that libzmq takes over without a copy (it is
+ * freed in every case). */
+int net_reply_owned(void *sock, const net_req *r, void *body, size_t len, pcg_err *err);
 void net_req_free(net_req *r);
 
 /* Client: sends one message (a single frame). */

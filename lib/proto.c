@@ -155,7 +155,14 @@ int proto_pack(const proto_msg *m, void **out, size_t *len, pcg_err *err)
 
 	if (m->type < PROTO_PROPOSE || m->type > PROTO_AUDIO)
 		return pcg_fail(err, "pack: unknown message type %d", (int)m->type);
+	/* Sized once: a probability payload of a megabyte would otherwise be
+	 * copied by every doubling of the buffer. */
+	size_t est = 1024 + (size_t)m->n_append * 5 + (size_t)m->n_stats * 9 + strlen(m->text) +
+		     strlen(m->out) + (m->type == PROTO_PROBS
+				       ? (size_t)m->n_vec * m->width * (m->f16 ? 2 : 4) : 0);
 	msgpack_sbuffer_init(&sb);
+	sb.data = malloc(est);
+	sb.alloc = sb.data ? est : 0;
 	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
 	/* The envelope's three keys and the schema's fields, as parse expects. */
 	msgpack_pack_map(&pk, 3 + (size_t)__builtin_popcount(schema[m->type]));
