@@ -6,17 +6,7 @@
 # truncated and foreign files rejected with a clear message.
 set -u
 T=${TEST_TMP:-$(mktemp -d)}
-fails=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
-expect() {
-	want=$1; what=$2; shift 2
-	"$@" >"$T/out" 2>"$T/err"; got=$?
-	if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what: exit $got, want $want: $(cat "$T/err")"; fi
-}
-err_has() { if grep -qF -- "$1" "$T/err"; then ok "stderr names '$1'"; else bad "stderr lacks '$1': $(cat "$T/err")"; fi; }
-out_has() { if grep -qF -- "$1" "$T/out"; then ok "stdout has '$1'"; else bad "stdout lacks '$1': $(head -c 600 "$T/out")"; fi; }
-same() { if cmp -s "$1" "$2"; then ok "$3"; else bad "$3: $1 and $2 differ"; fi; }
+. "${PCG_ROOT:-.}/tests/shlib"
 
 cd "$T" || exit 1
 pcg-mkmodel --out m --seed 3 >/dev/null || { echo "pcg-mkmodel failed"; exit 1; }
@@ -118,5 +108,4 @@ err_has "too short"
 expect 1 "missing file" asg-info nope.asg
 err_has "nope.asg"
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+finish

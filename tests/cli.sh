@@ -4,17 +4,7 @@
 # partial output files, deterministic models, and the dumped logits' layout.
 set -u
 T=${TEST_TMP:-$(mktemp -d)}
-fails=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
-# expect CODE "description" command...: runs it, checks the exit code.
-expect() {
-	want=$1; what=$2; shift 2
-	"$@" >"$T/out" 2>"$T/err"; got=$?
-	if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what: exit $got, want $want: $(cat "$T/err")"; fi
-}
-# err_has "text": the last command's stderr contains text.
-err_has() { if grep -qF -- "$1" "$T/err"; then ok "stderr names '$1'"; else bad "stderr lacks '$1': $(cat "$T/err")"; fi; }
+. "${PCG_ROOT:-.}/tests/shlib"
 
 cd "$T" || exit 1
 
@@ -88,5 +78,4 @@ sed 's/LlamaForCausalLM/GPT2LMHeadModel/' m1/config.json > broken/config.json
 expect 1 "unknown architecture" pcg-run --model broken --tokens 1
 err_has "architectures"
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -8,15 +8,7 @@ set -u
 ROOT=${PCG_ROOT:-$(pwd)}
 T=${TEST_TMP:-$(mktemp -d)}
 FX="$ROOT/tests/fixtures/xcodec2/tiny"
-fails=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
-expect() {
-	want=$1; what=$2; shift 2
-	"$@" >"$T/out" 2>"$T/err"; got=$?
-	if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what: exit $got, want $want: $(cat "$T/err")"; fi
-}
-err_has() { if grep -qF -- "$1" "$T/err"; then ok "stderr names '$1'"; else bad "stderr lacks '$1': $(cat "$T/err")"; fi; }
+. "${PCG_ROOT:-.}/tests/shlib"
 # u N OFFSET FILE: the little-endian unsigned integer of N bytes at OFFSET.
 u() { od -A n -t "u$1" -j "$2" -N "$1" "$3" | tr -d ' '; }
 size() { wc -c <"$1" | tr -d ' '; }
@@ -126,5 +118,4 @@ cmp -s keep.wav a.wav && ok "disk full: the old file is intact" || bad "disk ful
 [ ! -e new.flac ] && ok "disk full: no FLAC at the final path" || bad "partial FLAC left"
 no_partials .
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -6,8 +6,7 @@
 set -u
 ROOT=${PCG_ROOT:-$(pwd)}
 T=${TEST_TMP:-$(mktemp -d)}
-fails=0
-bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
+. "${PCG_ROOT:-.}/tests/shlib"
 
 if ! command -v mandoc >/dev/null 2>&1; then
 	echo "mandoc not installed (scripts/install-deps installs it)"
@@ -62,5 +61,4 @@ for page in "$ROOT"/man/*.[1-8]; do
 	[ -s "$T/block" ] && run_block "$(basename "$page")"
 done
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+finish

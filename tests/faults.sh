@@ -11,10 +11,8 @@
 set -u
 T=${TEST_TMP:-$(mktemp -d)}
 cd "$T" || exit 1
-fails=0
+. "${PCG_ROOT:-.}/tests/shlib"
 pids=
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
 trap 'kill -9 $pids 2>/dev/null; wait 2>/dev/null' EXIT
 now_ms() { date +%s%3N; }
 
@@ -84,5 +82,4 @@ done
 wait $vpid; rv=$?
 [ $rv -eq 0 ] && ok "SIGTERM: all stopped in $(( $(now_ms) - t0 )) ms" || bad "verifier exit $rv"
 left=$(ls "$T"/*.sock 2>/dev/null); [ -z "$left" ] && ok "no socket files left" || bad "socket files left: $left"
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -8,9 +8,7 @@ set -u
 T=${TEST_TMP:-$(mktemp -d)}
 cd "$T" || exit 1
 export PCG_RUNTIME_DIR="$T/rt"
-fails=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
+. "${PCG_ROOT:-.}/tests/shlib"
 cleanup() { pcg-down >/dev/null 2>&1; [ -n "${pids:-}" ] && kill $pids 2>/dev/null; wait 2>/dev/null; }
 trap cleanup EXIT
 
@@ -83,5 +81,4 @@ done
 kill $pids
 wait $pids && ok "local verifier: clean exit" || bad "local verifier: exit $?"
 pids=
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+finish

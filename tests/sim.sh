@@ -5,15 +5,7 @@
 # form (the statistical proofs are in tests/unit/test_policy.c).
 set -u
 T=${TEST_TMP:-$(mktemp -d)}
-fails=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
-expect() {
-	want=$1; what=$2; shift 2
-	"$@" >"$T/out" 2>"$T/err"; got=$?
-	if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what: exit $got, want $want: $(cat "$T/err")"; fi
-}
-err_has() { if grep -qF -- "$1" "$T/err"; then ok "stderr names '$1'"; else bad "stderr lacks '$1': $(cat "$T/err")"; fi; }
+. "${PCG_ROOT:-.}/tests/shlib"
 # field NAME: the value of the record NAME in out.
 field() { sed -n "s/^$1	//p" "$T/out"; }
 # near X Y TOL: |X - Y| <= TOL
@@ -106,5 +98,4 @@ asg-build --embeddings tiny/model.safetensors --rows 0:5 --theta 0 -o five.asg -
 expect 1 "ASG larger than V" pcg-sim --policy pcg --asg five.asg --draft p.f32 --target q.f32
 err_has "covers 5 tokens"
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -9,17 +9,7 @@ ROOT=${PCG_ROOT:-$(pwd)}
 T=${TEST_TMP:-$(mktemp -d)}
 FIX="$ROOT/tests/fixtures/tokenizer"
 TOK="$FIX/mkmodel-tokenizer.json"
-fails=0
-ok() { echo "ok: $1"; }
-bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
-# expect CODE "description" command...: runs it, checks the exit code.
-expect() {
-	want=$1; what=$2; shift 2
-	"$@" >"$T/out" 2>"$T/err"; got=$?
-	if [ "$got" -eq "$want" ]; then ok "$what"; else bad "$what: exit $got, want $want: $(cat "$T/err")"; fi
-}
-# err_has "text": the last command's stderr contains text.
-err_has() { if grep -qF -- "$1" "$T/err"; then ok "stderr names '$1'"; else bad "stderr lacks '$1': $(cat "$T/err")"; fi; }
+. "${PCG_ROOT:-.}/tests/shlib"
 # out_is "text": the last command's stdout is exactly text (and a newline).
 out_is() { if [ "$(cat "$T/out")" = "$1" ]; then ok "output '$1'"; else bad "output '$(cat "$T/out")', want '$1'"; fi; }
 
@@ -124,5 +114,4 @@ sed 's/<|s_0|>/<|s_zero|>/' "$TOK" >nos.json
 expect 1 "no <|s_0|>" pcg-tokenize --tokenizer nos.json --llasa-prompt --text x
 err_has "no <|s_0|> token"
 
-echo "$fails failed"
-[ "$fails" -eq 0 ]
+finish
