@@ -27,7 +27,7 @@ static const char *SYNOPSIS =
 static const char *codec, *weights, *config_path, *codes_path, *codes_fmt_s, *out_path,
 	*format_s;
 static int llasa_ids, speech_offset, end_id, chunk, context, lookahead, threads, daemon_mode;
-static const char *listen_url;
+static const char *listen_url, *curve_key, *curve_allow;
 
 static const pcg_opt opts[] = {
 	{ "codec", PCG_OPT_STR, &codec, "xcodec2", 1, 0, "NAME", "the codec (only xcodec2)" },
@@ -59,6 +59,10 @@ static const pcg_opt opts[] = {
 	  "serve the pipeline: decode the tokens of each session, write its file" },
 	{ "listen", PCG_OPT_STR, &listen_url, "tcp://127.0.0.1:7603", 1, 0, "URL",
 	  "with --daemon: the endpoint to bind" },
+	{ "curve-key", PCG_OPT_STR, &curve_key, NULL, 1, 0, "FILE",
+	  "with --daemon: this server's CURVE keypair (pcg-keygen)" },
+	{ "curve-allow", PCG_OPT_STR, &curve_allow, NULL, 1, 0, "FILE",
+	  "with --daemon: public keys of the clients let in" },
 	{ NULL },
 };
 
@@ -108,7 +112,9 @@ int main(int argc, char **argv)
 	if (daemon_mode) {
 		if (!weights || codes_path || out_path)
 			return usage_error("--daemon takes --weights (and --config, --listen), not --codes or -o");
-		if (net_endpoint_ok(listen_url, &err) < 0)
+		if (net_curve_setup(curve_key, curve_allow, NULL, &err) < 0)
+			goto fail;
+		if (net_endpoint_ok(listen_url, 1, &err) < 0)
 			return usage_error(err.msg);
 		pcg_set_threads(threads);
 		signal(SIGXFSZ, SIG_IGN);

@@ -344,7 +344,7 @@ int modelserver_parse_layers(const char *s, int *layers, int max, pcg_err *err)
 	return n;
 }
 
-static const char *model_dir, *listen_url, *layers_s;
+static const char *model_dir, *listen_url, *layers_s, *curve_key, *curve_allow;
 static int threads;
 static long long kv_mem;
 
@@ -361,9 +361,14 @@ int modelserver_main(int argc, char **argv, ms_role role)
 		{ "kv-mem", PCG_OPT_SIZE, &kv_mem, "2G", 1 << 20, 1e15, "BYTES",
 		  "KV cache budget; least recently used sessions are evicted beyond it" },
 		{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
+		{ "curve-key", PCG_OPT_STR, &curve_key, NULL, 1, 0, "FILE",
+		  "this server's CURVE keypair (pcg-keygen); needed for tcp beyond loopback" },
+		{ "curve-allow", PCG_OPT_STR, &curve_allow, NULL, 1, 0, "FILE",
+		  "public keys of the clients let in (one per line)" },
 		{ NULL },
 	};
-	const char *synopsis = "--model DIR [--listen URL] [--layers LIST] [--kv-mem BYTES] [--threads N]";
+	const char *synopsis = "--model DIR [--listen URL] [--layers LIST] [--kv-mem BYTES] [--threads N] "
+			       "[--curve-key FILE --curve-allow FILE]";
 	pcg_err err = { "" };
 	int layers[1024], n_layers;
 
@@ -396,7 +401,11 @@ int modelserver_main(int argc, char **argv, ms_role role)
 		fprintf(stderr, "%s: --layers: %s\n", prog, err.msg);
 		return 2;
 	}
-	if (net_endpoint_ok(listen_url, &err) < 0) {
+	if (net_curve_setup(curve_key, curve_allow, NULL, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 1;
+	}
+	if (net_endpoint_ok(listen_url, 1, &err) < 0) {
 		fprintf(stderr, "%s: --listen: %s\n", prog, err.msg);
 		return 2;
 	}

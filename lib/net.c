@@ -2,6 +2,9 @@
 #include "net.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,24 +21,238 @@
 
 #define MAX_FRAMES 4 /* route, delimiter, body: anything beyond is drained */
 
-int net_endpoint_ok(const char *url, pcg_err *err)
-{
-	const char *h;
-	size_t n;
+/* ---------------------------------------------------------------- CURVE */
 
+#define MAX_KEYS 256
+
+static struct {
+	int have_key;
+	char pub[41], sec[41];
+	int n_allow;
+	char allow[MAX_KEYS][41];
+	int n_peers;
+	char peer_url[MAX_KEYS][256], peer_key[MAX_KEYS][41];
+	char any_peer[41]; /* a bare key in the peers file: for every URL */
+	void *zap_ctx;     /* the context whose ZAP handler runs */
+} curve;
+
+static int z85_key(const char *s, size_t n)
+{
+	uint8_t bin[32];
+	char tmp[41];
+
+	if (n != 40)
+		return 0;
+	memcpy(tmp, s, 40);
+	tmp[40] = '\0';
+	return zmq_z85_decode(bin, tmp) != NULL;
+}
+
+/* Calls line(ctx, words, n) for each non-empty, non-comment line of path. */
+static int read_lines(const char *path, int (*line)(char **w, int n, pcg_err *err), pcg_err *err)
+{
+	char buf[1024];
+	int no = 0;
+	FILE *f = fopen(path, "r");
+
+	if (f == NULL)
+		return pcg_fail(err, "%s: %s", path, strerror(errno));
+	while (fgets(buf, sizeof buf, f)) {
+		char *w[4], *save = NULL, *t;
+		int n = 0;
+		no++;
+		for (t = strtok_r(buf, " \t\r\n", &save); t && n < 4; t = strtok_r(NULL, " \t\r\n", &save))
+			w[n++] = t;
+		if (n == 0 || (w[0][0] == '#' && strlen(w[0]) != 40)) /* a key may start with '#' */
+			continue;
+		if (line(w, n, err) < 0) {
+			fclose(f);
+			char where[1100];
+			snprintf(where, sizeof where, "%s:%d", path, no);
+			pcg_err_prefix(err, where);
+			return -1;
+		}
+	}
+	fclose(f);
+	return 0;
+}
+
+static int key_line(char **w, int n, pcg_err *err)
+{
+	if (n != 2 || (strcmp(w[0], "public") && strcmp(w[0], "secret")) || !z85_key(w[1], strlen(w[1])))
+		return pcg_fail(err, "want 'public KEY' or 'secret KEY' (40 Z85 characters)");
+	memcpy(!strcmp(w[0], "public") ? curve.pub : curve.sec, w[1], 41);
+	return 0;
+}
+
+static int allow_line(char **w, int n, pcg_err *err)
+{
+	if (n != 1 || !z85_key(w[0], strlen(w[0])))
+		return pcg_fail(err, "want one public key (40 Z85 characters)");
+	if (curve.n_allow == MAX_KEYS)
+		return pcg_fail(err, "more than %d keys", MAX_KEYS);
+	memcpy(curve.allow[curve.n_allow++], w[0], 41);
+	return 0;
+}
+
+static int peer_line(char **w, int n, pcg_err *err)
+{
+	if (n == 1 && z85_key(w[0], strlen(w[0]))) {
+		memcpy(curve.any_peer, w[0], 41);
+		return 0;
+	}
+	if (n != 2 || strlen(w[0]) >= sizeof curve.peer_url[0] || !z85_key(w[1], strlen(w[1])))
+		return pcg_fail(err, "want 'URL KEY' or one key (40 Z85 characters)");
+	if (curve.n_peers == MAX_KEYS)
+		return pcg_fail(err, "more than %d peers", MAX_KEYS);
+	snprintf(curve.peer_url[curve.n_peers], sizeof curve.peer_url[0], "%s", w[0]);
+	memcpy(curve.peer_key[curve.n_peers++], w[1], 41);
+	return 0;
+}
+
+int net_curve_setup(const char *key_path, const char *allow_path, const char *peers_path,
+		    pcg_err *err)
+{
+	if (key_path) {
+		if (read_lines(key_path, key_line, err) < 0)
+			return -1;
+		if (!curve.pub[0] || !curve.sec[0])
+			return pcg_fail(err, "%s: needs a 'public' and a 'secret' line", key_path);
+		curve.have_key = 1;
+	}
+	if (allow_path && read_lines(allow_path, allow_line, err) < 0)
+		return -1;
+	if (peers_path && read_lines(peers_path, peer_line, err) < 0)
+		return -1;
+	return 0;
+}
+
+static const char *peer_key(const char *url)
+{
+	for (int i = 0; i < curve.n_peers; i++)
+		if (!strcmp(curve.peer_url[i], url))
+			return curve.peer_key[i];
+	return curve.any_peer[0] ? curve.any_peer : NULL;
+}
+
+/* The ZAP handler (RFC 27): one REP socket on inproc://zeromq.zap.01 per
+ * context; a CURVE client gets in when its public key is on the list. */
+static void *zap_main(void *sock)
+{
+	for (;;) {
+		zmq_msg_t f[8];
+		int n = 0, more = 1;
+		while (more) {
+			zmq_msg_t m;
+			zmq_msg_init(&m);
+			if (zmq_msg_recv(&m, sock, 0) < 0) {
+				zmq_msg_close(&m);
+				for (int i = 0; i < n; i++)
+					zmq_msg_close(&f[i]);
+				zmq_close(sock); /* ETERM: the context is ending */
+				return NULL;
+			}
+			more = zmq_msg_more(&m);
+			if (n < 8)
+				f[n++] = m;
+			else
+				zmq_msg_close(&m);
+		}
+		/* version, request id, domain, address, identity, mechanism, key */
+		int ok = 0;
+		if (n >= 7 && zmq_msg_size(&f[5]) == 5 && !memcmp(zmq_msg_data(&f[5]), "CURVE", 5) &&
+		    zmq_msg_size(&f[6]) == 32) {
+			char z[41];
+			zmq_z85_encode(z, zmq_msg_data(&f[6]), 32);
+			for (int i = 0; i < curve.n_allow && !ok; i++)
+				ok = !strcmp(z, curve.allow[i]);
+		}
+		zmq_send(sock, "1.0", 3, ZMQ_SNDMORE);
+		if (n >= 2)
+			zmq_send(sock, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), ZMQ_SNDMORE);
+		else
+			zmq_send(sock, "", 0, ZMQ_SNDMORE);
+		zmq_send(sock, ok ? "200" : "400", 3, ZMQ_SNDMORE);
+		zmq_send(sock, ok ? "OK" : "key not allowed", ok ? 2 : 15, ZMQ_SNDMORE);
+		zmq_send(sock, "", 0, ZMQ_SNDMORE);
+		zmq_send(sock, "", 0, 0);
+		for (int i = 0; i < n; i++)
+			zmq_msg_close(&f[i]);
+	}
+}
+
+static int zap_start(void *ctx, pcg_err *err)
+{
+	pthread_t th;
+	int linger = 0;
+	void *s;
+
+	if (curve.zap_ctx == ctx)
+		return 0;
+	s = zmq_socket(ctx, ZMQ_REP);
+	if (s == NULL || zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+	    zmq_bind(s, "inproc://zeromq.zap.01") != 0) {
+		if (s)
+			zmq_close(s);
+		return pcg_fail(err, "ZAP handler: %s", zmq_strerror(zmq_errno()));
+	}
+	if (pthread_create(&th, NULL, zap_main, s) != 0) {
+		zmq_close(s);
+		return pcg_fail(err, "ZAP handler: cannot start its thread");
+	}
+	pthread_detach(th);
+	curve.zap_ctx = ctx;
+	return 0;
+}
+
+static int is_loopback(const char *url)
+{
+	const char *h = url + 6;
+	size_t n = h[0] == '[' ? strcspn(h, "]") + 1 : strcspn(h, ":");
+	return (n == 9 && !strncmp(h, "localhost", 9)) || (n == 5 && !strncmp(h, "[::1]", 5)) ||
+	       !strncmp(h, "127.", 4);
+}
+
+int net_endpoint_ok(const char *url, int server, pcg_err *err)
+{
 	if (!strncmp(url, "inproc://", 9) || !strncmp(url, "ipc://", 6))
 		return url[strlen(url) - 1] != '/' ? 0 : pcg_fail(err, "%s: no path", url);
 	if (strncmp(url, "tcp://", 6) != 0)
 		return pcg_fail(err, "%s: not an inproc://, ipc:// or tcp:// endpoint", url);
-	h = url + 6;
-	n = strcspn(h, ":");
-	if (h[0] == '[')
-		n = strcspn(h, "]") + 1;
-	if ((n == 9 && !strncmp(h, "localhost", 9)) || (n == 5 && !strncmp(h, "[::1]", 5)) ||
-	    !strncmp(h, "127.", 4))
+	if (is_loopback(url))
 		return 0;
-	return pcg_fail(err, "%s: tcp on a non-loopback address needs CURVE keys and a ZAP "
-			"allow-list, which this build does not configure; refusing", url);
+	if (server && curve.have_key && curve.n_allow > 0)
+		return 0;
+	if (!server && curve.have_key && peer_key(url))
+		return 0;
+	return pcg_fail(err, "%s: tcp on a non-loopback address needs CURVE: %s", url,
+			server ? "--curve-key and --curve-allow" : "--curve-key and the server's key");
+}
+
+/* CURVE on a socket when keys are set up (always for non-loopback tcp). */
+static int secure(void *s, void *ctx, const char *url, int server, pcg_err *err)
+{
+	int one = 1;
+
+	if (!curve.have_key || strncmp(url, "tcp://", 6) != 0)
+		return 0;
+	if (server) {
+		if (curve.n_allow == 0)
+			return is_loopback(url) ? 0 : pcg_fail(err, "%s: no --curve-allow list", url);
+		if (zap_start(ctx, err) < 0)
+			return -1;
+		ZCHECK(zmq_setsockopt(s, ZMQ_ZAP_DOMAIN, "pcg", 3), err, "ZMQ_ZAP_DOMAIN");
+		ZCHECK(zmq_setsockopt(s, ZMQ_CURVE_SERVER, &one, sizeof one), err, "ZMQ_CURVE_SERVER");
+		ZCHECK(zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, curve.sec, 40), err, "ZMQ_CURVE_SECRETKEY");
+		return 0;
+	}
+	const char *pk = peer_key(url);
+	if (pk == NULL)
+		return is_loopback(url) ? 0 : pcg_fail(err, "%s: no server key for it", url);
+	ZCHECK(zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, pk, 40), err, "ZMQ_CURVE_SERVERKEY");
+	ZCHECK(zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, curve.pub, 40), err, "ZMQ_CURVE_PUBLICKEY");
+	ZCHECK(zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, curve.sec, 40), err, "ZMQ_CURVE_SECRETKEY");
+	return 0;
 }
 
 static int limits(void *s, pcg_err *err)
@@ -55,14 +272,14 @@ static void *open_socket(void *ctx, int type, const char *url, int bind, pcg_err
 	void *s;
 	int timeo = 1000; /* sends never block long: a stuck peer is an error */
 
-	if (net_endpoint_ok(url, err) < 0)
+	if (net_endpoint_ok(url, bind, err) < 0)
 		return NULL;
 	s = zmq_socket(ctx, type);
 	if (s == NULL) {
 		pcg_fail(err, "zmq_socket: %s", zmq_strerror(zmq_errno()));
 		return NULL;
 	}
-	if (limits(s, err) < 0 ||
+	if (limits(s, err) < 0 || secure(s, ctx, url, bind, err) < 0 ||
 	    zmq_setsockopt(s, ZMQ_SNDTIMEO, &timeo, sizeof timeo) != 0) {
 		zmq_close(s);
 		return NULL;

@@ -15,9 +15,18 @@
 
 #include "err.h"
 
-/* Checks an endpoint URL: inproc://, ipc://PATH, or tcp://HOST:PORT with
- * HOST a loopback address (127.0.0.0/8, localhost, [::1]). */
-int net_endpoint_ok(const char *url, pcg_err *err);
+/* The CURVE keys of this process, for every socket it opens afterwards:
+ * key_path (this process's keypair), allow_path (servers: the clients let
+ * in), peers_path (clients: the servers' public keys). Any may be NULL.
+ * Returns 0, or -1 with err naming the file and line. */
+int net_curve_setup(const char *key_path, const char *allow_path, const char *peers_path,
+		    pcg_err *err);
+
+/* Checks an endpoint URL: inproc://, ipc://PATH, tcp://HOST:PORT with HOST
+ * a loopback address (127.0.0.0/8, localhost, [::1]), or any tcp when CURVE
+ * is set up for that side (server: keypair and allow-list; client: keypair
+ * and the server's key). */
+int net_endpoint_ok(const char *url, int server, pcg_err *err);
 
 /* A bound ROUTER socket for a server; NULL with err on failure. */
 void *net_server(void *ctx, const char *url, pcg_err *err);

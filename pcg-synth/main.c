@@ -8,6 +8,7 @@
 #include <zmq.h>
 
 #include "client.h"
+#include "net.h"
 #include "opts.h"
 #include "proto.h"
 
@@ -15,7 +16,7 @@ static const char *prog = "pcg-synth";
 static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--lookahead L] [-o out.wav] "
 			      "[options] TEXT | -";
 
-static const char *url, *policy, *out;
+static const char *url, *policy, *out, *curve_key, *curve_server;
 static double beta, temp, top_p;
 static int lookahead, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping;
 
@@ -42,6 +43,10 @@ static const pcg_opt opts[] = {
 	  "check that the pipeline is up, print its summary" },
 	{ "timeout-ms", PCG_OPT_INT, &timeout_ms, "60000", 10, 3600000, "N",
 	  "time to wait for the verifier" },
+	{ "curve-key", PCG_OPT_STR, &curve_key, NULL, 1, 0, "FILE",
+	  "this client's CURVE keypair (pcg-keygen); needed for tcp beyond loopback" },
+	{ "curve-server", PCG_OPT_STR, &curve_server, NULL, 1, 0, "FILE",
+	  "the verifier's public key (its .pub file)" },
 	{ NULL },
 };
 
@@ -130,6 +135,10 @@ int main(int argc, char **argv)
 	char ubuf[4200];
 	if (url == NULL)
 		url = default_url(ubuf, sizeof ubuf);
+	if (net_curve_setup(curve_key, NULL, curve_server, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 1;
+	}
 	void *ctx = zmq_ctx_new();
 	/* One try: a synthesis is not resent behind the user's back. */
 	pcg_client *c = client_new(ctx, url, timeout_ms, 1, &err);

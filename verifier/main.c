@@ -31,7 +31,7 @@ static const char *SYNOPSIS = "--tokenizer FILE [--asg FILE|-] [--listen URL] [-
 			      "[--target URL] [--codec URL|none] [--timeout-ms N] [--tries N]";
 
 static const char *tok_path, *asg_path, *listen_url, *draft_url, *target_url, *codec_url;
-static const char *local_dir, *local_draft, *local_layers;
+static const char *local_dir, *local_draft, *local_layers, *curve_key, *curve_allow, *curve_peers;
 static int timeout_ms, tries;
 
 static const pcg_opt opts[] = {
@@ -55,6 +55,12 @@ static const pcg_opt opts[] = {
 	  "with --local: the draft model (default: the target)" },
 	{ "local-draft-layers", PCG_OPT_STR, &local_layers, NULL, 1, 0, "LIST",
 	  "with --local: the draft is these layers of the target" },
+	{ "curve-key", PCG_OPT_STR, &curve_key, NULL, 1, 0, "FILE",
+	  "this process's CURVE keypair (pcg-keygen); needed for tcp beyond loopback" },
+	{ "curve-allow", PCG_OPT_STR, &curve_allow, NULL, 1, 0, "FILE",
+	  "public keys of the clients let in" },
+	{ "curve-peers", PCG_OPT_STR, &curve_peers, NULL, 1, 0, "FILE",
+	  "the servers' public keys ('URL KEY' lines)" },
 	{ NULL },
 };
 
@@ -431,9 +437,13 @@ int main(int argc, char **argv)
 		draft_url = "inproc://draftd";
 		target_url = "inproc://targetd";
 	}
+	if (net_curve_setup(curve_key, curve_allow, curve_peers, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 1;
+	}
 	const char *urls[4] = { listen_url, draft_url, target_url, codec_url };
 	for (int i = 0; i < 4; i++)
-		if (!(i == 3 && !strcmp(codec_url, "none")) && net_endpoint_ok(urls[i], &err) < 0) {
+		if (!(i == 3 && !strcmp(codec_url, "none")) && net_endpoint_ok(urls[i], i == 0, &err) < 0) {
 			fprintf(stderr, "%s: %s\n", prog, err.msg);
 			return 2;
 		}

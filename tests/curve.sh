@@ -1,0 +1,67 @@
+#!/bin/sh
+# tests/curve.sh: tcp beyond loopback needs CURVE. In a network namespace
+# this test makes (a veth address, no route out), a server on that address
+# refuses to start without keys; with its keypair and an allow-list it
+# serves a client holding an allowed key, through the verifier; a client
+# with another key gets no answer. Needs root and iproute2; skips otherwise.
+set -u
+T=${TEST_TMP:-$(mktemp -d)}
+. "${PCG_ROOT:-.}/tests/shlib"
+cd "$T" || exit 1
+ns=pcgtest$$
+ip netns add "$ns" 2>/dev/null || { echo "cannot create a network namespace (needs root and iproute2): skipped"; exit 77; }
+pids=
+cleanup() {
+	[ -n "$pids" ] && kill $pids 2>/dev/null
+	wait 2>/dev/null
+	ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null # anything this test started there
+	ip link del "va$$" 2>/dev/null
+	ip netns del "$ns" 2>/dev/null
+}
+trap cleanup EXIT
+ip link add "va$$" type veth peer name "vb$$" || exit 1
+ip link set "vb$$" netns "$ns"
+ip -n "$ns" link set lo up
+ip -n "$ns" addr add 10.77.0.2/24 dev "vb$$"
+ip -n "$ns" link set "vb$$" up
+IP=10.77.0.2
+in_ns() { ip netns exec "$ns" "$@"; }
+
+pcg-mkmodel --out m --std 0.3 >/dev/null
+pcg-keygen server >/dev/null && pcg-keygen client >/dev/null && pcg-keygen stranger >/dev/null
+[ "$(stat -c %a server.key)" = 600 ] && ok "secret key file mode 0600" || bad "key mode"
+expect 1 "keygen never overwrites a secret key" pcg-keygen server
+cp client.pub allow
+echo "tcp://$IP:7702 $(cat server.pub)" >peers
+
+expect 2 "targetd on $IP without keys: refused" in_ns targetd --model m --listen "tcp://$IP:7702"
+err_has "CURVE"
+expect 2 "targetd with a key but no allow-list: refused" in_ns targetd --model m --listen "tcp://$IP:7702" --curve-key server.key
+# Started with ip netns exec directly (not through a function, which would
+# put a subshell between $! and the daemon).
+ip netns exec "$ns" targetd --model m --listen "tcp://$IP:7702" --curve-key server.key --curve-allow allow 2>t.log &
+pids="$!"
+ip netns exec "$ns" draftd --model m --layers 0 --listen tcp://127.0.0.1:7701 2>d.log &
+pids="$pids $!"
+ip netns exec "$ns" verifier --tokenizer m/tokenizer.json --listen tcp://127.0.0.1:7700 --draft tcp://127.0.0.1:7701 \
+	--target "tcp://$IP:7702" --curve-key client.key --curve-peers peers --timeout-ms 1000 2>v.log &
+pids="$pids $!"
+expect 2 "a client without the server's key: refused" in_ns verifier --tokenizer m/tokenizer.json \
+	--listen tcp://127.0.0.1:7709 --target "tcp://$IP:7702"
+i=0
+until in_ns pcg-synth --verifier tcp://127.0.0.1:7700 --ping >/dev/null 2>&1; do
+	i=$((i + 1)); [ $i -lt 50 ] || break; sleep 0.2
+done
+expect 0 "allowed key: synthesis over CURVE" in_ns pcg-synth --verifier tcp://127.0.0.1:7700 \
+	--policy none --max-tokens 10 "Over the wire."
+out_has "tokens"
+
+# Another key: the ZAP handler refuses the handshake; no reply ever comes.
+ip netns exec "$ns" verifier --tokenizer m/tokenizer.json --listen tcp://127.0.0.1:7710 --draft tcp://127.0.0.1:7701 \
+	--target "tcp://$IP:7702" --curve-key stranger.key --curve-peers peers --timeout-ms 500 --tries 1 2>s.log &
+pids="$pids $!"
+sleep 0.5
+expect 1 "a key not on the list: no answer" in_ns pcg-synth --verifier tcp://127.0.0.1:7710 \
+	--timeout-ms 5000 --policy none --max-tokens 5 "Let me in."
+err_has "no reply"
+finish
