@@ -39,10 +39,10 @@ void proto_error(proto_msg *m, uint64_t id, const char *code, const char *fmt, .
 /* Which fields each type carries: a bit per field, in the order of fnames. */
 enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F_SEED, F_X,
        F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_OUT, F_STATS,
-       F_FINAL, F_TOKENS, F_COUNT };
+       F_FINAL, F_TOKENS, F_ASG, F_COUNT };
 static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
 	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg", "text", "policy",
-	"beta", "max_tokens", "out", "stats", "final", "tokens" };
+	"beta", "max_tokens", "out", "stats", "final", "tokens", "asg" };
 #define B(f) (1u << (f))
 static const unsigned schema[] = {
 	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
@@ -56,7 +56,7 @@ static const unsigned schema[] = {
 	[PROTO_PONG] = B(F_MSG),
 	[PROTO_ERROR] = B(F_CODE) | B(F_MSG),
 	[PROTO_SYNTH] = B(F_TEXT) | B(F_POLICY) | B(F_BETA) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
-			B(F_TOPP) | B(F_SEED) | B(F_MAXTOK) | B(F_OUT) | B(F_F16),
+			B(F_TOPP) | B(F_SEED) | B(F_MAXTOK) | B(F_OUT) | B(F_F16) | B(F_ASG),
 	[PROTO_RESULT] = B(F_TOKENS) | B(F_STATS) | B(F_MSG),
 	[PROTO_AUDIO] = B(F_SESSION) | B(F_TOKENS) | B(F_FINAL) | B(F_OUT),
 };
@@ -129,6 +129,10 @@ static int pack_field(msgpack_packer *pk, const proto_msg *m, int f, pcg_err *er
 		msgpack_pack_str_body(pk, v, strlen(v));
 		break;
 	}
+	case F_ASG:
+		msgpack_pack_bin(pk, m->asg_len);
+		msgpack_pack_bin_body(pk, m->asg, m->asg_len);
+		break;
 	case F_P: {
 		size_t n = (size_t)m->n_vec * m->width, bytes = n * (m->f16 ? 2 : 4);
 		msgpack_pack_bin(pk, bytes);
@@ -158,6 +162,7 @@ int proto_pack(const proto_msg *m, void **out, size_t *len, pcg_err *err)
 	/* Sized once: a probability payload of a megabyte would otherwise be
 	 * copied by every doubling of the buffer. */
 	size_t est = 1024 + (size_t)m->n_append * 5 + (size_t)m->n_stats * 9 + strlen(m->text) +
+		     (m->type == PROTO_SYNTH ? m->asg_len : 0) +
 		     strlen(m->out) + (m->type == PROTO_PROBS
 				       ? (size_t)m->n_vec * m->width * (m->f16 ? 2 : 4) : 0);
 	msgpack_sbuffer_init(&sb);
@@ -390,6 +395,15 @@ static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, 
 		b = v->via.boolean;
 		m->f16 = b;
 		return 0;
+	case F_ASG:
+		if (v->type != MSGPACK_OBJECT_BIN)
+			return pcg_fail(err, "field 'asg': not bin");
+		if ((const char *)v->via.bin.ptr < (const char *)buf ||
+		    (const char *)v->via.bin.ptr + v->via.bin.size > (const char *)buf + len)
+			return pcg_fail(err, "field 'asg': not in the message buffer");
+		m->asg = v->via.bin.ptr;
+		m->asg_len = v->via.bin.size;
+		return 0;
 	case F_TEXT: return get_str(v, "text", m->text, sizeof m->text, err);
 	case F_POLICY: return get_str(v, "policy", m->policy, sizeof m->policy, err);
 	case F_OUT: return get_str(v, "out", m->out, sizeof m->out, err);
@@ -450,6 +464,8 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 	m->probs = NULL;
 	m->code[0] = m->msg[0] = m->text[0] = m->policy[0] = m->out[0] = '\0';
 	m->n_stats = 0;
+	m->asg = NULL;
+	m->asg_len = 0;
 	m->samp = (pcg_sampling){ 1.0f, 0, 1.0f };
 	if (len > PROTO_MAX_MSG)
 		return pcg_fail(err, "message of %zu bytes exceeds %u", len, PROTO_MAX_MSG);

@@ -13,7 +13,8 @@
  *   ping:    -> reply "pong" with the server's model summary
  * Request to the verifier:
  *   synth:   text, policy, beta, n (lookahead), temp, top_k, top_p, seed,
- *            max_tokens, out, f16 -> reply "result" with tokens (the speech
+ *            max_tokens, out, f16, asg (an ASG file image, or empty: the
+ *            verifier's own) -> reply "result" with tokens (the speech
  *            ids), stats and msg
  * Request to codec-decode:
  *   audio:   session, tokens (speech codes appended), final, out -> "ok"
@@ -97,6 +98,8 @@ typedef struct proto_msg {
 	int final;             /* audio: the last tokens of the session */
 	double stats[PROTO_MAX_STATS];
 	int n_stats;
+	const void *asg;       /* synth: an ASG file image for this request (may be empty) */
+	size_t asg_len;
 } proto_msg;
 
 /* Packs m into a malloc'd buffer (*out, *len). Returns 0 or -1. For

@@ -1,6 +1,7 @@
 /* pcg-synth: the client of the pipeline. Sends text to the verifier, which
  * runs speculative decoding over draftd and targetd and streams the speech
  * tokens to codec-decode; prints the statistics of the run. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,7 @@ static const char *prog = "pcg-synth";
 static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--lookahead L] [-o out.wav] "
 			      "[options] TEXT | -";
 
-static const char *url, *policy, *out, *curve_key, *curve_server;
+static const char *url, *policy, *out, *curve_key, *curve_server, *asg_path;
 static double beta, temp, top_p;
 static int lookahead, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping;
 
@@ -37,6 +38,8 @@ static const pcg_opt opts[] = {
 	{ "o", PCG_OPT_STR, &out, NULL, 1, 0, "FILE",
 	  "audio file written by codec-decode (.wav or .flac)" },
 	{ "f16", PCG_OPT_FLAG, &f16, NULL, 1, 0, NULL, "distributions travel as f16" },
+	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
+	  "send this ASG file with the request ('-': standard input) instead of the verifier's" },
 	{ "tokens", PCG_OPT_FLAG, &print_tokens, NULL, 1, 0, NULL,
 	  "print the speech tokens (model ids) on one line" },
 	{ "ping", PCG_OPT_FLAG, &do_ping, NULL, 1, 0, NULL,
@@ -105,7 +108,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
-	char *text = NULL;
+	char *text = NULL, *asg_img = NULL;
 	if (q == NULL || r == NULL)
 		return 1;
 	if (do_ping) {
@@ -115,6 +118,26 @@ int main(int argc, char **argv)
 		if (text == NULL || strlen(text) >= sizeof q->text) {
 			fprintf(stderr, "%s: text longer than %zu bytes\n", prog, sizeof q->text - 1);
 			return 2;
+		}
+		if (asg_path) {
+			if (!strcmp(asg_path, "-") && !strcmp(argv[first], "-")) {
+				fprintf(stderr, "%s: the text and --asg cannot both come from stdin\n", prog);
+				return 2;
+			}
+			FILE *f = strcmp(asg_path, "-") ? fopen(asg_path, "rb") : stdin;
+			size_t cap = PROTO_MAX_MSG - (1 << 20), n = 0;
+			asg_img = f ? malloc(cap + 1) : NULL;
+			if (asg_img)
+				n = fread(asg_img, 1, cap + 1, f);
+			if (f && f != stdin)
+				fclose(f);
+			if (asg_img == NULL || n == 0 || n > cap) {
+				fprintf(stderr, "%s: --asg %s: %s\n", prog, asg_path,
+					!f ? strerror(errno) : n > cap ? "too large to send" : "empty");
+				return 1;
+			}
+			q->asg = asg_img;
+			q->asg_len = n;
 		}
 		q->type = PROTO_SYNTH;
 		snprintf(q->text, sizeof q->text, "%s", text);
@@ -185,6 +208,7 @@ out:
 	client_free(&c);
 	zmq_ctx_term(ctx);
 	free(text);
+	free(asg_img);
 	free(q);
 	free(r);
 	return rc;

@@ -36,9 +36,19 @@ pcg-down >down.log 2>&1
 ls rt/*.sock rt/*.pid >/dev/null 2>&1 && bad "sockets or PID files left" || ok "pcg-down cleaned up"
 
 # With codec-decode: four processes, a 16 kHz mono file of 320 samples per code.
-pcg-up --target tiny --draft-layers 0 --asg tiny.asg \
+# No --asg this time: pcg needs the client to send one.
+pcg-up --target tiny --draft-layers 0 \
 	--codec-weights "$PCG_ROOT/tests/fixtures/xcodec2/tiny" >up2.log 2>&1 || { cat up2.log; exit 1; }
-if pcg-synth --policy pcg --max-tokens 60 --tokens -o out.wav "A short test." >codec.out 2>err; then
+pcg-synth --policy pcg --max-tokens 40 "A short test." >/dev/null 2>err
+[ $? -eq 1 ] && grep -q "needs an ASG" err && ok "pcg without an ASG: error" || bad "pcg without ASG: $(cat err)"
+asg-build --model tiny --theta 0.3 --quiet -o - | pcg-synth --asg - --policy pcg --max-tokens 40 \
+	--tokens "A short test." >piped.pcg 2>err || bad "asg-build | pcg-synth --asg -: $(cat err)"
+[ "$(tail -n 1 ipc.pcg)" = "$(tail -n 1 piped.pcg)" ] && ok "asg-build | pcg-synth --asg -: same tokens" ||
+	bad "ASG sent with the request gives other tokens"
+printf 'garbage' >bad.asg
+pcg-synth --asg bad.asg --policy pcg --max-tokens 5 "x" 2>err
+[ $? -eq 1 ] && grep -q "field 'asg'" err && ok "a corrupt ASG in the request: error" || bad "bad asg: $(cat err)"
+if pcg-synth --asg tiny.asg --policy pcg --max-tokens 60 --tokens -o out.wav "A short test." >codec.out 2>err; then
 	n=$(tail -n 1 codec.out | wc -w)
 	hdr=$(od -An -tu4 -j24 -N4 out.wav | tr -d ' ')         # sample rate
 	ch=$(od -An -tu2 -j22 -N2 out.wav | tr -d ' ')          # channels

@@ -4,7 +4,9 @@
  * committed speech tokens stream to codec-decode. Clients (pcg-synth) send
  * "synth" requests; the reply carries the tokens and the statistics. See
  * man/verifier.8. */
+#include <errno.h>
 #include <math.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +83,9 @@ enum { S_ROUNDS, S_DRAFTED, S_ACCEPTED, S_RATE, S_MAL, S_TOK_S, S_T_DRAFT, S_T_T
 typedef struct verifier {
 	tokenizer *tok;
 	llasa_vocab voc;
-	asg *groups;
+	asg *groups;          /* --asg */
+	asg *sent;            /* the last ASG a client sent with a request */
+	uint64_t sent_hash;
 	pcg_client *draft, *target, *codec;
 	uint64_t next_session;
 	int width;            /* speech tokens + the end token */
@@ -162,6 +166,52 @@ static int stream(verifier *v, uint64_t session, const int *ids, int n, int fina
 	return 0;
 }
 
+static uint64_t fnv64(const unsigned char *p, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 1099511628211ull;
+	return h;
+}
+
+/* An ASG image sent with a request: validated by asg_open through a memory
+ * file, kept for the next request that sends the same bytes. */
+static const asg *sent_asg(verifier *v, const void *img, size_t len, pcg_err *err)
+{
+	uint64_t h = fnv64(img, len) ^ len;
+	char path[64];
+	int fd;
+
+	if (v->sent && v->sent_hash == h)
+		return v->sent;
+	asg_close(&v->sent);
+	fd = memfd_create("asg", MFD_CLOEXEC);
+	if (fd < 0) {
+		pcg_fail(err, "memfd_create: %s", strerror(errno));
+		return NULL;
+	}
+	if (write(fd, img, len) != (ssize_t)len) {
+		pcg_fail(err, "asg: cannot buffer %zu bytes", len);
+		close(fd);
+		return NULL;
+	}
+	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+	v->sent = asg_open(path, err);
+	close(fd); /* the mapping keeps the pages */
+	if (v->sent == NULL) {
+		pcg_err_prefix(err, "field 'asg'");
+		return NULL;
+	}
+	if (asg_get(v->sent)->n > (uint32_t)v->voc.speech_count) {
+		pcg_fail(err, "field 'asg': covers %u tokens, the vocabulary has %d speech tokens",
+			 asg_get(v->sent)->n, v->voc.speech_count);
+		asg_close(&v->sent);
+		return NULL;
+	}
+	v->sent_hash = h;
+	return v->sent;
+}
+
 /* One synthesis: the round loop. Fills rep (a result or an error). */
 static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 {
@@ -181,13 +231,19 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 			    "field 'policy': '%s' is not sd, ssd, pcg, greedy or none", req->policy);
 		return;
 	}
-	if (kind == POLICY_PCG && v->groups == NULL) {
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "policy pcg needs an ASG (verifier --asg)");
+	const asg *groups = v->groups;
+	if (req->asg_len > 0 && (groups = sent_asg(v, req->asg, req->asg_len, &err)) == NULL) {
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		return;
+	}
+	if (kind == POLICY_PCG && groups == NULL) {
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
+			    "policy pcg needs an ASG (verifier --asg, or pcg-synth --asg)");
 		return;
 	}
 	if (!is_none) {
 		policy_params pp = { .kind = (policy_kind)kind, .beta = req->beta,
-				     .groups = kind == POLICY_PCG ? v->groups : NULL,
+				     .groups = kind == POLICY_PCG ? groups : NULL,
 				     .end_token = v->width - 1 };
 		pol = policy_new(&pp, v->width, &err);
 		res = malloc(sizeof *res);
@@ -554,6 +610,7 @@ out:
 	if (ctx)
 		zmq_ctx_term(ctx);
 	asg_close(&v.groups);
+	asg_close(&v.sent);
 	tok_free(&v.tok);
 	free(v.q);
 	free(v.r);
