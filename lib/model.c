@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "safetensors.h"
+#include "weights.h"
 
 struct layer {
 	float *attn_norm; /* (hidden) */
@@ -33,8 +34,7 @@ struct llama_model {
 	struct layer *layers;
 	int n_layers;
 	float *inv_freq;  /* (head_dim / 2) */
-	void **owned;     /* f32 copies made at load */
-	int n_owned;
+	pcg_weights w;    /* the tensors taken from ck, and f32 copies */
 };
 
 struct llama_kv {
@@ -44,88 +44,6 @@ struct llama_kv {
 };
 
 /* ---------------------------------------------------------------- loading */
-
-static void *own(llama_model *m, size_t bytes)
-{
-	void *p, **o;
-
-	o = realloc(m->owned, (m->n_owned + 1) * sizeof *o);
-	if (o == NULL)
-		return NULL;
-	m->owned = o;
-	p = malloc(bytes ? bytes : 1);
-	if (p != NULL)
-		m->owned[m->n_owned++] = p;
-	return p;
-}
-
-static const st_tensor *need(llama_model *m, const char *name, int64_t d0, int64_t d1,
-			     pcg_err *err)
-{
-	const st_tensor *t = st_find(m->ck, name);
-	int ndim = d1 < 0 ? 1 : 2;
-
-	if (t == NULL) {
-		pcg_fail(err, "tensor '%s' missing from the checkpoint", name);
-		return NULL;
-	}
-	if (t->dtype == PCG_DTYPE_OTHER) {
-		pcg_fail(err, "tensor '%s': dtype %s not supported (F32, F16, BF16)", name,
-			 t->dtype_name);
-		return NULL;
-	}
-	if (t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
-		char got[64] = "", want[64];
-		for (int i = 0; i < t->ndim && i < 4; i++)
-			snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld",
-				 i ? ", " : "", (long long)t->shape[i]);
-		if (ndim == 2)
-			snprintf(want, sizeof want, "%lld, %lld", (long long)d0, (long long)d1);
-		else
-			snprintf(want, sizeof want, "%lld", (long long)d0);
-		pcg_fail(err, "tensor '%s': shape [%s], config.json wants [%s]", name, got, want);
-		return NULL;
-	}
-	return t;
-}
-
-static int load_mat(llama_model *m, pcg_mat *out, const char *name, int rows, int cols,
-		    pcg_err *err)
-{
-	const st_tensor *t = need(m, name, rows, cols, err);
-
-	if (t == NULL)
-		return -1;
-	out->data = t->data;
-	out->dtype = t->dtype;
-	out->rows = rows;
-	out->cols = cols;
-	/* BLAS and the kernels read f32 as floats: copy the rare misaligned one. */
-	if (t->dtype == PCG_F32 && ((uintptr_t)t->data & 3u) != 0) {
-		void *p = own(m, t->nbytes);
-		if (p == NULL)
-			return pcg_fail(err, "tensor '%s': out of memory", name);
-		memcpy(p, t->data, t->nbytes);
-		out->data = p;
-	}
-	return 0;
-}
-
-static float *load_vec(llama_model *m, const char *name, int n, pcg_err *err)
-{
-	const st_tensor *t = need(m, name, n, -1, err);
-	float *p;
-
-	if (t == NULL)
-		return NULL;
-	p = own(m, (size_t)n * sizeof *p);
-	if (p == NULL) {
-		pcg_fail(err, "tensor '%s': out of memory", name);
-		return NULL;
-	}
-	pcg_to_f32(p, t->data, t->dtype, (size_t)n);
-	return p;
-}
 
 /* inv_freq as transformers computes it in f32, with the llama3 rescaling
  * (modeling_rope_utils._compute_llama3_parameters). */
@@ -168,6 +86,7 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 	if (llama_config_load(path, c, err) < 0)
 		goto fail;
 	m->ck = st_open(dir, err);
+	m->w.ck = m->ck;
 	if (m->ck == NULL)
 		goto fail;
 
@@ -177,7 +96,7 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 		goto fail_named;
 	}
 	m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
-	m->inv_freq = own(m, (size_t)(c->head_dim / 2) * sizeof(float));
+	m->inv_freq = wt_alloc(&m->w, (size_t)(c->head_dim / 2) * sizeof(float));
 	if (m->layers == NULL || m->inv_freq == NULL) {
 		pcg_fail(err, "out of memory");
 		goto fail_named;
@@ -186,14 +105,14 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 
 	const int H = c->hidden, q_dim = c->n_heads * c->head_dim;
 	const int kv_dim = c->n_kv_heads * c->head_dim;
-	if (load_mat(m, &m->embed, "model.embed_tokens.weight", c->vocab, H, err) < 0)
+	if (wt_mat(&m->w, &m->embed, "model.embed_tokens.weight", c->vocab, H, -1, err) < 0)
 		goto fail_named;
-	m->norm = load_vec(m, "model.norm.weight", H, err);
+	m->norm = wt_vec(&m->w, "model.norm.weight", H, err);
 	if (m->norm == NULL)
 		goto fail_named;
 	if (c->tie)
 		m->lm_head = m->embed; /* as transformers: the flag wins over a stored lm_head */
-	else if (load_mat(m, &m->lm_head, "lm_head.weight", c->vocab, H, err) < 0)
+	else if (wt_mat(&m->w, &m->lm_head, "lm_head.weight", c->vocab, H, -1, err) < 0)
 		goto fail_named;
 
 	for (int i = 0; i < m->n_layers; i++) {
@@ -206,11 +125,11 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 		}
 #define MAT(field, suffix, r, k) \
 		snprintf(name, sizeof name, "model.layers.%d.%s", li, suffix); \
-		if (load_mat(m, &L->field, name, r, k, err) < 0) \
+		if (wt_mat(&m->w, &L->field, name, r, k, -1, err) < 0) \
 			goto fail_named;
 #define VEC(field, suffix, n) \
 		snprintf(name, sizeof name, "model.layers.%d.%s", li, suffix); \
-		if ((L->field = load_vec(m, name, n, err)) == NULL) \
+		if ((L->field = wt_vec(&m->w, name, n, err)) == NULL) \
 			goto fail_named;
 		VEC(attn_norm, "input_layernorm.weight", H)
 		MAT(wq, "self_attn.q_proj.weight", q_dim, H)
@@ -239,9 +158,7 @@ void llama_close(llama_model **mp)
 
 	if (m == NULL)
 		return;
-	for (int i = 0; i < m->n_owned; i++)
-		free(m->owned[i]);
-	free(m->owned);
+	wt_release(&m->w);
 	free(m->layers);
 	st_close(&m->ck);
 	free(m);

@@ -35,6 +35,7 @@
 
 #include "matmul.h"
 #include "safetensors.h"
+#include "weights.h"
 
 
 /* ------------------------------------------------------------------ config */
@@ -234,90 +235,8 @@ struct xc2_model {
 	float *head_b;           /* (n_fft + 2) */
 	float *window;           /* (n_fft): periodic Hann */
 	fftwf_plan plan;         /* c2r of n_fft points, used with new arrays */
-	void **owned;
-	int n_owned;
+	pcg_weights w;         /* the tensors taken from ck, and copies */
 };
-
-static void *own(xc2_model *m, size_t bytes)
-{
-	void *p, **o = realloc(m->owned, (m->n_owned + 1) * sizeof *o);
-
-	if (o == NULL)
-		return NULL;
-	m->owned = o;
-	p = malloc(bytes ? bytes : 1);
-	if (p != NULL)
-		m->owned[m->n_owned++] = p;
-	return p;
-}
-
-/* The tensor name with shape {d0, d1, d2} (trailing -1: fewer dims). */
-static const st_tensor *need(xc2_model *m, const char *name, int64_t d0, int64_t d1, int64_t d2,
-			     pcg_err *err)
-{
-	const st_tensor *t = st_find(m->ck, name);
-	const int64_t want[3] = { d0, d1, d2 };
-	const int ndim = d1 < 0 ? 1 : d2 < 0 ? 2 : 3;
-	char got[96] = "", exp[96] = "";
-	int same = t != NULL && t->ndim == ndim;
-
-	if (t == NULL)
-		return pcg_fail(err, "tensor '%s' missing from the checkpoint", name), NULL;
-	if (t->dtype == PCG_DTYPE_OTHER)
-		return pcg_fail(err, "tensor '%s': dtype %s not supported (F32, F16, BF16)", name,
-				t->dtype_name), NULL;
-	for (int i = 0; i < ndim && same; i++)
-		same = t->shape[i] == want[i];
-	if (same)
-		return t;
-	for (int i = 0; i < t->ndim && i < 4; i++)
-		snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "",
-			 (long long)t->shape[i]);
-	for (int i = 0; i < ndim; i++)
-		snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", i ? ", " : "",
-			 (long long)want[i]);
-	pcg_fail(err, "tensor '%s': shape [%s], the config wants [%s]", name, got, exp);
-	return NULL;
-}
-
-/* A matrix [d0, d1 * d2] in place (d2 = kernel size for convolutions). */
-static int load_mat(xc2_model *m, pcg_mat *out, const char *name, int d0, int d1, int d2,
-		    pcg_err *err)
-{
-	const st_tensor *t = need(m, name, d0, d1, d2, err);
-
-	if (t == NULL)
-		return -1;
-	out->data = t->data;
-	out->dtype = t->dtype;
-	out->rows = d0;
-	out->cols = d1 * (d2 > 0 ? d2 : 1);
-	/* sgemm reads f32 as floats: copy the rare misaligned one. */
-	if (t->dtype == PCG_F32 && ((uintptr_t)t->data & 3u) != 0) {
-		void *p = own(m, t->nbytes);
-		if (p == NULL)
-			return pcg_fail(err, "tensor '%s': out of memory", name);
-		memcpy(p, t->data, t->nbytes);
-		out->data = p;
-	}
-	return 0;
-}
-
-static float *load_vec(xc2_model *m, const char *name, int n, pcg_err *err)
-{
-	const st_tensor *t = need(m, name, n, -1, -1, err);
-	float *p;
-
-	if (t == NULL)
-		return NULL;
-	p = own(m, (size_t)n * sizeof *p);
-	if (p == NULL) {
-		pcg_fail(err, "tensor '%s': out of memory", name);
-		return NULL;
-	}
-	pcg_to_f32(p, t->data, t->dtype, (size_t)n);
-	return p;
-}
 
 static int load_resblock(xc2_model *m, struct resblock *r, const char *prefix, pcg_err *err)
 {
@@ -326,7 +245,7 @@ static int load_resblock(xc2_model *m, struct resblock *r, const char *prefix, p
 
 #define VEC(field, suffix) \
 	snprintf(n, sizeof n, "%s.%s", prefix, suffix); \
-	if ((r->field = load_vec(m, n, C, err)) == NULL) \
+	if ((r->field = wt_vec(&m->w, n, C, err)) == NULL) \
 		return -1;
 	VEC(norm1_w, "norm1.weight")
 	VEC(norm1_b, "norm1.bias")
@@ -336,10 +255,10 @@ static int load_resblock(xc2_model *m, struct resblock *r, const char *prefix, p
 	VEC(conv2_b, "conv2.bias")
 #undef VEC
 	snprintf(n, sizeof n, "%s.conv1.weight", prefix);
-	if (load_mat(m, &r->conv1, n, C, C, 3, err) < 0)
+	if (wt_mat(&m->w, &r->conv1, n, C, C, 3, err) < 0)
 		return -1;
 	snprintf(n, sizeof n, "%s.conv2.weight", prefix);
-	return load_mat(m, &r->conv2, n, C, C, 3, err);
+	return wt_mat(&m->w, &r->conv2, n, C, C, 3, err);
 }
 
 xc2_model *xc2_open(const char *weights, const xc2_config *cfg, pcg_err *err)
@@ -358,6 +277,7 @@ xc2_model *xc2_open(const char *weights, const xc2_config *cfg, pcg_err *err)
 	if (xc2_config_check(&m->cfg, err) < 0)
 		goto fail;
 	m->ck = st_open(weights, err);
+	m->w.ck = m->ck;
 	if (m->ck == NULL)
 		goto fail;
 
@@ -365,37 +285,37 @@ xc2_model *xc2_open(const char *weights, const xc2_config *cfg, pcg_err *err)
 	const int C = c->hidden, N = 4 * c->hop;
 	m->n_fft = N;
 	m->tb = calloc((size_t)(c->depth > 0 ? c->depth : 1), sizeof *m->tb);
-	m->window = own(m, (size_t)N * sizeof *m->window);
+	m->window = wt_alloc(&m->w, (size_t)N * sizeof *m->window);
 	if (m->tb == NULL || m->window == NULL) {
 		pcg_fail(err, "out of memory");
 		goto fail_named;
 	}
-	if (load_mat(m, &m->project_out, "generator.quantizer.project_out.weight", c->vq_dim,
+	if (wt_mat(&m->w, &m->project_out, "generator.quantizer.project_out.weight", c->vq_dim,
 		     c->n_levels, -1, err) < 0 ||
-	    !(m->project_out_b = load_vec(m, "generator.quantizer.project_out.bias", c->vq_dim,
+	    !(m->project_out_b = wt_vec(&m->w, "generator.quantizer.project_out.bias", c->vq_dim,
 					  err)) ||
-	    load_mat(m, &m->fc_post_a, "fc_post_a.weight", C, c->vq_dim, -1, err) < 0 ||
-	    !(m->fc_post_a_b = load_vec(m, "fc_post_a.bias", C, err)) ||
-	    load_mat(m, &m->embed, "generator.backbone.embed.weight", C, C, 7, err) < 0 ||
-	    !(m->embed_b = load_vec(m, "generator.backbone.embed.bias", C, err)) ||
+	    wt_mat(&m->w, &m->fc_post_a, "fc_post_a.weight", C, c->vq_dim, -1, err) < 0 ||
+	    !(m->fc_post_a_b = wt_vec(&m->w, "fc_post_a.bias", C, err)) ||
+	    wt_mat(&m->w, &m->embed, "generator.backbone.embed.weight", C, C, 7, err) < 0 ||
+	    !(m->embed_b = wt_vec(&m->w, "generator.backbone.embed.bias", C, err)) ||
 	    load_resblock(m, &m->prior[0], "generator.backbone.prior_net.0", err) < 0 ||
 	    load_resblock(m, &m->prior[1], "generator.backbone.prior_net.1", err) < 0 ||
 	    load_resblock(m, &m->post[0], "generator.backbone.post_net.0", err) < 0 ||
 	    load_resblock(m, &m->post[1], "generator.backbone.post_net.1", err) < 0 ||
-	    !(m->ln_w = load_vec(m, "generator.backbone.final_layer_norm.weight", C, err)) ||
-	    !(m->ln_b = load_vec(m, "generator.backbone.final_layer_norm.bias", C, err)) ||
-	    load_mat(m, &m->head, "generator.head.out.weight", N + 2, C, -1, err) < 0 ||
-	    !(m->head_b = load_vec(m, "generator.head.out.bias", N + 2, err)))
+	    !(m->ln_w = wt_vec(&m->w, "generator.backbone.final_layer_norm.weight", C, err)) ||
+	    !(m->ln_b = wt_vec(&m->w, "generator.backbone.final_layer_norm.bias", C, err)) ||
+	    wt_mat(&m->w, &m->head, "generator.head.out.weight", N + 2, C, -1, err) < 0 ||
+	    !(m->head_b = wt_vec(&m->w, "generator.head.out.bias", N + 2, err)))
 		goto fail_named;
 	for (int l = 0; l < c->depth; l++) {
 		struct tblock *b = &m->tb[l];
 #define MAT(field, suffix, r, k) \
 		snprintf(n, sizeof n, "generator.backbone.transformers.%d.%s", l, suffix); \
-		if (load_mat(m, &b->field, n, r, k, -1, err) < 0) \
+		if (wt_mat(&m->w, &b->field, n, r, k, -1, err) < 0) \
 			goto fail_named;
 #define VEC(field, suffix) \
 		snprintf(n, sizeof n, "generator.backbone.transformers.%d.%s", l, suffix); \
-		if ((b->field = load_vec(m, n, C, err)) == NULL) \
+		if ((b->field = wt_vec(&m->w, n, C, err)) == NULL) \
 			goto fail_named;
 		VEC(att_norm, "att_norm.weight")
 		MAT(c_attn, "att.c_attn.weight", 3 * C, C)
@@ -442,9 +362,7 @@ void xc2_close(xc2_model **mp)
 		return;
 	if (m->plan)
 		fftwf_destroy_plan(m->plan);
-	for (int i = 0; i < m->n_owned; i++)
-		free(m->owned[i]);
-	free(m->owned);
+	wt_release(&m->w);
 	free(m->tb);
 	st_close(&m->ck);
 	free(m);
