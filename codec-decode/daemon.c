@@ -36,9 +36,19 @@ static utterance *find(utterance *u, int n, uint64_t s)
 	return NULL;
 }
 
-/* Handles one parsed message into rep. */
-static void handle(const xc2_model *m, utterance *u, int *nu, const proto_msg *q, proto_msg *rep)
+typedef struct codec_state {
+	const xc2_model *m;
+	utterance u[MAX_SESSIONS];
+	int nu;
+} codec_state;
+
+/* net_serve's handler: one parsed message into rep. */
+static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 {
+	codec_state *d = ctx;
+	const xc2_model *m = d->m;
+	utterance *u = d->u;
+	int *nu = &d->nu;
 	pcg_err err = { "" };
 	const xc2_config *cfg = xc2_get_config(m);
 	utterance *x;
@@ -114,13 +124,14 @@ drop:
 int codec_daemon(const char *listen_url, const xc2_model *m)
 {
 	pcg_err err = { "" };
-	utterance u[MAX_SESSIONS];
-	int nu = 0, rc = 1;
-	proto_msg *q = malloc(sizeof *q), *rep = malloc(sizeof *rep);
+	static codec_state d; /* 64 utterances: off the stack */
+	int rc = 1;
 	void *ctx = zmq_ctx_new(), *sock = NULL;
 
-	if (!q || !rep || !ctx) {
-		fprintf(stderr, "codec-decode: out of memory\n");
+	d.m = m;
+	d.nu = 0;
+	if (ctx == NULL) {
+		fprintf(stderr, "codec-decode: zmq_ctx_new failed\n");
 		goto out;
 	}
 	sock = net_server(ctx, listen_url, &err);
@@ -134,41 +145,17 @@ int codec_daemon(const char *listen_url, const xc2_model *m)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	fprintf(stderr, "codec-decode: serving on %s\n", listen_url);
-	while (!stop) {
-		net_req r;
-		void *out;
-		size_t len;
-		int got = net_recv_req(sock, &r, 250, &err);
-		if (got < 0)
-			fprintf(stderr, "codec-decode: %s\n", err.msg);
-		if (got <= 0)
-			continue;
-		memset(rep, 0, offsetof(proto_msg, append));
-		rep->n_append = 0;
-		rep->n_stats = 0;
-		if (proto_parse(r.body, r.len, q, &err) < 0)
-			proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
-		else
-			handle(m, u, &nu, q, rep);
-		if (rep->type == PROTO_ERROR)
-			fprintf(stderr, "codec-decode: request %llu: %s: %s\n",
-				(unsigned long long)rep->id, rep->code, rep->msg);
-		if (proto_pack(rep, &out, &len, &err) == 0) {
-			if (net_reply(sock, &r, out, len, &err) < 0)
-				fprintf(stderr, "codec-decode: %s\n", err.msg);
-			free(out);
-		}
-		net_req_free(&r);
+	if (net_serve(sock, "codec-decode", handle, &d, &stop, NULL) < 0) {
+		fprintf(stderr, "codec-decode: out of memory\n");
+		goto out;
 	}
-	fprintf(stderr, "codec-decode: stopping, %d unfinished utterances dropped\n", nu);
+	fprintf(stderr, "codec-decode: stopping, %d unfinished utterances dropped\n", d.nu);
 	rc = 0;
 out:
-	for (int i = 0; i < nu; i++)
-		free(u[i].codes);
+	for (int i = 0; i < d.nu; i++)
+		free(d.u[i].codes);
 	net_server_close(&sock, listen_url);
 	if (ctx)
 		zmq_ctx_term(ctx);
-	free(q);
-	free(rep);
 	return rc;
 }

@@ -35,7 +35,7 @@ typedef struct server {
 	uint64_t clock;
 	long long kv_mem;
 	float *logits, *probs; /* PROTO_MAX_N x vocab */
-	unsigned long served, errors, dropped, evicted;
+	unsigned long evicted;
 } server;
 
 static volatile sig_atomic_t stop;
@@ -247,12 +247,24 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 	rep->n_vec = q->n;
 }
 
+/* net_serve's handler: serve, time the compute, evict beyond the budget. */
+static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
+{
+	server *sv = ctx;
+	double t0 = now();
+
+	serve(sv, q, rep);
+	rep->n_stats = 1;
+	rep->stats[0] = now() - t0;
+	if (rep->type == PROTO_PROBS || rep->type == PROTO_OK)
+		evict(sv, q->session);
+}
+
 int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *stop_flag)
 {
 	pcg_err err = { "" };
 	server sv = { .prog = cfg->prog };
 	void *sock = NULL;
-	proto_msg *q = NULL, *rep = NULL;
 	int rc = 1;
 
 	llama_open_opts lo = { cfg->n_layers ? cfg->layers : NULL, cfg->n_layers };
@@ -263,9 +275,7 @@ int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *st
 	const int V = llama_get_config(sv.model)->vocab;
 	sv.logits = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
 	sv.probs = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
-	q = malloc(sizeof *q);
-	rep = malloc(sizeof *rep);
-	if (!sv.logits || !sv.probs || !q || !rep) {
+	if (!sv.logits || !sv.probs) {
 		pcg_fail(&err, "out of memory");
 		goto fail;
 	}
@@ -275,43 +285,13 @@ int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *st
 	logf_(&sv, "serving %s (%d layers) on %s", cfg->model_dir, llama_n_layers(sv.model),
 	      cfg->listen_url);
 
-	while (!*stop_flag) {
-		net_req r;
-		void *out;
-		size_t len;
-		int got = net_recv_req(sock, &r, 250, &err);
-		if (got < 0) {
-			sv.dropped++;
-			logf_(&sv, "%s", err.msg);
-			continue;
-		}
-		if (got == 0)
-			continue;
-		memset(rep, 0, offsetof(proto_msg, append));
-		rep->n_append = 0;
-		if (proto_parse(r.body, r.len, q, &err) < 0) {
-			proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
-		} else {
-			double t0 = now();
-			serve(&sv, q, rep);
-			rep->n_stats = 1;
-			rep->stats[0] = now() - t0;
-			if (rep->type == PROTO_PROBS || rep->type == PROTO_OK)
-				evict(&sv, q->session);
-		}
-		if (rep->type == PROTO_ERROR) {
-			sv.errors++;
-			logf_(&sv, "request %llu: %s: %s", (unsigned long long)rep->id, rep->code, rep->msg);
-		} else {
-			sv.served++;
-		}
-		if (proto_pack(rep, &out, &len, &err) == 0 &&
-		    net_reply_owned(sock, &r, out, len, &err) < 0)
-			logf_(&sv, "%s", err.msg);
-		net_req_free(&r);
+	net_counts nc = { 0 };
+	if (net_serve(sock, cfg->prog, handle, &sv, stop_flag, &nc) < 0) {
+		pcg_fail(&err, "out of memory");
+		goto fail;
 	}
-	logf_(&sv, "stopping: %lu served, %lu errors, %lu dropped, %lu evicted", sv.served, sv.errors,
-	      sv.dropped, sv.evicted);
+	logf_(&sv, "stopping: %lu served, %lu errors, %lu dropped, %lu evicted", nc.served, nc.errors,
+	      nc.dropped, sv.evicted);
 	rc = 0;
 	goto out;
 fail:
@@ -323,8 +303,6 @@ out:
 	free(sv.s);
 	free(sv.logits);
 	free(sv.probs);
-	free(q);
-	free(rep);
 	llama_close(&sv.model);
 	return rc;
 }

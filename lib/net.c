@@ -483,3 +483,50 @@ int net_recv(void *sock, void **body, size_t *len, int timeout_ms, pcg_err *err)
 	close_frames(f, n);
 	return *body ? 1 : pcg_fail(err, "out of memory for a %zu-byte reply", *len);
 }
+
+int net_serve(void *sock, const char *prog, net_handler *handle, void *ctx,
+	      volatile sig_atomic_t *stop, net_counts *counts)
+{
+	net_counts local = { 0 };
+	proto_msg *q = malloc(sizeof *q), *rep = malloc(sizeof *rep);
+	pcg_err err = { "" };
+
+	if (counts == NULL)
+		counts = &local;
+	if (q == NULL || rep == NULL) {
+		free(q);
+		free(rep);
+		return -1;
+	}
+	while (!*stop) {
+		net_req r;
+		void *out;
+		size_t len;
+		int got = net_recv_req(sock, &r, 250, &err);
+		if (got < 0) {
+			counts->dropped++;
+			fprintf(stderr, "%s: %s\n", prog, err.msg);
+		}
+		if (got <= 0)
+			continue;
+		memset(rep, 0, sizeof *rep);
+		if (proto_parse(r.body, r.len, q, &err) < 0)
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		else
+			handle(ctx, q, rep);
+		if (rep->type == PROTO_ERROR) {
+			counts->errors++;
+			fprintf(stderr, "%s: request %llu: %s: %s\n", prog, (unsigned long long)rep->id,
+				rep->code, rep->msg);
+		} else {
+			counts->served++;
+		}
+		if (proto_pack(rep, &out, &len, &err) < 0 ||
+		    net_reply_owned(sock, &r, out, len, &err) < 0)
+			fprintf(stderr, "%s: %s\n", prog, err.msg);
+		net_req_free(&r);
+	}
+	free(q);
+	free(rep);
+	return 0;
+}

@@ -11,9 +11,11 @@
 #ifndef PCG_NET_H
 #define PCG_NET_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include "err.h"
+#include "proto.h"
 
 /* The CURVE keys of this process, for every socket it opens afterwards:
  * key_path (this process's keypair), allow_path (servers: the clients let
@@ -56,6 +58,21 @@ int net_reply(void *sock, const net_req *r, const void *body, size_t len, pcg_er
  * freed in every case). */
 int net_reply_owned(void *sock, const net_req *r, void *body, size_t len, pcg_err *err);
 void net_req_free(net_req *r);
+
+/* A server's handler: fills rep (a reply, or an error) for the parsed req. */
+typedef void net_handler(void *ctx, const proto_msg *req, proto_msg *rep);
+
+typedef struct net_counts {
+	unsigned long served, errors, dropped;
+} net_counts;
+
+/* The poll loop of every server: until *stop is set, receive a request
+ * (bad framing is dropped and counted), parse it (a parse error becomes a
+ * bad-request reply naming the field), let handle fill the reply, send it
+ * back, and log errors as "prog: ...". counts may be NULL. Returns 0, or -1
+ * when out of memory. */
+int net_serve(void *sock, const char *prog, net_handler *handle, void *ctx,
+	      volatile sig_atomic_t *stop, net_counts *counts);
 
 /* Client: sends one message (a single frame). */
 int net_send(void *sock, const void *body, size_t len, pcg_err *err);

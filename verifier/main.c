@@ -449,12 +449,25 @@ static void ping(verifier *v, const proto_msg *req, proto_msg *rep)
 		 *summary ? ", " : "", summary, v->voc.speech_count, v->groups ? ", asg" : "");
 }
 
+/* net_serve's handler. */
+static void handle(void *ctx, const proto_msg *req, proto_msg *rep)
+{
+	verifier *v = ctx;
+
+	if (req->type == PROTO_SYNTH)
+		synth(v, req, rep);
+	else if (req->type == PROTO_PING)
+		ping(v, req, rep);
+	else
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "the verifier does not take '%s'",
+			    proto_type_name(req->type));
+}
+
 int main(int argc, char **argv)
 {
 	pcg_err err = { "" };
 	verifier v = { 0 };
 	void *ctx = NULL, *sock = NULL;
-	proto_msg *req = NULL, *rep = NULL;
 	int rc = 1, layers[1024], n_layers = 0;
 	local_server ls[2] = { 0 };
 	char self[4096];
@@ -519,12 +532,10 @@ int main(int argc, char **argv)
 	v.next_session = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
 	v.q = malloc(sizeof *v.q);
 	v.r = malloc(sizeof *v.r);
-	req = malloc(sizeof *req);
-	rep = malloc(sizeof *rep);
 	v.p = malloc((size_t)PROTO_MAX_N * v.width * sizeof(float));
 	v.qv = malloc((size_t)PROTO_MAX_N * v.width * sizeof(float));
 	ctx = zmq_ctx_new();
-	if (!v.q || !v.r || !req || !rep || !v.p || !v.qv || !ctx) {
+	if (!v.q || !v.r || !v.p || !v.qv || !ctx) {
 		pcg_fail(&err, "out of memory");
 		goto fail;
 	}
@@ -559,37 +570,9 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	fprintf(stderr, "%s: listening on %s (draft %s, target %s, codec %s)\n", prog, listen_url,
 		draft_url, target_url, codec_url);
-	while (!stop) {
-		net_req r;
-		void *out;
-		size_t len;
-		int got = net_recv_req(sock, &r, 250, &err);
-		if (got <= 0) {
-			if (got < 0)
-				fprintf(stderr, "%s: %s\n", prog, err.msg);
-			continue;
-		}
-		memset(rep, 0, offsetof(proto_msg, append));
-		rep->n_append = 0;
-		rep->n_stats = 0;
-		if (proto_parse(r.body, r.len, req, &err) < 0)
-			proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
-		else if (req->type == PROTO_SYNTH)
-			synth(&v, req, rep);
-		else if (req->type == PROTO_PING)
-			ping(&v, req, rep);
-		else
-			proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "the verifier does not take '%s'",
-				    proto_type_name(req->type));
-		if (rep->type == PROTO_ERROR)
-			fprintf(stderr, "%s: request %llu: %s: %s\n", prog, (unsigned long long)rep->id,
-				rep->code, rep->msg);
-		if (proto_pack(rep, &out, &len, &err) == 0) {
-			if (net_reply(sock, &r, out, len, &err) < 0)
-				fprintf(stderr, "%s: %s\n", prog, err.msg);
-			free(out);
-		}
-		net_req_free(&r);
+	if (net_serve(sock, prog, handle, &v, &stop, NULL) < 0) {
+		pcg_fail(&err, "out of memory");
+		goto fail;
 	}
 	rc = 0;
 	goto out;
@@ -616,7 +599,5 @@ out:
 	free(v.r);
 	free(v.p);
 	free(v.qv);
-	free(req);
-	free(rep);
 	return rc;
 }
