@@ -1,0 +1,702 @@
+/* tm.c: counting bigrams, building, writing, opening and validating TM files
+ * (see tm.h and man/tm.5 for the format).
+ *
+ * One code path makes every image (tm_from_counts), and every image, made
+ * here or read from a file, goes through the same validator before anyone
+ * sees it, so the builder's output is checked by the reader's rules.
+ */
+#include "tm.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the TM file is little-endian and is used in place: a little-endian host is assumed"
+#endif
+
+static const char MAGIC[8] = { 'P', 'C', 'G', '-', 'T', 'M', '\n', 0 };
+
+/* Header field offsets (man/tm.5). */
+enum {
+	H_MAGIC = 0, H_VERSION = 8, H_N = 12, H_PRUNE = 16, H_RESERVED = 20, H_ALPHA = 24,
+	H_NNZ = 32, H_TOTAL = 40, H_BYTES = 48, H_CHECKSUM = 56,
+};
+
+/* alpha is bounded so that alpha * n and the counts stay far from overflow
+ * of the double mantissa's meaning; 1e6 is beyond any useful smoothing. */
+#define ALPHA_MAX 1e6
+
+struct tm {
+	tm_view v;
+	void *map; /* mmapped file, or NULL */
+	size_t map_len;
+	void *buf; /* malloc'd image, or NULL */
+};
+
+const tm_view *tm_get(const tm *t)
+{
+	return &t->v;
+}
+
+typedef struct layout {
+	uint64_t row_start, row_total, cnt, col, total;
+} layout;
+
+static uint64_t align8(uint64_t x)
+{
+	return (x + 7) & ~(uint64_t)7;
+}
+
+/* The caller bounds n <= 2^32 and nnz <= 2^56, so nothing overflows. */
+static layout layout_of(uint64_t n, uint64_t nnz)
+{
+	layout l;
+
+	l.row_start = TM_HEADER_BYTES;
+	l.row_total = l.row_start + 8 * (n + 1);
+	l.cnt = l.row_total + 8 * n;
+	l.col = l.cnt + 8 * nnz;
+	l.total = l.col + align8(4 * nnz);
+	return l;
+}
+
+/* FNV-1a over the image as little-endian 64-bit words, the checksum field
+ * read as 0 (as the ASG file): a change confined to one word always
+ * changes the result. */
+static uint64_t checksum(const unsigned char *b, uint64_t size)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (uint64_t i = 0; i + 8 <= size; i += 8) {
+		uint64_t w;
+		memcpy(&w, b + i, 8);
+		if (i == H_CHECKSUM)
+			w = 0;
+		h = (h ^ w) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+static uint32_t get32(const unsigned char *b, int off)
+{
+	uint32_t v;
+	memcpy(&v, b + off, 4);
+	return v;
+}
+
+static uint64_t get64(const unsigned char *b, int off)
+{
+	uint64_t v;
+	memcpy(&v, b + off, 8);
+	return v;
+}
+
+static void put32(unsigned char *b, int off, uint32_t v)
+{
+	memcpy(b + off, &v, 4);
+}
+
+static void put64(unsigned char *b, int off, uint64_t v)
+{
+	memcpy(b + off, &v, 8);
+}
+
+#define U(x) ((unsigned long long)(x))
+
+/* Checks an image of size bytes (8-byte aligned in memory) and fills v. */
+static int validate(const unsigned char *b, uint64_t size, const char *name, tm_view *v,
+		    pcg_err *err)
+{
+	uint64_t n, nnz, stored, sum, total = 0;
+	double alpha;
+	layout l;
+
+	if (size < TM_HEADER_BYTES)
+		return pcg_fail(err, "%s: %llu bytes: too short for a TM file (the header is %d)",
+				name, U(size), TM_HEADER_BYTES);
+	if (memcmp(b, MAGIC, sizeof MAGIC) != 0)
+		return pcg_fail(err, "%s: not a TM file (bad magic)", name);
+	if (get32(b, H_VERSION) != TM_VERSION)
+		return pcg_fail(err, "%s: TM version %u; this build reads version %d", name,
+				get32(b, H_VERSION), TM_VERSION);
+	if (get64(b, H_BYTES) != size)
+		return pcg_fail(err, "%s: truncated or extended: %llu bytes, the header says %llu",
+				name, U(size), U(get64(b, H_BYTES)));
+	stored = get64(b, H_CHECKSUM);
+	sum = checksum(b, size);
+	if (stored != sum)
+		return pcg_fail(err, "%s: checksum mismatch (stored %016llx, computed %016llx): "
+				"the file is corrupt", name, U(stored), U(sum));
+	/* From here on the bytes are as written; a crafted file with a valid
+	 * checksum still has every field checked. */
+	n = get32(b, H_N);
+	nnz = get64(b, H_NNZ);
+	memcpy(&alpha, b + H_ALPHA, 8);
+	if (n < 1 || n > INT32_MAX)
+		return pcg_fail(err, "%s: n = %llu tokens: must be in [1, 2^31)", name, U(n));
+	if (get32(b, H_RESERVED) != 0)
+		return pcg_fail(err, "%s: reserved header field is %u, not 0", name,
+				get32(b, H_RESERVED));
+	if (!(alpha > 0.0 && alpha <= ALPHA_MAX))
+		return pcg_fail(err, "%s: alpha = %g: must be in (0, %g]", name, alpha, ALPHA_MAX);
+	if (get32(b, H_PRUNE) > n)
+		return pcg_fail(err, "%s: prune = %u above n = %llu", name, get32(b, H_PRUNE),
+				U(n));
+	if (nnz > size / 12 || nnz > n * n)
+		return pcg_fail(err, "%s: nnz = %llu: impossible for %llu bytes and n = %llu",
+				name, U(nnz), U(size), U(n));
+	l = layout_of(n, nnz);
+	if (l.total != size)
+		return pcg_fail(err, "%s: %llu bytes, but n and nnz need %llu", name, U(size),
+				U(l.total));
+
+	v->n = (uint32_t)n;
+	v->prune = get32(b, H_PRUNE);
+	v->alpha = alpha;
+	v->nnz = nnz;
+	v->total = get64(b, H_TOTAL);
+	v->bytes = size;
+	v->checksum = stored;
+	v->row_start = (const uint64_t *)(b + l.row_start);
+	v->row_total = (const uint64_t *)(b + l.row_total);
+	v->cnt = (const uint64_t *)(b + l.cnt);
+	v->col = (const uint32_t *)(b + l.col);
+
+	if (v->row_start[0] != 0 || v->row_start[n] != nnz)
+		return pcg_fail(err, "%s: row offsets do not run from 0 to nnz = %llu", name,
+				U(nnz));
+	for (uint64_t a = 0; a < n; a++) {
+		uint64_t s = v->row_start[a], e = v->row_start[a + 1], rs = 0;
+		if (e < s || e > nnz)
+			return pcg_fail(err, "%s: row %llu: offsets %llu..%llu out of order", name,
+					U(a), U(s), U(e));
+		if (v->prune && e - s > v->prune)
+			return pcg_fail(err, "%s: row %llu: %llu successors, above prune = %u",
+					name, U(a), U(e - s), v->prune);
+		for (uint64_t j = s; j < e; j++) {
+			if (v->col[j] >= n || (j > s && v->col[j] <= v->col[j - 1]))
+				return pcg_fail(err, "%s: row %llu: column %u out of range [0, %llu) "
+						"or not ascending", name, U(a), v->col[j], U(n));
+			if (v->cnt[j] < 1 || v->cnt[j] > ((uint64_t)1 << 52) - rs)
+				return pcg_fail(err, "%s: row %llu: count %llu of column %u is 0 "
+						"or the row sum passes 2^52", name, U(a),
+						U(v->cnt[j]), v->col[j]);
+			rs += v->cnt[j];
+		}
+		if (v->row_total[a] != rs)
+			return pcg_fail(err, "%s: row %llu: total %llu, but its counts sum to %llu",
+					name, U(a), U(v->row_total[a]), U(rs));
+		if (rs > ((uint64_t)1 << 52) - total)
+			return pcg_fail(err, "%s: the counts sum past 2^52", name);
+		total += rs;
+	}
+	if (v->total != total)
+		return pcg_fail(err, "%s: header total %llu, but the rows sum to %llu", name,
+				U(v->total), U(total));
+	return 0;
+}
+
+/* A (column, count) pair while pruning a row. */
+typedef struct cc {
+	uint32_t col;
+	uint64_t cnt;
+} cc;
+
+static int by_count_desc(const void *x, const void *y)
+{
+	const cc *p = x, *q = y;
+	if (p->cnt != q->cnt)
+		return p->cnt > q->cnt ? -1 : 1;
+	return p->col < q->col ? -1 : p->col > q->col;
+}
+
+static int by_col(const void *x, const void *y)
+{
+	const cc *p = x, *q = y;
+	return p->col < q->col ? -1 : p->col > q->col;
+}
+
+tm *tm_from_counts(uint32_t n, double alpha, uint32_t prune, const uint64_t *row_start,
+		   const uint32_t *col, const uint64_t *cnt, pcg_err *err)
+{
+	uint64_t nnz_in, nnz = 0, total = 0, maxdeg = 0;
+	unsigned char *b = NULL;
+	cc *row = NULL;
+	tm *t = NULL;
+	layout l;
+
+	if (n < 1 || n > INT32_MAX) {
+		pcg_fail(err, "n = %u tokens: must be in [1, 2^31)", n);
+		return NULL;
+	}
+	if (!(alpha > 0.0 && alpha <= ALPHA_MAX)) {
+		pcg_fail(err, "alpha = %g: must be in (0, %g]", alpha, ALPHA_MAX);
+		return NULL;
+	}
+	if (prune >= n)
+		prune = 0; /* keeping n per row keeps everything */
+	nnz_in = row_start[n];
+	if (row_start[0] != 0 || nnz_in > ((uint64_t)1 << 40)) {
+		pcg_fail(err, "row offsets must start at 0 and count at most 2^40 entries");
+		return NULL;
+	}
+	for (uint32_t a = 0; a < n; a++) {
+		uint64_t s = row_start[a], e = row_start[a + 1], deg;
+		if (e < s || e > nnz_in) {
+			pcg_fail(err, "row %u: offsets out of order", a);
+			return NULL;
+		}
+		for (uint64_t j = s; j < e; j++)
+			if (col[j] >= n || (j > s && col[j] <= col[j - 1]) || cnt[j] < 1) {
+				pcg_fail(err, "row %u: column %u out of range [0, %u), not ascending, "
+					 "or with count 0", a, col[j], n);
+				return NULL;
+			}
+		deg = e - s;
+		if (deg > maxdeg)
+			maxdeg = deg;
+		nnz += prune && deg > prune ? prune : deg;
+	}
+	l = layout_of(n, nnz);
+	b = calloc(1, l.total);
+	t = calloc(1, sizeof *t);
+	row = malloc((maxdeg ? maxdeg : 1) * sizeof *row);
+	if (b == NULL || t == NULL || row == NULL) {
+		pcg_fail(err, "out of memory (%llu bytes)", U(l.total));
+		goto fail;
+	}
+	{
+		uint64_t *rs = (uint64_t *)(b + l.row_start), *rt = (uint64_t *)(b + l.row_total);
+		uint64_t *oc = (uint64_t *)(b + l.cnt);
+		uint32_t *ocol = (uint32_t *)(b + l.col);
+		uint64_t k = 0;
+
+		for (uint32_t a = 0; a < n; a++) {
+			uint64_t s = row_start[a], deg = row_start[a + 1] - s, sum = 0;
+			for (uint64_t j = 0; j < deg; j++)
+				row[j] = (cc){ col[s + j], cnt[s + j] };
+			if (prune && deg > prune) {
+				/* The prune largest counts, ties to the lower id, back in id order. */
+				qsort(row, deg, sizeof *row, by_count_desc);
+				deg = prune;
+				qsort(row, deg, sizeof *row, by_col);
+			}
+			rs[a] = k;
+			for (uint64_t j = 0; j < deg; j++, k++) {
+				if (row[j].cnt > ((uint64_t)1 << 52) - sum - total) {
+					pcg_fail(err, "the counts sum past 2^52");
+					goto fail;
+				}
+				ocol[k] = row[j].col;
+				oc[k] = row[j].cnt;
+				sum += row[j].cnt;
+			}
+			rt[a] = sum;
+			total += sum;
+		}
+		rs[n] = k;
+	}
+	memcpy(b, MAGIC, sizeof MAGIC);
+	put32(b, H_VERSION, TM_VERSION);
+	put32(b, H_N, n);
+	put32(b, H_PRUNE, prune);
+	memcpy(b + H_ALPHA, &alpha, 8);
+	put64(b, H_NNZ, nnz);
+	put64(b, H_TOTAL, total);
+	put64(b, H_BYTES, l.total);
+	put64(b, H_CHECKSUM, checksum(b, l.total));
+	if (validate(b, l.total, "TM", &t->v, err) < 0)
+		goto fail;
+	t->buf = b;
+	free(row);
+	return t;
+fail:
+	free(row);
+	free(b);
+	free(t);
+	return NULL;
+}
+
+tm *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *err)
+{
+	tm *t = calloc(1, sizeof *t);
+	/* malloc's alignment (>= 8) makes the arrays usable in place. */
+	unsigned char *b = malloc(size ? size : 1);
+
+	if (t == NULL || b == NULL) {
+		free(t);
+		free(b);
+		pcg_fail(err, "%s: out of memory", name);
+		return NULL;
+	}
+	memcpy(b, image, size);
+	t->buf = b;
+	if (validate(b, size, name, &t->v, err) < 0) {
+		tm_close(&t);
+		return NULL;
+	}
+	return t;
+}
+
+/* Reads all of fd into a malloc'd buffer (pipes, standard input). */
+static unsigned char *read_all(int fd, uint64_t *size, const char *name, pcg_err *err)
+{
+	size_t cap = 1 << 16, len = 0;
+	unsigned char *b = malloc(cap);
+
+	if (b == NULL) {
+		pcg_fail(err, "%s: out of memory", name);
+		return NULL;
+	}
+	for (;;) {
+		ssize_t r;
+		if (len == cap) {
+			unsigned char *nb = realloc(b, cap *= 2);
+			if (nb == NULL) {
+				free(b);
+				pcg_fail(err, "%s: out of memory", name);
+				return NULL;
+			}
+			b = nb;
+		}
+		r = read(fd, b + len, cap - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			pcg_fail(err, "%s: %s", name, strerror(errno));
+			free(b);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	*size = len;
+	return b;
+}
+
+tm *tm_open(const char *path, pcg_err *err)
+{
+	const int is_stdin = !strcmp(path, "-");
+	const char *name = is_stdin ? "stdin" : path;
+	tm *t = calloc(1, sizeof *t);
+	const unsigned char *image;
+	uint64_t size;
+	struct stat st;
+	int fd;
+
+	if (t == NULL) {
+		pcg_fail(err, "%s: out of memory", name);
+		return NULL;
+	}
+	fd = is_stdin ? 0 : open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		pcg_fail(err, "%s: %s", name, strerror(errno));
+		if (fd > 0)
+			close(fd);
+		free(t);
+		return NULL;
+	}
+	if (S_ISREG(st.st_mode) && st.st_size >= TM_HEADER_BYTES) {
+		size = (uint64_t)st.st_size;
+		t->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (t->map == MAP_FAILED) {
+			pcg_fail(err, "%s: mmap: %s", name, strerror(errno));
+			t->map = NULL;
+			goto fail;
+		}
+		t->map_len = size;
+		image = t->map;
+	} else {
+		t->buf = read_all(fd, &size, name, err);
+		if (t->buf == NULL)
+			goto fail;
+		image = t->buf;
+	}
+	if (!is_stdin)
+		close(fd);
+	fd = -1;
+	if (validate(image, size, name, &t->v, err) < 0)
+		goto fail;
+	return t;
+fail:
+	if (fd > 0)
+		close(fd);
+	tm_close(&t);
+	return NULL;
+}
+
+void tm_close(tm **tp)
+{
+	tm *t = tp ? *tp : NULL;
+
+	if (t == NULL)
+		return;
+	if (t->map)
+		munmap(t->map, t->map_len);
+	free(t->buf);
+	free(t);
+	*tp = NULL;
+}
+
+static int write_all(FILE *f, const void *b, uint64_t size)
+{
+	return fwrite(b, 1, size, f) == size && fflush(f) == 0 ? 0 : -1;
+}
+
+int tm_write(const tm *t, const char *path, pcg_err *err)
+{
+	const void *image = t->map ? t->map : t->buf;
+	char tmp[4200];
+	FILE *f;
+
+	if (!strcmp(path, "-"))
+		return write_all(stdout, image, t->v.bytes) == 0
+			? 0 : pcg_fail(err, "stdout: %s", strerror(errno));
+	if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+		return pcg_fail(err, "%s: path too long", path);
+	f = fopen(tmp, "wb");
+	if (f == NULL)
+		return pcg_fail(err, "%s: %s", tmp, strerror(errno));
+	if (write_all(f, image, t->v.bytes) < 0 || fsync(fileno(f)) != 0) {
+		pcg_fail(err, "%s: %s", tmp, strerror(errno));
+		fclose(f);
+		unlink(tmp);
+		return -1;
+	}
+	if (fclose(f) != 0 || rename(tmp, path) != 0) {
+		pcg_fail(err, "%s: %s", path, strerror(errno));
+		unlink(tmp);
+		return -1;
+	}
+	return 0;
+}
+
+/* Index of b in row a, or -1. */
+static int64_t find(const tm_view *v, uint32_t a, uint32_t b)
+{
+	uint64_t lo = v->row_start[a], hi = v->row_start[a + 1];
+
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (v->col[mid] < b)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < v->row_start[a + 1] && v->col[lo] == b ? (int64_t)lo : -1;
+}
+
+double tm_logq(const tm *t, uint32_t a, uint32_t b)
+{
+	const tm_view *v = &t->v;
+	int64_t j;
+
+	assert(a < v->n && b < v->n);
+	j = find(v, a, b);
+	return log(((j < 0 ? 0.0 : (double)v->cnt[j]) + v->alpha) /
+		   ((double)v->row_total[a] + v->alpha * v->n));
+}
+
+int tm_submatrix(const tm *t, const uint32_t *tok, int m, double *out, pcg_err *err)
+{
+	const tm_view *v = &t->v;
+
+	for (int i = 0; i < m; i++)
+		if (tok[i] >= v->n)
+			return pcg_fail(err, "token %u at %d: out of range [0, %u)", tok[i], i, v->n);
+	for (int i = 0; i < m; i++) {
+		double den = (double)v->row_total[tok[i]] + v->alpha * v->n;
+		double unseen = log(v->alpha / den);
+		for (int j = 0; j < m; j++) {
+			int64_t k = find(v, tok[i], tok[j]);
+			out[(size_t)i * m + j] = k < 0 ? unseen
+				: log(((double)v->cnt[k] + v->alpha) / den);
+		}
+	}
+	return 0;
+}
+
+/* ---- counting ---- */
+
+/* Bigrams are keys a << 32 | b. New ones go to pending; when it fills, it
+ * is sorted, run-length coded and merged into the sorted (key, count) list. */
+struct tm_counter {
+	uint32_t n;
+	uint64_t seqs, bigrams;
+	uint64_t *pending;
+	size_t np, cap;
+	uint64_t *key, *cnt; /* sorted distinct keys and their counts */
+	size_t nk;
+};
+
+#define PENDING_CAP (1u << 20)
+
+tm_counter *tm_counter_new(uint32_t n, pcg_err *err)
+{
+	tm_counter *c;
+
+	if (n < 1 || n > INT32_MAX) {
+		pcg_fail(err, "n = %u tokens: must be in [1, 2^31)", n);
+		return NULL;
+	}
+	c = calloc(1, sizeof *c);
+	if (c == NULL || (c->pending = malloc(PENDING_CAP * sizeof *c->pending)) == NULL) {
+		free(c);
+		pcg_fail(err, "out of memory");
+		return NULL;
+	}
+	c->n = n;
+	c->cap = PENDING_CAP;
+	return c;
+}
+
+void tm_counter_free(tm_counter **cp)
+{
+	tm_counter *c = cp ? *cp : NULL;
+
+	if (c == NULL)
+		return;
+	free(c->pending);
+	free(c->key);
+	free(c->cnt);
+	free(c);
+	*cp = NULL;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t p = *(const uint64_t *)x, q = *(const uint64_t *)y;
+	return p < q ? -1 : p > q;
+}
+
+/* Merges pending into (key, cnt). */
+static int flush(tm_counter *c, pcg_err *err)
+{
+	size_t d = 0, i = 0, j = 0, k = 0, cap;
+	uint64_t *key, *cnt;
+
+	if (c->np == 0)
+		return 0;
+	qsort(c->pending, c->np, sizeof *c->pending, cmp_u64);
+	for (size_t p = 1; p <= c->np; p++)
+		if (p == c->np || c->pending[p] != c->pending[p - 1])
+			d++;
+	cap = c->nk + d;
+	key = malloc(cap * sizeof *key);
+	cnt = malloc(cap * sizeof *cnt);
+	if (key == NULL || cnt == NULL) {
+		free(key);
+		free(cnt);
+		return pcg_fail(err, "out of memory (%zu distinct bigrams)", cap);
+	}
+	while (i < c->nk || j < c->np) {
+		if (j < c->np && (i == c->nk || c->pending[j] <= c->key[i])) {
+			uint64_t kk = c->pending[j], run = 0;
+			while (j < c->np && c->pending[j] == kk)
+				j++, run++;
+			if (i < c->nk && c->key[i] == kk)
+				run += c->cnt[i++];
+			key[k] = kk;
+			cnt[k++] = run;
+		} else {
+			key[k] = c->key[i];
+			cnt[k++] = c->cnt[i++];
+		}
+	}
+	free(c->key);
+	free(c->cnt);
+	c->key = key;
+	c->cnt = cnt;
+	c->nk = k;
+	c->np = 0;
+	return 0;
+}
+
+int tm_counter_add(tm_counter *c, const uint32_t *seq, size_t len, pcg_err *err)
+{
+	for (size_t i = 0; i < len; i++)
+		if (seq[i] >= c->n)
+			return pcg_fail(err, "token %zu: id %u out of range [0, %u)", i + 1, seq[i],
+					c->n);
+	for (size_t i = 1; i < len; i++) {
+		if (c->np == c->cap && flush(c, err) < 0)
+			return -1;
+		c->pending[c->np++] = (uint64_t)seq[i - 1] << 32 | seq[i];
+	}
+	c->seqs++;
+	c->bigrams += len > 1 ? len - 1 : 0;
+	return 0;
+}
+
+uint64_t tm_counter_sequences(const tm_counter *c)
+{
+	return c->seqs;
+}
+
+uint64_t tm_counter_bigrams(const tm_counter *c)
+{
+	return c->bigrams;
+}
+
+tm *tm_counter_finish(tm_counter *c, double alpha, uint32_t prune, pcg_err *err)
+{
+	uint64_t *row_start;
+	uint32_t *col;
+	tm *t;
+
+	if (flush(c, err) < 0)
+		return NULL;
+	row_start = calloc((size_t)c->n + 1, sizeof *row_start);
+	col = malloc((c->nk ? c->nk : 1) * sizeof *col);
+	if (row_start == NULL || col == NULL) {
+		free(row_start);
+		free(col);
+		pcg_fail(err, "out of memory");
+		return NULL;
+	}
+	/* The keys are sorted by (a, b): CSR order already. */
+	for (size_t k = 0; k < c->nk; k++) {
+		row_start[(c->key[k] >> 32) + 1]++;
+		col[k] = (uint32_t)c->key[k];
+	}
+	for (uint32_t a = 0; a < c->n; a++)
+		row_start[a + 1] += row_start[a];
+	t = tm_from_counts(c->n, alpha, prune, row_start, col, c->cnt ? c->cnt : row_start,
+			   err);
+	free(row_start);
+	free(col);
+	return t;
+}
+
+void tm_print_stats(FILE *f, const tm *t, const char *prefix)
+{
+	const tm_view *v = &t->v;
+	uint64_t maxdeg = 0, empty = 0;
+
+	for (uint32_t a = 0; a < v->n; a++) {
+		uint64_t d = v->row_start[a + 1] - v->row_start[a];
+		if (d > maxdeg)
+			maxdeg = d;
+		empty += d == 0;
+	}
+	fprintf(f, "%sversion\t%d\n", prefix, TM_VERSION);
+	fprintf(f, "%sn\t%u\n", prefix, v->n);
+	fprintf(f, "%salpha\t%g\n", prefix, v->alpha);
+	fprintf(f, "%sprune\t%u\n", prefix, v->prune);
+	fprintf(f, "%snnz\t%llu\n", prefix, U(v->nnz));
+	fprintf(f, "%sbigrams_kept\t%llu\n", prefix, U(v->total));
+	fprintf(f, "%ssuccessors_mean\t%.4g\n", prefix, (double)v->nnz / v->n);
+	fprintf(f, "%ssuccessors_max\t%llu\n", prefix, U(maxdeg));
+	fprintf(f, "%sempty_rows\t%llu\n", prefix, U(empty));
+	fprintf(f, "%sdensity\t%.4g\n", prefix, (double)v->nnz / ((double)v->n * v->n));
+	fprintf(f, "%sbytes\t%llu\n", prefix, U(v->bytes));
+	fprintf(f, "%schecksum\t%016llx\n", prefix, U(v->checksum));
+}
