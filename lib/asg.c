@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "matmul.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -457,37 +458,9 @@ void asg_close(asg **ap)
 	*ap = NULL;
 }
 
-static int write_all(FILE *f, const void *b, uint64_t size)
-{
-	return fwrite(b, 1, size, f) == size && fflush(f) == 0 ? 0 : -1;
-}
-
 int asg_write(const asg *a, const char *path, pcg_err *err)
 {
-	const void *image = a->map ? a->map : a->buf;
-	char tmp[4200];
-	FILE *f;
-
-	if (!strcmp(path, "-"))
-		return write_all(stdout, image, a->v.bytes) == 0
-			? 0 : pcg_fail(err, "stdout: %s", strerror(errno));
-	if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-		return pcg_fail(err, "%s: path too long", path);
-	f = fopen(tmp, "wb");
-	if (f == NULL)
-		return pcg_fail(err, "%s: %s", tmp, strerror(errno));
-	if (write_all(f, image, a->v.bytes) < 0 || fsync(fileno(f)) != 0) {
-		pcg_fail(err, "%s: %s", tmp, strerror(errno));
-		fclose(f);
-		unlink(tmp);
-		return -1;
-	}
-	if (fclose(f) != 0 || rename(tmp, path) != 0) {
-		pcg_fail(err, "%s: %s", path, strerror(errno));
-		unlink(tmp);
-		return -1;
-	}
-	return 0;
+	return pcg_write_file(path, a->map ? a->map : a->buf, a->v.bytes, 0644, err);
 }
 
 /* ---- building from embeddings ---- */

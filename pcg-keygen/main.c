@@ -9,31 +9,14 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "fileio.h"
+
 static const char *prog = "pcg-keygen";
-
-/* Writes text to path.tmp with mode, then renames it into place. */
-static int write_file(const char *path, const char *text, mode_t mode)
-{
-	char tmp[4200];
-	int fd;
-	size_t n = strlen(text);
-
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-	if (fd < 0 || write(fd, text, n) != (ssize_t)n || fsync(fd) != 0 || close(fd) != 0 ||
-	    rename(tmp, path) != 0) {
-		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		unlink(tmp);
-		return -1;
-	}
-	return 0;
-}
 
 int main(int argc, char **argv)
 {
 	char pub[41], sec[41], path[4096], text[256];
+	pcg_err err = { "" };
 	struct stat st;
 
 	if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
@@ -55,9 +38,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	snprintf(text, sizeof text, "public %s\nsecret %s\n", pub, sec);
-	if (write_file(path, text, 0600) < 0)
+	if (pcg_write_file(path, text, strlen(text), 0600, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
 		return 1;
+	}
 	snprintf(path, sizeof path, "%s.pub", argv[1]);
 	snprintf(text, sizeof text, "%s\n", pub);
-	return write_file(path, text, 0644) < 0 ? 1 : 0;
+	if (pcg_write_file(path, text, strlen(text), 0644, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 1;
+	}
+	return 0;
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "model.h"
 #include "opts.h"
 #include "sampling.h"
@@ -63,35 +64,6 @@ static int parse_tokens(const char *s, int **out, int *n)
 	return *n > 0 ? 0 : -1;
 }
 
-/* Writes the logits to path.tmp and renames it, so no partial file is left
- * at path. "-" writes to stdout. */
-static int dump(const char *path, const float *logits, size_t n, pcg_err *err)
-{
-	char tmp[4200];
-	FILE *f;
-
-	if (!strcmp(path, "-"))
-		return fwrite(logits, sizeof *logits, n, stdout) == n && fflush(stdout) == 0
-			? 0 : pcg_fail(err, "stdout: write failed");
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	f = fopen(tmp, "wb");
-	if (f == NULL)
-		return pcg_fail(err, "%s: %s", tmp, strerror(errno));
-	if (fwrite(logits, sizeof *logits, n, f) != n || fflush(f) != 0 ||
-	    fsync(fileno(f)) != 0) {
-		pcg_fail(err, "%s: %s", tmp, strerror(errno));
-		fclose(f);
-		unlink(tmp);
-		return -1;
-	}
-	if (fclose(f) != 0 || rename(tmp, path) != 0) {
-		pcg_fail(err, "%s: %s", path, strerror(errno));
-		unlink(tmp);
-		return -1;
-	}
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	pcg_err err = { "" };
@@ -130,7 +102,9 @@ int main(int argc, char **argv)
 	}
 	if (llama_forward(m, kv, tokens, n, n_out, NULL, logits, &err) < 0)
 		goto fail;
-	if (dump_path && dump(dump_path, logits, (size_t)n * V, &err) < 0)
+	/* Written whole to a temporary name and renamed: never a partial file. */
+	if (dump_path &&
+	    pcg_write_file(dump_path, logits, (size_t)n * V * sizeof *logits, 0644, &err) < 0)
 		goto fail;
 	if (generate > 0 || !dump_path) {
 		/* Greedy: argmax (first index on ties, as torch.argmax), fed back. */
