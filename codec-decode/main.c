@@ -1,7 +1,9 @@
 /* codec-decode: speech codes to an audio file, one shot. Reads X-codec2 codes
  * (text or raw int32, or LLaSA token ids), runs the decoder of the checkpoint
  * users download (HKUSTAudio/xcodec2 model.safetensors), and writes WAV, FLAC
- * or raw PCM through libsndfile, atomically (lib/audio.h).
+ * or raw PCM through libsndfile, atomically (lib/audio.h). --codec kmeans-gl
+ * decodes the demo voice's codec instead (lib/kmeans_codec.h; one shot only,
+ * the daemon serves xcodec2).
  */
 #include <errno.h>
 #include <signal.h>
@@ -13,6 +15,7 @@
 #include "audio.h"
 #include "codes.h"
 #include "daemon.h"
+#include "kmeans_codec.h"
 #include "matmul.h"
 #include "net.h"
 #include "opts.h"
@@ -20,7 +23,7 @@
 
 static const char *prog = "codec-decode";
 static const char *SYNOPSIS =
-	"--weights FILE|DIR --codes FILE|- -o OUT [--codec xcodec2] [--config FILE]\n"
+	"--weights FILE|DIR --codes FILE|- -o OUT [--codec xcodec2|kmeans-gl] [--config FILE]\n"
 	"       [--codes-format text|i32] [--llasa-ids] [--format FMT]\n"
 	"       [--chunk N [--context N] [--lookahead N]] [--threads N]";
 
@@ -30,7 +33,8 @@ static int llasa_ids, speech_offset, end_id, chunk, context, lookahead, threads,
 static const char *listen_url, *curve_key, *curve_allow;
 
 static const pcg_opt opts[] = {
-	{ "codec", PCG_OPT_STR, &codec, "xcodec2", 1, 0, "NAME", "the codec (only xcodec2)" },
+	{ "codec", PCG_OPT_STR, &codec, "xcodec2", 1, 0, "NAME",
+	  "xcodec2, or kmeans-gl (the demo voice: k-means frames, Griffin-Lim)" },
 	{ "weights", PCG_OPT_STR, &weights, NULL, 1, 0, "FILE|DIR",
 	  "the codec checkpoint: model.safetensors or its directory" },
 	{ "config", PCG_OPT_STR, &config_path, NULL, 1, 0, "FILE",
@@ -88,6 +92,43 @@ static int find_config(char *buf, size_t n)
 	return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* --codec kmeans-gl: codes to out_path (returns 0 or 1 with err filled). */
+static int decode_kmeans(const int32_t *codes, size_t n, audio_format fmt, pcg_err *err)
+{
+	kmc_model *km = kmc_open(weights, config_path, err);
+	const kmc_config *kc;
+	float *wav = NULL;
+	int rc = 1;
+
+	if (km == NULL)
+		return 1;
+	kc = kmc_get_config(km);
+	if (n == 0) {
+		pcg_fail(err, "%s: no codes", strcmp(codes_path, "-") ? codes_path : "stdin");
+		goto out;
+	}
+	if (n > (size_t)1 << 24) {
+		pcg_fail(err, "%zu codes: more than one call can decode", n);
+		goto out;
+	}
+	if (codes_check(codes, n, kc->codebook, err) < 0) {
+		pcg_err_prefix(err, strcmp(codes_path, "-") ? codes_path : "stdin");
+		goto out;
+	}
+	if ((wav = malloc(n * kc->hop * sizeof *wav)) == NULL) {
+		pcg_fail(err, "out of memory for %zu samples", n * kc->hop);
+		goto out;
+	}
+	if (kmc_decode(km, codes, (int)n, wav, err) < 0 ||
+	    audio_write(out_path, wav, n * kc->hop, kc->sample_rate, fmt, err) < 0)
+		goto out;
+	rc = 0;
+out:
+	free(wav);
+	kmc_close(&km);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	pcg_err err = { "" };
@@ -109,7 +150,11 @@ int main(int argc, char **argv)
 		return usage_error(err.msg);
 	if (first != argc)
 		return usage_error("unexpected argument");
+	if (strcmp(codec, "xcodec2") && strcmp(codec, "kmeans-gl"))
+		return usage_error("--codec: xcodec2 or kmeans-gl");
 	if (daemon_mode) {
+		if (strcmp(codec, "xcodec2"))
+			return usage_error("--daemon: only --codec xcodec2 for now");
 		if (!weights || codes_path || out_path)
 			return usage_error("--daemon takes --weights (and --config, --listen), not --codes or -o");
 		if (net_curve_setup(curve_key, curve_allow, NULL, &err) < 0)
@@ -129,8 +174,6 @@ int main(int argc, char **argv)
 	}
 	if (!weights || !codes_path || !out_path)
 		return usage_error("--weights, --codes and -o are required");
-	if (strcmp(codec, "xcodec2"))
-		return usage_error("--codec: only xcodec2 is supported");
 	if (!strcmp(codes_fmt_s, "text"))
 		cfmt = CODES_TEXT;
 	else if (!strcmp(codes_fmt_s, "i32"))
@@ -145,6 +188,8 @@ int main(int argc, char **argv)
 		return usage_error("-o -: standard output takes raw or raw-f32 only");
 	if (!chunk && (pcg_opts_given(opts, "context") || pcg_opts_given(opts, "lookahead")))
 		return usage_error("--context and --lookahead go with --chunk");
+	if (chunk && strcmp(codec, "xcodec2"))
+		return usage_error("--chunk goes with --codec xcodec2");
 	pcg_set_threads(threads);
 	/* Past a file-size limit, write() then fails with EFBIG and the temporary
 	 * file is removed, instead of the process dying with it left behind. */
@@ -165,6 +210,12 @@ int main(int argc, char **argv)
 	}
 	if (f != stdin)
 		fclose(f);
+	if (!strcmp(codec, "kmeans-gl")) {
+		rc = decode_kmeans(codes, n, fmt, &err);
+		if (rc)
+			goto fail;
+		goto out;
+	}
 
 	if (config_path ? xc2_config_load(config_path, &cfg, &err) < 0
 			: find_config(cpath, sizeof cpath) ? xc2_config_load(cpath, &cfg, &err) < 0
