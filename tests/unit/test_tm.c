@@ -1,8 +1,9 @@
 /* test_tm.c: the token transition matrix. Every Q(a, b) of a small corpus
- * against a direct count; pruning by hand; the dense block; the file round
- * trip (memory, file, mmap); corrupt, truncated and crafted files rejected
- * with a message naming the problem; and a bounded mutation loop that must
- * never crash (this test also runs under ASan and UBSan).
+ * against a direct count; pruning by hand; the dense block; a corpus larger
+ * than the counter's buffer; the file round trip (memory, file, mmap);
+ * corrupt, truncated and crafted files rejected with a message naming the
+ * problem; and a bounded mutation loop that must never crash (this test
+ * also runs under ASan and UBSan).
  */
 #include <math.h>
 #include <stdint.h>
@@ -320,9 +321,55 @@ static void test_file(void)
 	tm_close(&t);
 }
 
+/* More bigrams than the counter's pending buffer (2^20) holds, so its
+ * sort-and-merge runs several times: the counts must equal a dense tally. */
+static void test_many(void)
+{
+	enum { N = 40, LEN = 2600000 };
+	uint32_t *seq = malloc(LEN * sizeof *seq);
+	uint64_t *dense = calloc(N * N, sizeof *dense), s = 5;
+	pcg_err err = { "" };
+	tm_counter *c = tm_counter_new(N, &err);
+	tm *t;
+	int same = 1;
+
+	for (size_t i = 0; i < LEN; i++)
+		seq[i] = rnd(&s) % (1 + rnd(&s) % N); /* skewed to low ids */
+	/* Three sequences: no bigram across their ends. */
+	CHECK(tm_counter_add(c, seq, 1000000, &err) == 0);
+	CHECK(tm_counter_add(c, seq + 1000000, 1500000, &err) == 0);
+	CHECK(tm_counter_add(c, seq + 2500000, LEN - 2500000, &err) == 0);
+	for (size_t i = 1; i < LEN; i++)
+		if (i != 1000000 && i != 2500000)
+			dense[seq[i - 1] * N + seq[i]]++;
+	CHECK(tm_counter_bigrams(c) == LEN - 3);
+	t = tm_counter_finish(c, 1.0, 0, &err);
+	tm_counter_free(&c);
+	CHECKF(t != NULL, "%s", err.msg);
+	if (t) {
+		const tm_view *v = tm_get(t);
+		for (uint32_t a = 0; a < N; a++) {
+			uint64_t k = v->row_start[a];
+			for (uint32_t b = 0; b < N; b++) {
+				uint64_t got = 0;
+				if (k < v->row_start[a + 1] && v->col[k] == b)
+					got = v->cnt[k++];
+				same &= got == dense[a * N + b];
+			}
+			same &= k == v->row_start[a + 1];
+		}
+		CHECK(same);
+		CHECK(v->total == LEN - 3);
+		tm_close(&t);
+	}
+	free(seq);
+	free(dense);
+}
+
 int main(void)
 {
 	test_counts();
+	test_many();
 	test_prune();
 	test_file();
 	return check_done("test_tm");
