@@ -357,92 +357,28 @@ asg *asg_from_groups(uint32_t n, uint32_t M, const uint64_t *start, const uint32
 		    score ? ASG_W_GIVEN : ASG_W_EQUAL, err);
 }
 
-/* Reads all of fd into a malloc'd buffer (pipes, standard input). */
-static unsigned char *read_all(int fd, uint64_t *size, const char *name, pcg_err *err)
-{
-	size_t cap = 1 << 16, len = 0;
-	unsigned char *b = malloc(cap);
-
-	if (b == NULL) {
-		pcg_fail(err, "%s: out of memory", name);
-		return NULL;
-	}
-	for (;;) {
-		ssize_t r;
-		if (len == cap) {
-			unsigned char *nb = realloc(b, cap *= 2);
-			if (nb == NULL) {
-				free(b);
-				pcg_fail(err, "%s: out of memory", name);
-				return NULL;
-			}
-			b = nb;
-		}
-		r = read(fd, b + len, cap - len);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			pcg_fail(err, "%s: %s", name, strerror(errno));
-			free(b);
-			return NULL;
-		}
-		if (r == 0)
-			break;
-		len += (size_t)r;
-	}
-	*size = len;
-	return b;
-}
-
 asg *asg_open(const char *path, pcg_err *err)
 {
-	const int is_stdin = !strcmp(path, "-");
-	const char *name = is_stdin ? "stdin" : path;
+	const char *name = strcmp(path, "-") ? path : "stdin";
 	asg *a = calloc(1, sizeof *a);
-	const unsigned char *image;
-	uint64_t size;
-	struct stat st;
-	int fd;
+	pcg_image im;
 
 	if (a == NULL) {
 		pcg_fail(err, "%s: out of memory", name);
 		return NULL;
 	}
-	fd = is_stdin ? 0 : open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st) < 0) {
-		pcg_fail(err, "%s: %s", name, strerror(errno));
-		if (fd > 0)
-			close(fd);
+	if (pcg_image_open(path, ASG_HEADER_BYTES, &im, err) < 0) {
 		free(a);
 		return NULL;
 	}
-	if (S_ISREG(st.st_mode) && st.st_size >= ASG_HEADER_BYTES) {
-		size = (uint64_t)st.st_size;
-		a->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (a->map == MAP_FAILED) {
-			pcg_fail(err, "%s: mmap: %s", name, strerror(errno));
-			a->map = NULL;
-			goto fail;
-		}
-		a->map_len = size;
-		image = a->map;
-	} else {
-		a->buf = read_all(fd, &size, name, err);
-		if (a->buf == NULL)
-			goto fail;
-		image = a->buf;
+	a->map = im.map;
+	a->map_len = im.map_len;
+	a->buf = im.buf;
+	if (validate(im.data, im.size, name, &a->v, err) < 0) {
+		asg_close(&a);
+		return NULL;
 	}
-	if (!is_stdin)
-		close(fd);
-	fd = -1;
-	if (validate(image, size, name, &a->v, err) < 0)
-		goto fail;
 	return a;
-fail:
-	if (fd > 0)
-		close(fd);
-	asg_close(&a);
-	return NULL;
 }
 
 void asg_close(asg **ap)

@@ -4,7 +4,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int write_fd(int fd, const void *data, size_t n)
@@ -48,4 +51,77 @@ int pcg_write_file(const char *path, const void *data, size_t n, mode_t mode, pc
 		return -1;
 	}
 	return 0;
+}
+
+/* Reads all of fd into a malloc'd buffer (pipes, standard input). */
+static unsigned char *read_all(int fd, uint64_t *size, const char *name, pcg_err *err)
+{
+	size_t cap = 1 << 16, len = 0;
+	unsigned char *b = malloc(cap);
+
+	if (b == NULL) {
+		pcg_fail(err, "%s: out of memory", name);
+		return NULL;
+	}
+	for (;;) {
+		ssize_t r;
+		if (len == cap) {
+			unsigned char *nb = realloc(b, cap *= 2);
+			if (nb == NULL) {
+				free(b);
+				pcg_fail(err, "%s: out of memory", name);
+				return NULL;
+			}
+			b = nb;
+		}
+		r = read(fd, b + len, cap - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			pcg_fail(err, "%s: %s", name, strerror(errno));
+			free(b);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	*size = len;
+	return b;
+}
+
+int pcg_image_open(const char *path, uint64_t min_map, pcg_image *im, pcg_err *err)
+{
+	const int is_stdin = !strcmp(path, "-");
+	const char *name = is_stdin ? "stdin" : path;
+	struct stat st;
+	int fd, rc = -1;
+
+	memset(im, 0, sizeof *im);
+	fd = is_stdin ? 0 : open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		pcg_fail(err, "%s: %s", name, strerror(errno));
+		goto out;
+	}
+	if (S_ISREG(st.st_mode) && (uint64_t)st.st_size >= min_map) {
+		im->map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (im->map == MAP_FAILED) {
+			pcg_fail(err, "%s: mmap: %s", name, strerror(errno));
+			im->map = NULL;
+			goto out;
+		}
+		im->map_len = (size_t)st.st_size;
+		im->size = (uint64_t)st.st_size;
+		im->data = im->map;
+	} else {
+		im->buf = read_all(fd, &im->size, name, err);
+		if (im->buf == NULL)
+			goto out;
+		im->data = im->buf;
+	}
+	rc = 0;
+out:
+	if (fd > 0)
+		close(fd);
+	return rc;
 }

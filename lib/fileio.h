@@ -5,6 +5,7 @@
 #define PCG_FILEIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "err.h"
@@ -12,5 +13,19 @@
 /* Writes n bytes to path ("-": standard output) with the given mode
  * (before the umask). Returns 0, or -1 with err naming the file. */
 int pcg_write_file(const char *path, const void *data, size_t n, mode_t mode, pcg_err *err);
+
+/* A file's bytes for reading in place: mapped when it is a regular file of
+ * at least min_map bytes, read into memory otherwise (pipes, standard input,
+ * and files too short to be valid, whose reader then reports them). */
+typedef struct pcg_image {
+	const unsigned char *data; /* size bytes, in map or buf */
+	uint64_t size;
+	void *map;                 /* mmapped, or NULL */
+	size_t map_len;
+	unsigned char *buf;        /* malloc'd, or NULL */
+} pcg_image;
+
+/* Opens path ("-": standard input). Returns 0, or -1 with err naming the file. */
+int pcg_image_open(const char *path, uint64_t min_map, pcg_image *im, pcg_err *err);
 
 #endif

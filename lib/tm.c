@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fileio.h"
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the TM file is little-endian and is used in place: a little-endian host is assumed"
 #endif
@@ -345,92 +347,28 @@ tm *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *er
 	return t;
 }
 
-/* Reads all of fd into a malloc'd buffer (pipes, standard input). */
-static unsigned char *read_all(int fd, uint64_t *size, const char *name, pcg_err *err)
-{
-	size_t cap = 1 << 16, len = 0;
-	unsigned char *b = malloc(cap);
-
-	if (b == NULL) {
-		pcg_fail(err, "%s: out of memory", name);
-		return NULL;
-	}
-	for (;;) {
-		ssize_t r;
-		if (len == cap) {
-			unsigned char *nb = realloc(b, cap *= 2);
-			if (nb == NULL) {
-				free(b);
-				pcg_fail(err, "%s: out of memory", name);
-				return NULL;
-			}
-			b = nb;
-		}
-		r = read(fd, b + len, cap - len);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			pcg_fail(err, "%s: %s", name, strerror(errno));
-			free(b);
-			return NULL;
-		}
-		if (r == 0)
-			break;
-		len += (size_t)r;
-	}
-	*size = len;
-	return b;
-}
-
 tm *tm_open(const char *path, pcg_err *err)
 {
-	const int is_stdin = !strcmp(path, "-");
-	const char *name = is_stdin ? "stdin" : path;
+	const char *name = strcmp(path, "-") ? path : "stdin";
 	tm *t = calloc(1, sizeof *t);
-	const unsigned char *image;
-	uint64_t size;
-	struct stat st;
-	int fd;
+	pcg_image im;
 
 	if (t == NULL) {
 		pcg_fail(err, "%s: out of memory", name);
 		return NULL;
 	}
-	fd = is_stdin ? 0 : open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st) < 0) {
-		pcg_fail(err, "%s: %s", name, strerror(errno));
-		if (fd > 0)
-			close(fd);
+	if (pcg_image_open(path, TM_HEADER_BYTES, &im, err) < 0) {
 		free(t);
 		return NULL;
 	}
-	if (S_ISREG(st.st_mode) && st.st_size >= TM_HEADER_BYTES) {
-		size = (uint64_t)st.st_size;
-		t->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (t->map == MAP_FAILED) {
-			pcg_fail(err, "%s: mmap: %s", name, strerror(errno));
-			t->map = NULL;
-			goto fail;
-		}
-		t->map_len = size;
-		image = t->map;
-	} else {
-		t->buf = read_all(fd, &size, name, err);
-		if (t->buf == NULL)
-			goto fail;
-		image = t->buf;
+	t->map = im.map;
+	t->map_len = im.map_len;
+	t->buf = im.buf;
+	if (validate(im.data, im.size, name, &t->v, err) < 0) {
+		tm_close(&t);
+		return NULL;
 	}
-	if (!is_stdin)
-		close(fd);
-	fd = -1;
-	if (validate(image, size, name, &t->v, err) < 0)
-		goto fail;
 	return t;
-fail:
-	if (fd > 0)
-		close(fd);
-	tm_close(&t);
-	return NULL;
 }
 
 void tm_close(tm **tp)
@@ -446,37 +384,9 @@ void tm_close(tm **tp)
 	*tp = NULL;
 }
 
-static int write_all(FILE *f, const void *b, uint64_t size)
-{
-	return fwrite(b, 1, size, f) == size && fflush(f) == 0 ? 0 : -1;
-}
-
 int tm_write(const tm *t, const char *path, pcg_err *err)
 {
-	const void *image = t->map ? t->map : t->buf;
-	char tmp[4200];
-	FILE *f;
-
-	if (!strcmp(path, "-"))
-		return write_all(stdout, image, t->v.bytes) == 0
-			? 0 : pcg_fail(err, "stdout: %s", strerror(errno));
-	if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-		return pcg_fail(err, "%s: path too long", path);
-	f = fopen(tmp, "wb");
-	if (f == NULL)
-		return pcg_fail(err, "%s: %s", tmp, strerror(errno));
-	if (write_all(f, image, t->v.bytes) < 0 || fsync(fileno(f)) != 0) {
-		pcg_fail(err, "%s: %s", tmp, strerror(errno));
-		fclose(f);
-		unlink(tmp);
-		return -1;
-	}
-	if (fclose(f) != 0 || rename(tmp, path) != 0) {
-		pcg_fail(err, "%s: %s", path, strerror(errno));
-		unlink(tmp);
-		return -1;
-	}
-	return 0;
+	return pcg_write_file(path, t->map ? t->map : t->buf, t->v.bytes, 0644, err);
 }
 
 /* Index of b in row a, or -1. */
