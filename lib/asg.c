@@ -14,7 +14,6 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,9 +34,7 @@ enum {
 
 struct asg {
 	asg_view v;
-	void *map;        /* mmapped file, or NULL */
-	size_t map_len;
-	void *buf;        /* malloc'd image, or NULL */
+	pcg_image img;    /* the file: mapped, read, or built in memory */
 };
 
 const asg_view *asg_get(const asg *a)
@@ -334,7 +331,7 @@ static asg *make(uint32_t n, uint32_t M, const uint64_t *start, const uint32_t *
 	put64(b, H_CHECKSUM, checksum(b, l.total));
 	if (validate(b, l.total, "ASG", &a->v, err) < 0)
 		goto out;
-	a->buf = b;
+	pcg_image_own(&a->img, b, l.total);
 	b = NULL;
 	free(tok_start);
 	free(cursor);
@@ -361,20 +358,16 @@ asg *asg_open(const char *path, pcg_err *err)
 {
 	const char *name = strcmp(path, "-") ? path : "stdin";
 	asg *a = calloc(1, sizeof *a);
-	pcg_image im;
 
 	if (a == NULL) {
 		pcg_fail(err, "%s: out of memory", name);
 		return NULL;
 	}
-	if (pcg_image_open(path, ASG_HEADER_BYTES, &im, err) < 0) {
+	if (pcg_image_open(path, ASG_HEADER_BYTES, &a->img, err) < 0) {
 		free(a);
 		return NULL;
 	}
-	a->map = im.map;
-	a->map_len = im.map_len;
-	a->buf = im.buf;
-	if (validate(im.data, im.size, name, &a->v, err) < 0) {
+	if (validate(a->img.data, a->img.size, name, &a->v, err) < 0) {
 		asg_close(&a);
 		return NULL;
 	}
@@ -387,16 +380,14 @@ void asg_close(asg **ap)
 
 	if (a == NULL)
 		return;
-	if (a->map)
-		munmap(a->map, a->map_len);
-	free(a->buf);
+	pcg_image_close(&a->img);
 	free(a);
 	*ap = NULL;
 }
 
 int asg_write(const asg *a, const char *path, pcg_err *err)
 {
-	return pcg_write_file(path, a->map ? a->map : a->buf, a->v.bytes, 0644, err);
+	return pcg_write_file(path, a->img.data, a->v.bytes, 0644, err);
 }
 
 /* ---- building from embeddings ---- */

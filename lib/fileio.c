@@ -125,3 +125,19 @@ out:
 		close(fd);
 	return rc;
 }
+
+void pcg_image_own(pcg_image *im, unsigned char *buf, uint64_t size)
+{
+	pcg_image_close(im);
+	im->buf = buf;
+	im->data = buf;
+	im->size = size;
+}
+
+void pcg_image_close(pcg_image *im)
+{
+	if (im->map)
+		munmap(im->map, im->map_len);
+	free(im->buf);
+	memset(im, 0, sizeof *im);
+}

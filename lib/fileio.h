@@ -28,4 +28,10 @@ typedef struct pcg_image {
 /* Opens path ("-": standard input). Returns 0, or -1 with err naming the file. */
 int pcg_image_open(const char *path, uint64_t min_map, pcg_image *im, pcg_err *err);
 
+/* Takes over a malloc'd buffer of size bytes (an image built in memory). */
+void pcg_image_own(pcg_image *im, unsigned char *buf, uint64_t size);
+
+/* Unmaps or frees; leaves im empty. */
+void pcg_image_close(pcg_image *im);
+
 #endif

@@ -13,7 +13,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,9 +36,7 @@ enum {
 
 struct tm {
 	tm_view v;
-	void *map; /* mmapped file, or NULL */
-	size_t map_len;
-	void *buf; /* malloc'd image, or NULL */
+	pcg_image img;    /* the file: mapped, read, or built in memory */
 };
 
 const tm_view *tm_get(const tm *t)
@@ -316,7 +313,7 @@ tm *tm_from_counts(uint32_t n, double alpha, uint32_t prune, const uint64_t *row
 	put64(b, H_CHECKSUM, checksum(b, l.total));
 	if (validate(b, l.total, "TM", &t->v, err) < 0)
 		goto fail;
-	t->buf = b;
+	pcg_image_own(&t->img, b, l.total);
 	free(row);
 	return t;
 fail:
@@ -339,7 +336,7 @@ tm *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *er
 		return NULL;
 	}
 	memcpy(b, image, size);
-	t->buf = b;
+	pcg_image_own(&t->img, b, size);
 	if (validate(b, size, name, &t->v, err) < 0) {
 		tm_close(&t);
 		return NULL;
@@ -351,20 +348,16 @@ tm *tm_open(const char *path, pcg_err *err)
 {
 	const char *name = strcmp(path, "-") ? path : "stdin";
 	tm *t = calloc(1, sizeof *t);
-	pcg_image im;
 
 	if (t == NULL) {
 		pcg_fail(err, "%s: out of memory", name);
 		return NULL;
 	}
-	if (pcg_image_open(path, TM_HEADER_BYTES, &im, err) < 0) {
+	if (pcg_image_open(path, TM_HEADER_BYTES, &t->img, err) < 0) {
 		free(t);
 		return NULL;
 	}
-	t->map = im.map;
-	t->map_len = im.map_len;
-	t->buf = im.buf;
-	if (validate(im.data, im.size, name, &t->v, err) < 0) {
+	if (validate(t->img.data, t->img.size, name, &t->v, err) < 0) {
 		tm_close(&t);
 		return NULL;
 	}
@@ -377,16 +370,14 @@ void tm_close(tm **tp)
 
 	if (t == NULL)
 		return;
-	if (t->map)
-		munmap(t->map, t->map_len);
-	free(t->buf);
+	pcg_image_close(&t->img);
 	free(t);
 	*tp = NULL;
 }
 
 int tm_write(const tm *t, const char *path, pcg_err *err)
 {
-	return pcg_write_file(path, t->map ? t->map : t->buf, t->v.bytes, 0644, err);
+	return pcg_write_file(path, t->img.data, t->v.bytes, 0644, err);
 }
 
 /* Index of b in row a, or -1. */
