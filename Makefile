@@ -10,10 +10,10 @@ PREFIX   ?= /usr/local
 CC       ?= cc
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
-PKGS     := openblas jansson libpcre2-8 libzmq msgpack sndfile fftw3f
+PKGS     := openblas jansson libpcre2-8 libzmq msgpack sndfile fftw3f espeak-ng
 # pkg-config is called lazily: on a fresh machine it exists only after install-deps.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson -lpcre2-8 -lsndfile -lfftw3f)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson -lpcre2-8 -lsndfile -lfftw3f -lespeak-ng)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -pthread -MMD -MP -Ilib $(PKG_CFLAGS) $(CFLAGS)
 LDLIBS_ALL = $(PKG_LIBS) -lm
 

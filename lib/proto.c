@@ -39,10 +39,10 @@ void proto_error(proto_msg *m, uint64_t id, const char *code, const char *fmt, .
 /* Which fields each type carries: a bit per field, in the order of fnames. */
 enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F_SEED, F_X,
        F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_OUT, F_STATS,
-       F_FINAL, F_TOKENS, F_ASG, F_COUNT };
+       F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_COUNT };
 static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
 	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg", "text", "policy",
-	"beta", "max_tokens", "out", "stats", "final", "tokens", "asg" };
+	"beta", "max_tokens", "out", "stats", "final", "tokens", "asg", "speaker" };
 #define B(f) (1u << (f))
 static const unsigned schema[] = {
 	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
@@ -56,7 +56,8 @@ static const unsigned schema[] = {
 	[PROTO_PONG] = B(F_MSG),
 	[PROTO_ERROR] = B(F_CODE) | B(F_MSG),
 	[PROTO_SYNTH] = B(F_TEXT) | B(F_POLICY) | B(F_BETA) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
-			B(F_TOPP) | B(F_SEED) | B(F_MAXTOK) | B(F_OUT) | B(F_F16) | B(F_ASG),
+			B(F_TOPP) | B(F_SEED) | B(F_MAXTOK) | B(F_OUT) | B(F_F16) | B(F_ASG) |
+			B(F_SPEAKER),
 	[PROTO_RESULT] = B(F_TOKENS) | B(F_STATS) | B(F_MSG),
 	[PROTO_AUDIO] = B(F_SESSION) | B(F_TOKENS) | B(F_FINAL) | B(F_OUT),
 };
@@ -97,6 +98,7 @@ static int pack_field(msgpack_packer *pk, const proto_msg *m, int f, pcg_err *er
 	case F_TOPP: msgpack_pack_float(pk, m->samp.top_p); break;
 	case F_BETA: msgpack_pack_float(pk, m->beta); break;
 	case F_MAXTOK: msgpack_pack_int(pk, m->max_tokens); break;
+	case F_SPEAKER: msgpack_pack_int(pk, m->speaker); break;
 	case F_F16: boolean(pk, m->f16); break;
 	case F_FINAL: boolean(pk, m->final); break;
 	case F_APPEND: case F_TOKENS:
@@ -412,6 +414,11 @@ static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, 
 		if (get_int(v, "max_tokens", 1, PROTO_MAX_APPEND, &x, err) < 0)
 			return -1;
 		m->max_tokens = (int)x;
+		return 0;
+	case F_SPEAKER:
+		if (get_int(v, "speaker", 0, 65535, &x, err) < 0)
+			return -1;
+		m->speaker = (int)x;
 		return 0;
 	case F_TOKENS: return get_ids(v, "tokens", m->append, PROTO_MAX_APPEND, &m->n_append, err);
 	case F_FINAL:

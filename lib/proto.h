@@ -14,8 +14,8 @@
  * Request to the verifier:
  *   synth:   text, policy, beta, n (lookahead), temp, top_k, top_p, seed,
  *            max_tokens, out, f16, asg (an ASG file image, or empty: the
- *            verifier's own) -> reply "result" with tokens (the speech
- *            ids), stats and msg
+ *            verifier's own), speaker (a phoneme voice's speaker) -> reply
+ *            "result" with tokens (the speech ids), stats and msg
  * Request to codec-decode:
  *   audio:   session, tokens (speech codes appended), final, out -> "ok"
  * A probs reply also carries stats: [seconds of compute in the server], so
@@ -94,6 +94,7 @@ typedef struct proto_msg {
 	char policy[16];
 	float beta;
 	int max_tokens;
+	int speaker;           /* synth: the speaker of a phoneme voice (0..) */
 	char out[4096];        /* synth, audio: the audio file to write ("" none) */
 	int final;             /* audio: the last tokens of the session */
 	double stats[PROTO_MAX_STATS];

@@ -19,7 +19,7 @@ static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--lookahead L] [-o ou
 
 static const char *url, *policy, *out, *curve_key, *curve_server, *asg_path;
 static double beta, temp, top_p;
-static int lookahead, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping;
+static int lookahead, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
 
 static const pcg_opt opts[] = {
 	{ "verifier", PCG_OPT_STR, &url, NULL, 1, 0, "URL",
@@ -35,6 +35,8 @@ static const pcg_opt opts[] = {
 	{ "seed", PCG_OPT_INT, &seed, "1", 0, 2147483647, "N", "seed of every random draw" },
 	{ "max-tokens", PCG_OPT_INT, &max_tokens, "1500", 1, PROTO_MAX_APPEND, "N",
 	  "speech tokens at most (50 per second)" },
+	{ "speaker", PCG_OPT_INT, &speaker, "0", 0, 65535, "N",
+	  "the speaker, with a phoneme voice (the demo voice has 8)" },
 	{ "o", PCG_OPT_STR, &out, NULL, 1, 0, "FILE",
 	  "audio file written by codec-decode (.wav or .flac)" },
 	{ "f16", PCG_OPT_FLAG, &f16, NULL, 1, 0, NULL, "distributions travel as f16" },
@@ -147,6 +149,7 @@ int main(int argc, char **argv)
 		q->samp = (pcg_sampling){ (float)temp, top_k, (float)top_p };
 		q->seed = (uint64_t)seed;
 		q->max_tokens = max_tokens;
+		q->speaker = speaker;
 		q->f16 = f16;
 		/* codec-decode runs elsewhere: give it an absolute path. */
 		char cwd[2048];

@@ -27,12 +27,14 @@
 #include "rng.h"
 #include "sampling.h"
 #include "tokenizer.h"
+#include "voice.h"
 
 static const char *prog = "verifier";
 static const char *SYNOPSIS = "--tokenizer FILE [--asg FILE|-] [--listen URL] [--draft URL] "
 			      "[--target URL] [--codec URL|none] [--timeout-ms N] [--tries N]";
 
 static const char *tok_path, *asg_path, *listen_url, *draft_url, *target_url, *codec_url;
+static const char *voice_path;
 static const char *local_dir, *local_draft, *local_layers, *curve_key, *curve_allow, *curve_peers;
 static int timeout_ms, tries;
 
@@ -41,6 +43,9 @@ static const pcg_opt opts[] = {
 	  "the target's tokenizer.json (the speech vocabulary and the prompt)" },
 	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
 	  "ASG file for the pcg policy (- reads standard input)" },
+	{ "voice", PCG_OPT_STR, &voice_path, NULL, 1, 0, "FILE",
+	  "a phoneme voice's voice.json: espeak-ng phonemes and forced phoneme tokens "
+	  "(default with --local: DIR/voice.json when it exists)" },
 	{ "listen", PCG_OPT_STR, &listen_url, "tcp://127.0.0.1:7600", 1, 0, "URL",
 	  "endpoint for clients" },
 	{ "draft", PCG_OPT_STR, &draft_url, "tcp://127.0.0.1:7601", 1, 0, "URL", "draftd" },
@@ -88,7 +93,9 @@ typedef struct verifier {
 	uint64_t sent_hash;
 	pcg_client *draft, *target, *codec;
 	uint64_t next_session;
-	int width;            /* speech tokens + the end token */
+	voice_info *voice;    /* --voice: a phoneme voice, else NULL */
+	int unk_phone;        /* its token for a phoneme it does not know */
+	int width;            /* the rows of this request: speech (+ the end token) */
 	llama_rows rows;
 	proto_msg *q, *r;     /* request and reply to a server */
 	float *p, *qv;        /* PROTO_MAX_N x width */
@@ -98,12 +105,12 @@ typedef struct verifier {
 static int id_row(const verifier *v, int id)
 {
 	int c = llasa_id_to_code(&v->voc, id);
-	return c >= 0 ? c : id == v->voc.end_id ? v->width - 1 : -1;
+	return c >= 0 ? c : id == v->voc.end_id && !v->voice ? v->width - 1 : -1;
 }
 
 static int row_id(const verifier *v, int row)
 {
-	return row == v->width - 1 ? v->voc.end_id : llasa_code_to_id(&v->voc, row);
+	return row == v->width - 1 && !v->voice ? v->voc.end_id : llasa_code_to_id(&v->voc, row);
 }
 
 /* One request to a model server, resending the whole context once if the
@@ -212,11 +219,72 @@ static const asg *sent_asg(verifier *v, const void *img, size_t len, pcg_err *er
 	return v->sent;
 }
 
+/* A phoneme voice's prompt text and forced tokens for one request: the
+ * speaker token and espeak-ng's phoneme tokens, and for each phoneme its
+ * token id and start frame. */
+typedef struct forced {
+	char *text;
+	int *id, *frame;
+	int n, n_frames, unknown;
+} forced;
+
+static void forced_free(forced *f)
+{
+	free(f->text);
+	free(f->id);
+	free(f->frame);
+	memset(f, 0, sizeof *f);
+}
+
+static int forced_make(verifier *v, const proto_msg *req, forced *f, pcg_err *err)
+{
+	voice_render r;
+	char tok[32];
+	size_t len = 0;
+
+	memset(f, 0, sizeof *f);
+	if (req->speaker >= v->voice->n_speakers)
+		return pcg_fail(err, "field 'speaker': %d, the voice has %d speakers", req->speaker,
+				v->voice->n_speakers);
+	if (voice_speak(&v->voice->speakers[req->speaker], req->text, v->voice->sample_rate,
+			v->voice->hop, 0, &r, err) < 0)
+		return -1;
+	f->text = malloc((size_t)(r.n_ph + 1) * 32);
+	f->id = malloc((size_t)(r.n_ph + 1) * sizeof *f->id);
+	f->frame = malloc((size_t)(r.n_ph + 1) * sizeof *f->frame);
+	if (f->text == NULL || f->id == NULL || f->frame == NULL) {
+		voice_render_free(&r);
+		forced_free(f);
+		return pcg_fail(err, "out of memory");
+	}
+	voice_speaker_token(req->speaker, tok, sizeof tok);
+	len += (size_t)sprintf(f->text, "%s", tok);
+	for (int i = 0; i < r.n_ph; i++) {
+		voice_phone_token(r.ph[i].name, tok, sizeof tok);
+		int id = tok_token_id(v->tok, tok, strlen(tok));
+		if (id < 0) { /* a phoneme the corpus never had: the pause stands in */
+			id = v->unk_phone;
+			f->unknown++;
+			snprintf(tok, sizeof tok, "%s", tok_token_str(v->tok, id, NULL));
+		}
+		len += (size_t)sprintf(f->text + len, "%s", tok);
+		f->id[f->n] = id;
+		f->frame[f->n++] = r.ph[i].frame;
+	}
+	f->n_frames = r.n_frames;
+	voice_render_free(&r);
+	if (f->n_frames == 0) {
+		forced_free(f);
+		return pcg_fail(err, "text: espeak-ng speaks it as silence");
+	}
+	return 0;
+}
+
 /* One synthesis: the round loop. Fills rep (a result or an error). */
 static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 {
 	pcg_err err = { "" };
-	int *ctx = NULL, n = 0, n_prompt, d_sync = 0, t_sync = 0, resends = 0;
+	int *ctx = NULL, *sp = NULL, n = 0, nsp = 0, n_prompt, d_sync = 0, t_sync = 0, resends = 0;
 	size_t np = 0;
 	double st[PROTO_MAX_STATS] = { 0 }, t0 = now(), t_server = 0; /* servers' own compute */
 	const int L = req->n;
@@ -225,6 +293,8 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 	const int kind = policy_kind_from_name(req->policy);
 	policy *pol = NULL;
 	policy_result *res = NULL;
+	forced fc = { 0 };
+	int *pids = NULL;
 
 	if (!is_none && kind < 0) {
 		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
@@ -241,61 +311,80 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 			    "policy pcg needs an ASG (verifier --asg, or pcg-synth --asg)");
 		return;
 	}
+	if (!is_none && (L < 1 || L + 1 > PROTO_MAX_N)) {
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "field 'n': lookahead %d not in [1, %d]",
+			    L, PROTO_MAX_N - 1);
+		return;
+	}
+	/* A phoneme voice: the rows are the speech tokens alone (the length is
+	 * espeak-ng's, so the end token is never drawn); else speech and end. */
+	if (v->voice) {
+		v->width = v->voc.speech_count;
+		v->rows = (llama_rows){ 1, { v->voc.speech_first },
+				       { v->voc.speech_first + v->voc.speech_count } };
+	} else {
+		v->width = v->voc.speech_count + 1;
+		v->rows = (llama_rows){ 2, { v->voc.speech_first, v->voc.end_id },
+				       { v->voc.speech_first + v->voc.speech_count,
+					 v->voc.end_id + 1 } };
+	}
+	if (v->voice && forced_make(v, req, &fc, &err) < 0) {
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		return;
+	}
+	const int max_tokens = v->voice && fc.n_frames < req->max_tokens ? fc.n_frames
+									  : req->max_tokens;
 	if (!is_none) {
 		policy_params pp = { .kind = (policy_kind)kind, .beta = req->beta,
 				     .groups = kind == POLICY_PCG ? groups : NULL,
-				     .end_token = v->width - 1 };
+				     .end_token = v->voice ? -1 : v->width - 1 };
 		pol = policy_new(&pp, v->width, &err);
 		res = malloc(sizeof *res);
 		if (pol == NULL || res == NULL) {
 			proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "%s", pol ? "out of memory" : err.msg);
-			policy_free(&pol);
-			free(res);
-			return;
+			goto done;
 		}
 	}
-	if (!is_none && (L < 1 || L + 1 > PROTO_MAX_N)) {
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "field 'n': lookahead %d not in [1, %d]",
-			    L, PROTO_MAX_N - 1);
-		policy_free(&pol);
-		free(res);
-		return;
-	}
-	llasa_prompt pr = { .text = req->text };
-	int *pids = NULL;
+	llasa_prompt pr = { .text = v->voice ? fc.text : req->text };
 	if (llasa_prompt_ids(v->tok, &v->voc, &pr, &pids, &np, &err) < 0) {
 		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "text: %s", err.msg);
-		policy_free(&pol);
-		free(res);
-		return;
+		goto done;
 	}
 	n_prompt = (int)np;
-	ctx = malloc(((size_t)n_prompt + req->max_tokens + PROTO_MAX_N) * sizeof *ctx);
-	if (ctx == NULL) {
-		free(pids);
+	ctx = malloc(((size_t)n_prompt + max_tokens + fc.n + PROTO_MAX_N) * sizeof *ctx);
+	sp = malloc(((size_t)max_tokens + PROTO_MAX_N) * sizeof *sp);
+	if (ctx == NULL || sp == NULL) {
 		proto_error(rep, req->id, PROTO_E_INTERNAL, "out of memory");
-		policy_free(&pol);
-		free(res);
-		return;
+		goto done;
 	}
 	memcpy(ctx, pids, np * sizeof *ctx);
-	free(pids);
 	n = n_prompt;
 
 	proto_msg *q = v->q;
-	int ended = 0, rounds = 0;
+	int ended = 0, rounds = 0, j = 0;
 	double accept_pos[PROTO_MAX_N] = { 0 };
-	while (!ended && n - n_prompt < req->max_tokens) {
-		int out[PROTO_MAX_N], n_emit = 0, x[PROTO_MAX_N], accepted = 0;
-		const int committed = n;
+	while (!ended && nsp < max_tokens) {
+		int out[PROTO_MAX_N], n_emit = 0, x[PROTO_MAX_N], accepted = 0, Lr = L;
+		const int committed = nsp;
 		double t;
 
-		/* 1. draft: x_1..x_L and p_1..p_L */
-		if (!is_none) {
+		/* 0. a phoneme voice: the phoneme tokens due at this frame go in,
+		 * and the round stops short of the next one. */
+		if (v->voice) {
+			while (j < fc.n && fc.frame[j] <= nsp)
+				ctx[n++] = fc.id[j++];
+			int room = (j < fc.n ? fc.frame[j] : fc.n_frames) - nsp;
+			if (Lr > room - 1)
+				Lr = room - 1;
+		}
+		const int target_only = is_none || Lr < 1;
+
+		/* 1. draft: x_1..x_Lr and p_1..p_Lr */
+		if (!target_only) {
 			memset(q, 0, offsetof(proto_msg, append));
 			q->type = PROTO_PROPOSE;
 			q->session = session;
-			q->n = L;
+			q->n = Lr;
 			q->samp = req->samp;
 			q->rows = v->rows;
 			q->f16 = req->f16;
@@ -304,22 +393,22 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 			if (ask(v, v->draft, q, ctx, n, &d_sync, NULL, 0, &t_server, &resends, &err) < 0)
 				goto fail;
 			st[S_T_DRAFT] += now() - t;
-			for (int i = 0; i < L; i++) {
+			for (int i = 0; i < Lr; i++) {
 				x[i] = v->r->x[i];
 				proto_vector(v->r, i, v->p + (size_t)i * v->width);
 			}
 		}
-		/* 2. target: q_1..q_{L+1} in one pass over [last committed, x_1..x_L] */
+		/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1..x_Lr] */
 		memset(q, 0, offsetof(proto_msg, append));
 		q->type = PROTO_SCORE;
 		q->session = session;
-		q->n = is_none ? 1 : L + 1;
+		q->n = target_only ? 1 : Lr + 1;
 		q->samp = req->samp;
 		q->rows = v->rows;
 		q->f16 = req->f16;
 		t = now();
-		if (ask(v, v->target, q, ctx, n, &t_sync, x, is_none ? 0 : L, &t_server, &resends,
-			&err) < 0)
+		if (ask(v, v->target, q, ctx, n, &t_sync, x, target_only ? 0 : Lr, &t_server,
+			&resends, &err) < 0)
 			goto fail;
 		st[S_T_TARGET] += now() - t;
 		for (int i = 0; i < q->n; i++)
@@ -329,19 +418,19 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 		t = now();
 		pcg_rng rng;
 		pcg_rng_init(&rng, req->seed, 1 + (uint64_t)rounds);
-		if (is_none) {
+		if (target_only) {
 			int row = pcg_sample(v->qv, v->width, pcg_rng_uniform(&rng));
 			out[n_emit++] = row_id(v, row < 0 ? v->width - 1 : row);
 		} else {
 			int xr[PROTO_MAX_N];
 			const float *pp[PROTO_MAX_N], *qq[PROTO_MAX_N];
-			for (int i = 0; i < L; i++) {
+			for (int i = 0; i < Lr; i++) {
 				xr[i] = id_row(v, x[i]);
 				pp[i] = v->p + (size_t)i * v->width;
 			}
-			for (int i = 0; i <= L; i++)
+			for (int i = 0; i <= Lr; i++)
 				qq[i] = v->qv + (size_t)i * v->width;
-			if (policy_run(pol, L, xr, pp, qq, &rng, res, &err) < 0)
+			if (policy_run(pol, Lr, xr, pp, qq, &rng, res, &err) < 0)
 				goto fail;
 			n_emit = res->n_tokens;
 			accepted = res->n_accepted;
@@ -353,18 +442,18 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 		st[S_T_POLICY] += now() - t;
 
 		/* 4. commit, up to the end token */
-		for (int i = 0; i < n_emit && !ended; i++) {
-			if (out[i] == v->voc.end_id)
+		for (int i = 0; i < n_emit && !ended && nsp < max_tokens; i++) {
+			if (out[i] == v->voc.end_id) {
 				ended = 1;
-			else
+			} else {
 				ctx[n++] = out[i];
+				sp[nsp++] = out[i];
+			}
 		}
-		if (n - n_prompt > req->max_tokens)
-			n = n_prompt + req->max_tokens;
 		rounds++;
-		st[S_DRAFTED] += is_none ? 0 : L;
+		st[S_DRAFTED] += target_only ? 0 : Lr;
 		st[S_ACCEPTED] += accepted;
-		if (stream(v, session, ctx + committed, n - committed, 0, req->out, &err) < 0)
+		if (stream(v, session, sp + committed, nsp - committed, 0, req->out, &err) < 0)
 			goto fail;
 	}
 	if (stream(v, session, NULL, 0, 1, req->out, &err) < 0)
@@ -381,14 +470,14 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 
 	rep->type = PROTO_RESULT;
 	rep->id = req->id;
-	rep->n_append = n - n_prompt;
-	memcpy(rep->append, ctx + n_prompt, (size_t)(n - n_prompt) * sizeof *ctx);
+	rep->n_append = nsp;
+	memcpy(rep->append, sp, (size_t)nsp * sizeof *sp);
 	st[S_ROUNDS] = rounds;
 	st[S_RATE] = st[S_DRAFTED] > 0 ? st[S_ACCEPTED] / st[S_DRAFTED] : 0;
 	st[S_MAL] = rounds > 0 ? 1 + st[S_ACCEPTED] / rounds : 0;
 	st[S_T_TOTAL] = now() - t0;
-	st[S_TOKENS] = n - n_prompt;
-	st[S_TOK_S] = st[S_T_TOTAL] > 0 ? (n - n_prompt) / st[S_T_TOTAL] : 0;
+	st[S_TOKENS] = nsp;
+	st[S_TOK_S] = st[S_T_TOTAL] > 0 ? nsp / st[S_T_TOTAL] : 0;
 	/* messaging: time in calls minus the servers' own compute */
 	st[S_T_MSG] = st[S_T_DRAFT] + st[S_T_TARGET] - t_server;
 	st[S_RESENDS] = resends;
@@ -402,7 +491,10 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 fail:
 	proto_error(rep, req->id, PROTO_E_INTERNAL, "%s", err.msg);
 done:
+	free(pids);
 	free(ctx);
+	free(sp);
+	forced_free(&fc);
 	policy_free(&pol);
 	free(res);
 }
@@ -521,6 +613,24 @@ int main(int argc, char **argv)
 		goto fail;
 	if (asg_path && (v.groups = asg_open(asg_path, &err)) == NULL)
 		goto fail;
+	static char local_voice[4200];
+	if (voice_path == NULL && local_dir) {
+		snprintf(local_voice, sizeof local_voice, "%s/voice.json", local_dir);
+		if (access(local_voice, F_OK) == 0)
+			voice_path = local_voice;
+	}
+	if (voice_path) {
+		static voice_info vi;
+		if (voice_load(voice_path, &vi, &err) < 0)
+			goto fail;
+		v.voice = &vi;
+		v.unk_phone = tok_token_id(v.tok, "<|p__|>", 7);
+		if (v.unk_phone < 0) {
+			pcg_fail(&err, "%s: the tokenizer has no pause token <|p__|>: not a phoneme "
+				 "voice's", voice_path);
+			goto fail;
+		}
+	}
 	if (v.groups && asg_get(v.groups)->n > (uint32_t)v.voc.speech_count) {
 		pcg_fail(&err, "%s: covers %u tokens, the vocabulary has %d speech tokens", asg_path,
 			 asg_get(v.groups)->n, v.voc.speech_count);

@@ -39,9 +39,12 @@ SPEAKERS = [
     ("en-gb-scotland+m2", 40, 150),
     ("en-029+f3", 70, 170),
 ]
-BOOKS = "Pr,Ec,Ps,Mt,Jn,Ge,Lu,Is"
 # Last chapter of each book we read (bible accepts Book1:1-N:M ranges).
-LAST = {"Ge": 50, "Ps": 150, "Pr": 31, "Ec": 12, "Is": 66, "Mt": 28, "Lu": 24, "Jn": 21}
+LAST = {"Ge": 50, "Ex": 40, "Le": 27, "Nu": 36, "De": 34, "Jos": 24, "Jg": 21, "1Sa": 31,
+        "2Sa": 24, "1Ki": 22, "2Ki": 25, "Job": 42, "Ps": 150, "Pr": 31, "Ec": 12, "Is": 66,
+        "Jer": 52, "Eze": 48, "Da": 12, "Mt": 28, "Mr": 16, "Lu": 24, "Jn": 21, "Ac": 28,
+        "Ro": 16}
+BOOKS = ",".join(LAST)
 
 
 def verses(book):
@@ -71,14 +74,19 @@ def resample(x, rate_in, rate_out):
 
 
 def speak(job):
-    uid, text, spk, path = job
+    uid, text, spk, path, phonemize = job
     voice, pitch, wpm = SPEAKERS[spk]
-    raw = subprocess.run(["espeak-ng", "-v", voice, "-p", str(pitch), "-s", str(wpm),
-                          "--stdout", text], capture_output=True, check=True).stdout
-    # espeak-ng writes a WAV with a streaming header: read the fmt chunk's rate,
-    # take the samples after the 44-byte header.
-    rate_in = int.from_bytes(raw[24:28], "little")
-    x = np.frombuffer(raw[44:len(raw) - (len(raw) - 44) % 2], dtype="<i2").astype(np.float64)
+    # pcg-phonemize speaks with libespeak-ng, as the verifier does at run
+    # time, and prints each phoneme's start frame: training sees exactly the
+    # timings the pipeline will force.
+    raw = path + ".22k.wav"
+    ph = subprocess.run([phonemize, "--voice", voice, "--pitch", str(pitch), "--rate", str(wpm),
+                         "--sample-rate", str(RATE), "--hop", "320", "--wav", raw, text],
+                        capture_output=True, text=True, check=True).stdout
+    with wave.open(raw, "rb") as w:
+        rate_in = w.getframerate()
+        x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float64)
+    os.unlink(raw)
     y = resample(x / 32768.0, rate_in, RATE)
     y = np.clip(np.round(y * 32767), -32768, 32767).astype("<i2")
     tmp = path + ".tmp"
@@ -88,6 +96,12 @@ def speak(job):
         w.setframerate(RATE)
         w.writeframes(y.tobytes())
     os.replace(tmp, path)
+    frames = int(ph.split()[2])
+    assert frames == len(y) // 320, (uid, frames, len(y))
+    phones = path.replace("/wav/", "/phones/")[:-4] + ".txt"
+    with open(phones + ".tmp", "w") as f:
+        f.write(ph)
+    os.replace(phones + ".tmp", phones)
     return uid, len(y)
 
 
@@ -101,6 +115,8 @@ def main():
     ap.add_argument("--heldout", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--phonemize", default=os.path.join(os.path.dirname(__file__), "..", "..",
+                                                        "bin", "pcg-phonemize"))
     a = ap.parse_args()
 
     texts, seen = [], set()
@@ -118,17 +134,19 @@ def main():
     n_held = max(1, int(round(len(texts) * a.heldout)))
 
     os.makedirs(os.path.join(a.out, "wav"), exist_ok=True)
+    os.makedirs(os.path.join(a.out, "phones"), exist_ok=True)
     jobs = []
     for i, t in enumerate(texts):
         uid = "s%05d" % i
-        jobs.append((uid, t, i % a.speakers, os.path.join(a.out, "wav", uid + ".wav")))
+        jobs.append((uid, t, i % a.speakers, os.path.join(a.out, "wav", uid + ".wav"),
+                     a.phonemize))
     with concurrent.futures.ProcessPoolExecutor(a.jobs) as ex:
         lengths = dict(ex.map(speak, jobs, chunksize=8))
 
     with open(os.path.join(a.out, "metadata.tsv"), "w") as meta, \
          open(os.path.join(a.out, "heldout.txt"), "w") as held:
         meta.write("id\tspeaker\tsplit\ttext\n")
-        for i, (uid, t, spk, _) in enumerate(jobs):
+        for i, (uid, t, spk, _, _) in enumerate(jobs):
             split = "heldout" if i < n_held else "train"
             meta.write("%s\t%d\t%s\t%s\n" % (uid, spk, split, t))
             if split == "heldout":

@@ -1,0 +1,228 @@
+/* voice.c: the phoneme voice's front end: libespeak-ng with phoneme events,
+ * and voice.json. See voice.h. */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <espeak-ng/speak_lib.h>
+
+#include "voice.h"
+
+int voice_load(const char *path, voice_info *v, pcg_err *err)
+{
+	json_error_t je;
+	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *sp;
+	const char *s;
+	int rc = -1;
+
+	memset(v, 0, sizeof *v);
+	if (root == NULL)
+		return pcg_fail(err, "%s: line %d: %s", path, je.line, je.text);
+	if (!json_is_object(root)) {
+		pcg_fail(err, "%s: not a JSON object", path);
+		goto out;
+	}
+	s = json_string_value(json_object_get(root, "frontend"));
+	if (s == NULL || strcmp(s, "espeak-ng")) {
+		pcg_fail(err, "%s: field 'frontend': want \"espeak-ng\"", path);
+		goto out;
+	}
+	s = json_string_value(json_object_get(root, "codec"));
+	if (s == NULL || strlen(s) >= sizeof v->codec) {
+		pcg_fail(err, "%s: field 'codec': missing or too long", path);
+		goto out;
+	}
+	strcpy(v->codec, s);
+	json_t *sr = json_object_get(root, "sample_rate"), *hop = json_object_get(root, "hop");
+	if (!json_is_integer(sr) || json_integer_value(sr) < 1000 || json_integer_value(sr) > 192000) {
+		pcg_fail(err, "%s: field 'sample_rate': want an integer in [1000, 192000]", path);
+		goto out;
+	}
+	if (!json_is_integer(hop) || json_integer_value(hop) < 1 || json_integer_value(hop) > 65536) {
+		pcg_fail(err, "%s: field 'hop': want an integer in [1, 65536]", path);
+		goto out;
+	}
+	v->sample_rate = (int)json_integer_value(sr);
+	v->hop = (int)json_integer_value(hop);
+	sp = json_object_get(root, "speakers");
+	if (!json_is_array(sp) || json_array_size(sp) == 0 ||
+	    json_array_size(sp) > VOICE_MAX_SPEAKERS) {
+		pcg_fail(err, "%s: field 'speakers': want 1 to %d speakers", path, VOICE_MAX_SPEAKERS);
+		goto out;
+	}
+	for (size_t i = 0; i < json_array_size(sp); i++) {
+		json_t *o = json_array_get(sp, i);
+		const char *name = json_string_value(json_object_get(o, "voice"));
+		json_t *p = json_object_get(o, "pitch"), *r = json_object_get(o, "rate");
+		voice_speaker *k = &v->speakers[i];
+		if (name == NULL || !*name || strlen(name) >= sizeof k->voice ||
+		    !json_is_integer(p) || json_integer_value(p) < 0 || json_integer_value(p) > 99 ||
+		    !json_is_integer(r) || json_integer_value(r) < 80 || json_integer_value(r) > 450) {
+			pcg_fail(err, "%s: speakers[%zu]: want voice (a name), pitch (0-99) and "
+				 "rate (80-450)", path, i);
+			goto out;
+		}
+		strcpy(k->voice, name);
+		k->pitch = (int)json_integer_value(p);
+		k->rate = (int)json_integer_value(r);
+	}
+	v->n_speakers = (int)json_array_size(sp);
+	rc = 0;
+out:
+	json_decref(root);
+	return rc;
+}
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int espeak_rate; /* 0: not initialised yet; -1: failed */
+
+/* What the synthesis callback collects. */
+typedef struct collect {
+	voice_phone *ph;
+	int n_ph, cap_ph;
+	long *sample; /* the start sample of each phoneme */
+	short *wav;
+	size_t n, cap;
+	int want_wav, oom;
+} collect;
+
+static int on_synth(short *wav, int n, espeak_EVENT *ev)
+{
+	collect *c = ev->user_data;
+
+	for (; ev->type != espeakEVENT_LIST_TERMINATED; ev++) {
+		if (ev->type != espeakEVENT_PHONEME || c->oom)
+			continue;
+		if (c->n_ph == c->cap_ph) {
+			int cap = c->cap_ph ? 2 * c->cap_ph : 64;
+			voice_phone *p = realloc(c->ph, cap * sizeof *p);
+			long *s = p ? realloc(c->sample, cap * sizeof *s) : NULL;
+			if (p)
+				c->ph = p;
+			if (s == NULL) {
+				c->oom = 1;
+				continue;
+			}
+			c->sample = s;
+			c->cap_ph = cap;
+		}
+		memcpy(c->ph[c->n_ph].name, ev->id.string, 8);
+		c->ph[c->n_ph].name[8] = '\0';
+		c->sample[c->n_ph++] = ev->sample;
+	}
+	if (wav && n > 0) {
+		if (c->want_wav && c->n + n > c->cap) {
+			size_t cap = c->cap ? 2 * c->cap : 65536;
+			while (cap < c->n + n)
+				cap *= 2;
+			short *w = realloc(c->wav, cap * sizeof *w);
+			if (w == NULL) {
+				c->oom = 1;
+				return 1;
+			}
+			c->wav = w;
+			c->cap = cap;
+		}
+		if (c->want_wav)
+			memcpy(c->wav + c->n, wav, n * sizeof *wav);
+		c->n += n;
+	}
+	return c->oom;
+}
+
+int voice_speak(const voice_speaker *s, const char *text, int sample_rate, int hop, int want_wav,
+		voice_render *out, pcg_err *err)
+{
+	collect c = { .want_wav = want_wav };
+	int rc = -1;
+
+	memset(out, 0, sizeof *out);
+	if (sample_rate <= 0 || hop <= 0)
+		return pcg_fail(err, "voice: sample rate %d and hop %d must be positive", sample_rate,
+				hop);
+	pthread_mutex_lock(&lock);
+	if (espeak_rate == 0) {
+		/* DONT_EXIT: a missing data directory is an error, not exit(). */
+		espeak_rate = espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, NULL,
+						espeakINITIALIZE_PHONEME_EVENTS |
+						espeakINITIALIZE_DONT_EXIT);
+		if (espeak_rate <= 0)
+			espeak_rate = -1;
+		else
+			espeak_SetSynthCallback(on_synth);
+	}
+	if (espeak_rate < 0) {
+		pcg_fail(err, "espeak-ng: cannot initialise (is espeak-ng-data installed?)");
+		goto out;
+	}
+	/* As the espeak-ng program does: a voice name, else a language
+	 * ("en-gb+m1": language and variant). */
+	espeak_VOICE sel = { .languages = s->voice };
+	if (espeak_SetVoiceByName(s->voice) != EE_OK && espeak_SetVoiceByProperties(&sel) != EE_OK) {
+		pcg_fail(err, "espeak-ng: no voice '%s'", s->voice);
+		goto out;
+	}
+	if (espeak_SetParameter(espeakRATE, s->rate, 0) != EE_OK ||
+	    espeak_SetParameter(espeakPITCH, s->pitch, 0) != EE_OK) {
+		pcg_fail(err, "espeak-ng: cannot set rate %d and pitch %d", s->rate, s->pitch);
+		goto out;
+	}
+	/* Plain UTF-8 text: no SSML, so markup in the text is read, not obeyed. */
+	if (espeak_Synth(text, strlen(text) + 1, 0, POS_CHARACTER, 0, espeakCHARS_UTF8, NULL, &c) !=
+		    EE_OK ||
+	    espeak_Synchronize() != EE_OK) {
+		pcg_fail(err, "espeak-ng: synthesis failed");
+		goto out;
+	}
+	if (c.oom) {
+		pcg_fail(err, "voice: out of memory");
+		goto out;
+	}
+	/* Frames as the corpus counts them: resample n samples to n' =
+	 * round(n * sample_rate / espeak_rate), then n' / hop whole frames. A
+	 * phoneme starting at sample t starts at frame round(t' / hop). */
+	const long long R = espeak_rate;
+	long long n16 = ((long long)c.n * 2 * sample_rate + R) / (2 * R);
+	out->n_frames = (int)(n16 / hop);
+	for (int i = 0; i < c.n_ph; i++) {
+		long long f = ((long long)c.sample[i] * 2 * sample_rate + R * hop) / (2 * R * hop);
+		if (f >= out->n_frames)
+			continue;
+		c.ph[out->n_ph] = c.ph[i];
+		c.ph[out->n_ph++].frame = (int)f;
+	}
+	out->ph = c.ph;
+	c.ph = NULL;
+	out->wav_rate = espeak_rate;
+	out->n_samples = c.n;
+	if (want_wav) {
+		out->wav = c.wav;
+		c.wav = NULL;
+	}
+	rc = 0;
+out:
+	pthread_mutex_unlock(&lock);
+	free(c.ph);
+	free(c.sample);
+	free(c.wav);
+	return rc;
+}
+
+void voice_render_free(voice_render *r)
+{
+	free(r->ph);
+	free(r->wav);
+	memset(r, 0, sizeof *r);
+}
+
+void voice_phone_token(const char *name, char *buf, size_t size)
+{
+	snprintf(buf, size, "<|p_%s|>", name);
+}
+
+void voice_speaker_token(int speaker, char *buf, size_t size)
+{
+	snprintf(buf, size, "<|spk_%d|>", speaker);
+}
