@@ -37,7 +37,7 @@ static utterance *find(utterance *u, int n, uint64_t s)
 }
 
 typedef struct codec_state {
-	const xc2_model *m;
+	const codec_ops *c;
 	utterance u[MAX_SESSIONS];
 	int nu;
 } codec_state;
@@ -46,18 +46,17 @@ typedef struct codec_state {
 static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 {
 	codec_state *d = ctx;
-	const xc2_model *m = d->m;
+	const codec_ops *c = d->c;
 	utterance *u = d->u;
 	int *nu = &d->nu;
 	pcg_err err = { "" };
-	const xc2_config *cfg = xc2_get_config(m);
 	utterance *x;
 
 	rep->id = q->id;
 	if (q->type == PROTO_PING) {
 		rep->type = PROTO_PONG;
-		snprintf(rep->msg, sizeof rep->msg, "codec-decode xcodec2 %d Hz, %d sessions",
-			 cfg->sample_rate, *nu);
+		snprintf(rep->msg, sizeof rep->msg, "codec-decode %s %d Hz, %d sessions", c->name,
+			 c->sample_rate, *nu);
 		return;
 	}
 	if (q->type != PROTO_AUDIO) {
@@ -65,7 +64,7 @@ static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 			    proto_type_name(q->type));
 		return;
 	}
-	if (codes_check(q->append, (size_t)q->n_append, xc2_config_codebook(cfg), &err) < 0) {
+	if (codes_check(q->append, (size_t)q->n_append, c->codebook, &err) < 0) {
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'tokens': %s", err.msg);
 		return;
 	}
@@ -100,19 +99,19 @@ static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 		return;
 	if (q->out[0] != '\0' && x->n > 0) {
 		audio_format fmt;
-		float *wav = malloc((size_t)x->n * cfg->hop * sizeof *wav);
+		float *wav = malloc((size_t)x->n * c->hop * sizeof *wav);
 		if (audio_format_from_path(q->out, &fmt) < 0) {
 			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
 				    "field 'out': %s: unknown extension (.wav, .flac, .raw)", q->out);
 		} else if (wav == NULL) {
 			proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory for the audio");
-		} else if (xc2_decode(m, x->codes, x->n, wav, &err) < 0 ||
-			   audio_write(q->out, wav, (size_t)x->n * cfg->hop, cfg->sample_rate, fmt,
+		} else if (c->decode(c->model, x->codes, x->n, wav, &err) < 0 ||
+			   audio_write(q->out, wav, (size_t)x->n * c->hop, c->sample_rate, fmt,
 				       &err) < 0) {
 			proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 		} else {
 			fprintf(stderr, "codec-decode: %s: %d codes, %.2f s\n", q->out, x->n,
-				(double)x->n * cfg->hop / cfg->sample_rate);
+				(double)x->n * c->hop / c->sample_rate);
 		}
 		free(wav);
 	}
@@ -121,14 +120,14 @@ drop:
 	*x = u[--(*nu)];
 }
 
-int codec_daemon(const char *listen_url, const xc2_model *m)
+int codec_daemon(const char *listen_url, const codec_ops *c)
 {
 	pcg_err err = { "" };
 	static codec_state d; /* 64 utterances: off the stack */
 	int rc = 1;
 	void *ctx = zmq_ctx_new(), *sock = NULL;
 
-	d.m = m;
+	d.c = c;
 	d.nu = 0;
 	if (ctx == NULL) {
 		fprintf(stderr, "codec-decode: zmq_ctx_new failed\n");

@@ -2,10 +2,11 @@
  * (text or raw int32, or LLaSA token ids), runs the decoder of the checkpoint
  * users download (HKUSTAudio/xcodec2 model.safetensors), and writes WAV, FLAC
  * or raw PCM through libsndfile, atomically (lib/audio.h). --codec kmeans-gl
- * decodes the demo voice's codec instead (lib/kmeans_codec.h; one shot only,
- * the daemon serves xcodec2).
+ * decodes the demo voice's codec instead (lib/kmeans_codec.h); --codec auto
+ * (the default) takes the codec its config.json names.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +34,9 @@ static int llasa_ids, speech_offset, end_id, chunk, context, lookahead, threads,
 static const char *listen_url, *curve_key, *curve_allow;
 
 static const pcg_opt opts[] = {
-	{ "codec", PCG_OPT_STR, &codec, "xcodec2", 1, 0, "NAME",
-	  "xcodec2, or kmeans-gl (the demo voice: k-means frames, Griffin-Lim)" },
+	{ "codec", PCG_OPT_STR, &codec, "auto", 1, 0, "NAME",
+	  "xcodec2, kmeans-gl (the demo voice: k-means frames, Griffin-Lim), or auto: "
+	  "the \"codec\" named in the weights' config.json (xcodec2 when none)" },
 	{ "weights", PCG_OPT_STR, &weights, NULL, 1, 0, "FILE|DIR",
 	  "the codec checkpoint: model.safetensors or its directory" },
 	{ "config", PCG_OPT_STR, &config_path, NULL, 1, 0, "FILE",
@@ -90,6 +92,36 @@ static int find_config(char *buf, size_t n)
 	else
 		snprintf(buf, n, "config.json");
 	return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* --codec auto: the codec config.json beside the weights names. */
+static const char *detect_codec(void)
+{
+	char cpath[4200];
+	const char *name = "xcodec2", *s;
+	json_t *root;
+
+	if (config_path)
+		snprintf(cpath, sizeof cpath, "%s", config_path);
+	else if (!find_config(cpath, sizeof cpath))
+		return name;
+	if ((root = json_load_file(cpath, 0, NULL)) == NULL)
+		return name; /* the loader of the codec then names the problem */
+	s = json_string_value(json_object_get(root, "codec"));
+	if (s && !strcmp(s, "kmeans-gl"))
+		name = "kmeans-gl";
+	json_decref(root);
+	return name;
+}
+
+static int dec_xc2(const void *m, const int32_t *codes, int T, float *out, pcg_err *err)
+{
+	return xc2_decode(m, codes, T, out, err);
+}
+
+static int dec_kmc(const void *m, const int32_t *codes, int T, float *out, pcg_err *err)
+{
+	return kmc_decode(m, codes, T, out, err);
 }
 
 /* --codec kmeans-gl: codes to out_path (returns 0 or 1 with err filled). */
@@ -150,11 +182,11 @@ int main(int argc, char **argv)
 		return usage_error(err.msg);
 	if (first != argc)
 		return usage_error("unexpected argument");
-	if (strcmp(codec, "xcodec2") && strcmp(codec, "kmeans-gl"))
-		return usage_error("--codec: xcodec2 or kmeans-gl");
+	if (strcmp(codec, "xcodec2") && strcmp(codec, "kmeans-gl") && strcmp(codec, "auto"))
+		return usage_error("--codec: xcodec2, kmeans-gl or auto");
+	if (!strcmp(codec, "auto") && weights)
+		codec = detect_codec();
 	if (daemon_mode) {
-		if (strcmp(codec, "xcodec2"))
-			return usage_error("--daemon: only --codec xcodec2 for now");
 		if (!weights || codes_path || out_path)
 			return usage_error("--daemon takes --weights (and --config, --listen), not --codes or -o");
 		if (net_curve_setup(curve_key, curve_allow, NULL, &err) < 0)
@@ -163,13 +195,27 @@ int main(int argc, char **argv)
 			return usage_error(err.msg);
 		pcg_set_threads(threads);
 		signal(SIGXFSZ, SIG_IGN);
+		codec_ops ops;
+		if (!strcmp(codec, "kmeans-gl")) {
+			kmc_model *km = kmc_open(weights, config_path, &err);
+			if (km == NULL)
+				goto fail;
+			const kmc_config *kc = kmc_get_config(km);
+			ops = (codec_ops){ "kmeans-gl", kc->sample_rate, kc->hop, kc->codebook, km,
+					   dec_kmc };
+			rc = codec_daemon(listen_url, &ops);
+			kmc_close(&km);
+			goto out;
+		}
 		if (config_path ? xc2_config_load(config_path, &cfg, &err) < 0
 				: find_config(cpath, sizeof cpath) ? xc2_config_load(cpath, &cfg, &err) < 0
 								   : (xc2_config_default(&cfg), 0))
 			goto fail;
 		if ((m = xc2_open(weights, &cfg, &err)) == NULL)
 			goto fail;
-		rc = codec_daemon(listen_url, m);
+		ops = (codec_ops){ "xcodec2", cfg.sample_rate, cfg.hop, xc2_config_codebook(&cfg), m,
+				   dec_xc2 };
+		rc = codec_daemon(listen_url, &ops);
 		goto out;
 	}
 	if (!weights || !codes_path || !out_path)

@@ -22,14 +22,17 @@ CD="codec-decode --codec kmeans-gl --weights $FX"
 expect 0 "--help" codec-decode --help
 grep -q -- "kmeans-gl" out && ok "--help names kmeans-gl" || bad "--help lacks kmeans-gl"
 expect 2 "unknown codec" codec-decode --codec kmeans --weights "$FX" --codes "$FX/codes.txt" -o a.wav
-err_has "xcodec2 or kmeans-gl"
+err_has "xcodec2, kmeans-gl or auto"
 expect 2 "--chunk with kmeans-gl" $CD --codes "$FX/codes.txt" -o a.wav --chunk 10
 err_has "--chunk goes with --codec xcodec2"
-expect 2 "--daemon with kmeans-gl" $CD --daemon
-err_has "only --codec xcodec2"
+expect 2 "--daemon with codes" $CD --daemon --codes "$FX/codes.txt"
+err_has "not --codes or -o"
 
 # --- a WAV: RIFF, PCM, mono, 16 kHz, 16-bit, 320 samples per code
 expect 0 "decode to WAV" $CD --codes "$FX/codes.txt" -o a.wav
+expect 0 "--codec auto (the default) reads the codec from config.json" \
+	codec-decode --weights "$FX" --codes "$FX/codes.txt" -o auto.wav
+same a.wav auto.wav "auto picks kmeans-gl"
 [ "$(head -c 4 a.wav)" = RIFF ] && ok "RIFF" || bad "not RIFF"
 [ "$(u 2 20 a.wav)" = 1 ] && ok "PCM" || bad "format tag $(u 2 20 a.wav)"
 [ "$(u 2 22 a.wav)" = 1 ] && ok "mono" || bad "$(u 2 22 a.wav) channels"
