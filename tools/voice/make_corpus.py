@@ -11,13 +11,15 @@ Usage:
     python3 tools/voice/make_corpus.py --out DIR [--sentences N] [--speakers N]
                                        [--books Pr,Ec,...] [--jobs N]
 
-Writes DIR/wav/<id>.wav, DIR/metadata.tsv (id, speaker, split, text) and
-DIR/heldout.txt (the held-out ids and texts). The default (400 sentences,
+Writes DIR/wav/<id>.wav, DIR/phones/<id>.txt (pcg-phonemize's phonemes and
+start frames), DIR/metadata.tsv (id, speaker, split, text), DIR/heldout.txt
+(the held-out ids and texts) and DIR/speakers.json. The default (400 sentences,
 4 speakers) takes about a minute on 2 cores; --sentences 30000 takes the
 whole of the books given. Deterministic for a given espeak-ng version.
 """
 import argparse
 import concurrent.futures
+import json
 import os
 import random
 import re
@@ -151,6 +153,10 @@ def main():
             meta.write("%s\t%d\t%s\t%s\n" % (uid, spk, split, t))
             if split == "heldout":
                 held.write("%s\t%s\n" % (uid, t))
+    # The speakers, as a phoneme voice's voice.json lists them (lib/voice.h).
+    with open(os.path.join(a.out, "speakers.json"), "w") as f:
+        json.dump([{"voice": v, "pitch": p, "rate": r} for v, p, r in SPEAKERS[:a.speakers]], f,
+                  indent=1)
     secs = sum(lengths.values()) / RATE
     print("%d sentences (%d held out), %d speakers, %.1f minutes of speech in %s"
           % (len(jobs), n_held, a.speakers, secs / 60, a.out))
