@@ -41,7 +41,7 @@ SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all test demo install clean bench deps
+.PHONY: all test demo voice install clean bench deps
 # Keep the objects of tests and benches: they are intermediates of pattern rules.
 .SECONDARY:
 all: $(BINS) $(BENCHES) $(CUDA_LIB)
@@ -107,6 +107,10 @@ test: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS) $(FUZZERS)
 demo: all
 	@scripts/demo
 
+# The demo voice from scratch (about 80 minutes on 2 cores): tools/voice/.
+voice: all
+	@tools/voice/make-voice
+
 bench: all
 	@bench/run
 
@@ -114,6 +118,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin
 	install -m 755 scripts/pcg-up scripts/pcg-down scripts/pcg-runtime $(DESTDIR)$(PREFIX)/bin
+	for f in $$(find models/demo -type f); do \
+		install -D -m 644 $$f $(DESTDIR)$(PREFIX)/share/pcg-tts/$$f; done
 	for m in man/*.[1-8]; do \
 		install -D -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$${m##*.}/$${m##*/}; done
 

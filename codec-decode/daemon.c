@@ -143,7 +143,7 @@ int codec_daemon(const char *listen_url, const codec_ops *c)
 	sa.sa_handler = on_signal;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
-	fprintf(stderr, "codec-decode: serving on %s\n", listen_url);
+	fprintf(stderr, "codec-decode: serving %s on %s\n", c->name, listen_url);
 	if (net_serve(sock, "codec-decode", handle, &d, &stop, NULL) < 0) {
 		fprintf(stderr, "codec-decode: out of memory\n");
 		goto out;

@@ -163,8 +163,8 @@ def evaluate(model, seqs, pad, batch_tokens):
     loss = 0.0
     with torch.no_grad():
         for idx in batches(seqs, batch_tokens, random.Random(0)):
-            x, y, att = collate(seqs, idx, pad)
-            logits = model(input_ids=x, attention_mask=att).logits[:, :-1]
+            x, y, _ = collate(seqs, idx, pad)
+            logits = model(input_ids=x).logits[:, :-1]
             t = y[:, 1:]
             m = t != -100
             loss += torch.nn.functional.cross_entropy(logits[m], t[m], reduction="sum").item()
@@ -266,8 +266,10 @@ def main():
     while step < a.steps:
         if not queue:
             queue = batches(seqs["train"], a.batch_tokens, rng)
-        x, y, att = collate(seqs["train"], queue.pop(), pad)
-        loss = model(input_ids=x, attention_mask=att, labels=y).loss
+        # No attention mask: the padding comes after each sequence, and causal
+        # attention never lets a real position see it (its labels are -100).
+        x, y, _ = collate(seqs["train"], queue.pop(), pad)
+        loss = model(input_ids=x, labels=y).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

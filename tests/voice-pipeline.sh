@@ -1,0 +1,54 @@
+#!/bin/sh
+# tests/voice-pipeline.sh: the demo voice (models/demo) through the whole
+# four-process pipeline as pcg-up brings it up with no flags: the verifier
+# takes espeak-ng's phonemes and forces the phoneme tokens, so every policy
+# writes exactly espeak-ng's number of frames (pcg-phonemize says how many),
+# codec-decode picks the k-means codec from the model directory, the same
+# seed gives the same tokens, speakers are checked.
+set -u
+ROOT=${PCG_ROOT:-$(pwd)}
+T=${TEST_TMP:-$(mktemp -d)}
+. "${PCG_ROOT:-.}/tests/shlib"
+M="$ROOT/models/demo"
+if [ ! -f "$M/config.json" ]; then
+	echo "skip: models/demo is missing (make voice)"
+	exit 77
+fi
+cd "$T" || exit 1
+export PCG_RUNTIME_DIR="$T/rt"
+trap 'pcg-down >/dev/null 2>&1' EXIT INT TERM
+
+text="Blessed are the meek, for they shall inherit the earth."
+frames=$(pcg-phonemize --voice-file "$M/voice.json" --speaker 2 "$text" | head -n 1 | awk '{print $3}')
+[ "$frames" -gt 100 ] && ok "espeak-ng: $frames frames" || bad "frames: $frames"
+
+expect 0 "pcg-up with no flags takes models/demo" pcg-up
+out_has "codec-decode ok"
+grep -q "serving kmeans-gl" "$PCG_RUNTIME_DIR/codec-decode.log" &&
+	ok "codec-decode took kmeans-gl from models/demo/codec" ||
+	bad "codec-decode: $(cat "$PCG_RUNTIME_DIR/codec-decode.log")"
+
+for pol in none sd ssd pcg; do
+	expect 0 "$pol" pcg-synth --policy "$pol" --speaker 2 --seed 7 --tokens -o "$pol.wav" "$text"
+	n=$(tail -n 1 out | wc -w | tr -d ' ')
+	[ "$n" = "$frames" ] && ok "$pol: $n speech tokens = espeak-ng's frames" ||
+		bad "$pol: $n tokens, want $frames"
+	bytes=$(od -A n -t u4 -j 40 -N 4 "$pol.wav" | tr -d ' ')
+	[ "$bytes" = $((frames * 320 * 2)) ] && ok "$pol.wav: $frames x 320 samples" ||
+		bad "$pol.wav: data $bytes bytes, want $((frames * 640))"
+	tail -n 1 out >"$pol.tok"
+done
+grep -q "acceptance rate" out && ok "stats printed" || bad "no stats"
+expect 0 "sd again, same seed" pcg-synth --policy sd --speaker 2 --seed 7 --tokens "$text"
+tail -n 1 out >again.tok
+same sd.tok again.tok "same seed, same tokens"
+expect 0 "another speaker" pcg-synth --policy sd --speaker 5 --seed 7 --tokens "$text"
+tail -n 1 out >spk5.tok
+cmp -s sd.tok spk5.tok && bad "speaker 5 gave speaker 2's tokens" || ok "speaker 5 differs"
+expect 1 "speaker out of range" pcg-synth --speaker 8 "$text"
+err_has "the voice has 8 speakers"
+expect 0 "empty text is silence, not a crash" pcg-synth --policy sd "."
+expect 0 "still up" pcg-synth --ping
+pcg-down >/dev/null 2>&1
+trap - EXIT INT TERM
+finish
