@@ -27,7 +27,12 @@ Usage:
     python3 tools/mtp/train_heads.py --model DIR (--data FILE | --self-generate N)
         [--heads 3] [--steps 500] [--batch 8] [--lr 1e-3] [--seed 0] [--threads 2]
         [--loss-from-token ID] [--kl 0] [--held-out 0.1] [--max-len 1024]
-        [--init-std 0] [--dtype model|f32|f16|bf16] [--out DIR/mtp.safetensors]
+        [--rows B:E,...] [--init-std 0] [--dtype model|f32|f16|bf16]
+        [--out DIR/mtp.safetensors]
+
+--rows restricts the softmax to vocabulary ranges, as the decoder computes
+the heads (llama_rows; for LLaSA the speech tokens and the end token): less
+memory, and the heads spend nothing on tokens never asked for.
 
 Prints the loss as it trains, then per-head top-1 accuracy on the held-out
 lines (and the target's own next-token accuracy on the same positions, for
@@ -73,6 +78,10 @@ def parse_args():
     p.add_argument("--held-out", type=float, default=0.1,
                    help="fraction of lines kept for evaluation (at least 1 line)")
     p.add_argument("--max-len", type=int, default=1024, help="lines are cut to this")
+    p.add_argument("--rows", metavar="B:E,...",
+                   help="train and score over these vocabulary ranges only, as the decoder "
+                        "asks for them (LLaSA: 128264:193800,128261:128262); tokens outside "
+                        "are not predicted")
     p.add_argument("--init-std", type=float, default=0.0,
                    help="initial W std (0: heads start as copies of the target)")
     p.add_argument("--dtype", default="model", choices=["model", "f32", "f16", "bf16"],
@@ -162,6 +171,40 @@ class Heads(torch.nn.Module):
         return h[None] + F.silu(a)
 
 
+def parse_rows(spec, vocab):
+    """The vocabulary ids of --rows in order, or None for the whole vocabulary."""
+    if spec is None:
+        return None
+    ids = []
+    for part in spec.split(","):
+        b, e = (int(x) for x in part.split(":"))
+        if not 0 <= b < e <= vocab:
+            sys.exit(f"train_heads: --rows: [{b}, {e}) not within the vocabulary of {vocab}")
+        ids.extend(range(b, e))
+    return torch.tensor(ids)
+
+
+class Readout:
+    """lm_head over the chosen rows: logits and the column of each token."""
+
+    def __init__(self, model, rows, vocab, device):
+        w = model.lm_head.weight.float()
+        if rows is None:
+            self.w, self.col = w, torch.arange(vocab, device=device)
+            self.rows = None
+        else:
+            rows = rows.to(device)
+            self.w, self.rows = w[rows], rows
+            self.col = torch.full((vocab,), -1, dtype=torch.long, device=device)
+            self.col[rows] = torch.arange(len(rows), device=device)
+
+    def logits(self, u):
+        return u @ self.w.T
+
+    def select(self, full_logits):
+        return full_logits if self.rows is None else full_logits[..., self.rows]
+
+
 def loss_start(seq, marker):
     """First position t whose predictions count: at or after the marker."""
     if marker is None:
@@ -197,21 +240,21 @@ def head_targets(ids, mask, start, i):
     return tgt, valid & (pos >= start[:, None])
 
 
-def step_loss(model, heads, ids, mask, start, kl_w):
+def step_loss(model, heads, ro, ids, mask, start, kl_w):
     with torch.no_grad():
         out = model.model(input_ids=ids, attention_mask=mask)
         h = out.last_hidden_state.float()  # after the final norm: what lm_head reads
-        teacher = model.lm_head(out.last_hidden_state).float() if kl_w > 0 else None
+        teacher = ro.logits(h) if kl_w > 0 else None
     u = heads(h)
-    lm = model.lm_head.weight.float()
     total, terms = 0.0, []
     for i in range(u.shape[0]):
         tgt, valid = head_targets(ids, mask, start, i)
+        valid = valid & (ro.col[tgt] >= 0)
         if not valid.any():
             terms.append(float("nan"))
             continue
-        z = u[i][valid] @ lm.T
-        ce = F.cross_entropy(z, tgt[valid])
+        z = ro.logits(u[i][valid])
+        ce = F.cross_entropy(z, ro.col[tgt[valid]])
         loss = ce
         if kl_w > 0:
             # The target's distribution of the same token: its logits at t + 1 + i.
@@ -227,7 +270,7 @@ def step_loss(model, heads, ids, mask, start, kl_w):
 
 
 @torch.no_grad()
-def evaluate(model, heads, seqs, starts, batch, device):
+def evaluate(model, heads, ro, seqs, starts, batch, device):
     n = heads.W.shape[0]
     hit = [0] * n
     cnt = [0] * n
@@ -236,21 +279,22 @@ def evaluate(model, heads, seqs, starts, batch, device):
         ids, mask, start = batch_tensors(seqs[k:k + batch], starts[k:k + batch], device)
         out = model.model(input_ids=ids, attention_mask=mask)
         h = out.last_hidden_state.float()
-        lm = model.lm_head.weight.float()
         u = heads(h)
         for i in range(n):
             tgt, valid = head_targets(ids, mask, start, i)
+            valid = valid & (ro.col[tgt] >= 0)
             if valid.any():
-                pred = (u[i][valid] @ lm.T).argmax(-1)
-                hit[i] += int((pred == tgt[valid]).sum())
+                pred = ro.logits(u[i][valid]).argmax(-1)
+                hit[i] += int((pred == ro.col[tgt[valid]]).sum())
                 cnt[i] += int(valid.sum())
         # The target's own next token on the positions head 0 is scored on.
         _, valid = head_targets(ids, mask, start, 0)
         nxt = torch.zeros_like(ids)
         nxt[:, :-1] = ids[:, 1:]
+        valid = valid & (ro.col[nxt] >= 0)
         if valid.any():
-            pred = (h[valid] @ lm.T).argmax(-1)
-            t_hit += int((pred == nxt[valid]).sum())
+            pred = ro.logits(h[valid]).argmax(-1)
+            t_hit += int((pred == ro.col[nxt[valid]]).sum())
             t_cnt += int(valid.sum())
     return hit, cnt, t_hit, t_cnt
 
@@ -290,6 +334,7 @@ def main():
     print(f"train_heads: {len(tr)} training lines, {len(ev)} held out, {skipped} skipped; "
           f"hidden {H}, vocab {V}, {a.heads} heads", flush=True)
 
+    ro = Readout(model, parse_rows(a.rows, V), V, a.device)
     heads = Heads(a.heads, H, a.init_std, a.seed).to(a.device)
     opt = torch.optim.AdamW(heads.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     g = random.Random(a.seed + 2)
@@ -297,7 +342,7 @@ def main():
         pick = [tr[g.randrange(len(tr))] for _ in range(a.batch)]
         ids, mask, start = batch_tensors([s for s, _ in pick], [st for _, st in pick],
                                          a.device)
-        loss, terms = step_loss(model, heads, ids, mask, start, a.kl)
+        loss, terms = step_loss(model, heads, ro, ids, mask, start, a.kl)
         opt.zero_grad()
         if torch.is_tensor(loss):
             loss.backward()
@@ -307,7 +352,7 @@ def main():
             print(f"step {step}: loss {float(loss.detach()):.4f} (cross entropy per head: {ce})",
                   flush=True)
 
-    hit, cnt, t_hit, t_cnt = evaluate(model, heads, [s for s, _ in ev], [st for _, st in ev],
+    hit, cnt, t_hit, t_cnt = evaluate(model, heads, ro, [s for s, _ in ev], [st for _, st in ev],
                                       a.batch, a.device)
     print(f"held-out top-1 accuracy ({len(ev)} lines):")
     print(f"  target +1: {t_hit / max(t_cnt, 1):.4f} ({t_hit}/{t_cnt})")
