@@ -138,13 +138,21 @@ mtp_heads *mtp_open(const llama_model *m, const char *path, pcg_err *err)
 	for (int i = 0; i < h->n; i++) {
 		snprintf(name, sizeof name, "mtp.%d.weight", i);
 		if (wt_mat(&h->w, &h->heads[i].w, name, H, H, -1, err) < 0)
-			goto fail_named;
+			goto fail_count;
 		snprintf(name, sizeof name, "mtp.%d.bias", i);
 		if ((h->heads[i].b = wt_vec(&h->w, name, H, err)) == NULL)
-			goto fail_named;
+			goto fail_count;
 	}
 	return h;
 
+fail_count:
+	/* A tensor missing because the metadata announces more heads than stored. */
+	if (st_count(h->ck) != 2 * h->n && err != NULL) {
+		size_t len = strlen(err->msg);
+		snprintf(err->msg + len, sizeof err->msg - len,
+			 " (__metadata__ mtp_heads is %d: %d tensors wanted, %d stored)", h->n,
+			 2 * h->n, st_count(h->ck));
+	}
 fail_named:
 	pcg_err_prefix(err, file);
 fail:

@@ -321,7 +321,8 @@ static void check_hostile(void)
 	snprintf(p, sizeof p, "%s/more.safetensors", tmp);
 	write_heads(p, "{\"mtp_heads\": \"3\", \"format\": \"pcg-mtp\"}", names2, good, nd, NULL,
 		    4);
-	expect_fail(m, p, "'mtp.2.weight' missing", "mtp_heads 3, 2 stored");
+	expect_fail(m, p, "'mtp.2.weight' missing from the checkpoint (__metadata__ mtp_heads is 3: 6 tensors wanted, 4 stored)",
+		    "mtp_heads 3, 2 stored");
 	snprintf(p, sizeof p, "%s/fewer.safetensors", tmp);
 	write_heads(p, "{\"mtp_heads\": \"1\", \"format\": \"pcg-mtp\"}", names2, good, nd, NULL,
 		    4);
