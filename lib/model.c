@@ -347,14 +347,60 @@ static int attention(float *out, const float *q, const llama_kv *kv, int l, int 
 	return 0;
 }
 
+static int check_rows(const llama_model *m, const llama_rows *rows, pcg_err *err)
+{
+	if (rows != NULL && (rows->n < 0 || rows->n > LLAMA_MAX_RANGES))
+		return pcg_fail(err, "output rows: %d ranges (0 to %d)", rows->n,
+				LLAMA_MAX_RANGES);
+	for (int i = 0; rows && i < rows->n; i++)
+		if (rows->begin[i] < 0 || rows->end[i] > m->cfg.vocab ||
+		    rows->begin[i] >= rows->end[i])
+			return pcg_fail(err, "output rows [%d, %d) not within the vocabulary of %d",
+					rows->begin[i], rows->end[i], m->cfg.vocab);
+	return 0;
+}
+
+/* logits [B][count] = lm_head(h) over the chosen rows, in their order. */
+static void lm_head_rows(const llama_model *m, const float *h, int B, const llama_rows *rows,
+			 float *logits)
+{
+	const int n_logits = llama_rows_count(m, rows);
+
+	if (rows == NULL) {
+		pcg_matmul(logits, n_logits, h, B, &m->lm_head, 0, m->cfg.vocab);
+		return;
+	}
+	for (int i = 0, off = 0; i < rows->n; i++) {
+		int len = rows->end[i] - rows->begin[i];
+		pcg_matmul(logits + off, n_logits, h, B, &m->lm_head, rows->begin[i], len);
+		off += len;
+	}
+}
+
+int llama_lm_head(const llama_model *m, const float *h, int B, const llama_rows *rows,
+		  float *logits, pcg_err *err)
+{
+	if (B < 1)
+		return pcg_fail(err, "lm_head: %d vectors", B);
+	if (check_rows(m, rows, err) < 0)
+		return -1;
+	lm_head_rows(m, h, B, rows, logits);
+	return 0;
+}
+
 int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
 		  const llama_rows *rows, float *logits, pcg_err *err)
+{
+	return llama_forward_hidden(m, kv, tokens, n, n_out, rows, logits, NULL, err);
+}
+
+int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
+			 const llama_rows *rows, float *logits, float *hidden, pcg_err *err)
 {
 	const llama_config *c = &m->cfg;
 	const int H = c->hidden, hd = c->head_dim, F = c->ffn;
 	const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
 	const int pos0 = kv->len;
-	const int n_logits = llama_rows_count(m, rows);
 	float *buf, *x, *xb, *q, *att, *hb, *hb2;
 	int rc = -1;
 
@@ -367,10 +413,8 @@ int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_
 		if (tokens[i] < 0 || tokens[i] >= c->vocab)
 			return pcg_fail(err, "token %d at index %d out of range [0, %d)", tokens[i],
 					i, c->vocab);
-	for (int i = 0; rows && i < rows->n; i++)
-		if (rows->begin[i] < 0 || rows->end[i] > c->vocab || rows->begin[i] >= rows->end[i])
-			return pcg_fail(err, "output rows [%d, %d) not within the vocabulary of %d",
-					rows->begin[i], rows->end[i], c->vocab);
+	if (check_rows(m, rows, err) < 0)
+		return -1;
 	if (kv_reserve(kv, pos0 + n, err) < 0)
 		return -1;
 
@@ -436,17 +480,10 @@ int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_
 		float *xo = x + (size_t)(n - n_out) * H;
 		for (int t = 0; t < n_out; t++)
 			rmsnorm(xb + (size_t)t * H, xo + (size_t)t * H, m->norm, H, c->eps);
-		if (rows == NULL) {
-			pcg_matmul(logits, n_logits, xb, n_out, &m->lm_head, 0, c->vocab);
-		} else {
-			int off = 0;
-			for (int i = 0; i < rows->n; i++) {
-				int len = rows->end[i] - rows->begin[i];
-				pcg_matmul(logits + off, n_logits, xb, n_out, &m->lm_head,
-					   rows->begin[i], len);
-				off += len;
-			}
-		}
+		if (hidden != NULL)
+			memcpy(hidden, xb, (size_t)n_out * H * sizeof *hidden);
+		if (logits != NULL)
+			lm_head_rows(m, xb, n_out, rows, logits);
 	}
 	rc = 0;
 out:

@@ -65,4 +65,19 @@ size_t llama_kv_bytes(const llama_kv *kv);
 int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
 		  const llama_rows *rows, float *logits, pcg_err *err);
 
+/* llama_forward that also writes the final hidden states of the last n_out
+ * positions, after the final RMSNorm (what lm_head reads, transformers'
+ * hidden_states[-1]), into hidden as [n_out][hidden] when hidden is not
+ * NULL. logits may be NULL: lm_head is then skipped. llama_forward is this
+ * with hidden NULL; the copy is the only extra work. */
+int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
+			 const llama_rows *rows, float *logits, float *hidden, pcg_err *err);
+
+/* lm_head applied to B arbitrary vectors h [B][hidden] (the same product
+ * llama_forward ends with): logits [B][count], count =
+ * llama_rows_count(m, rows). Returns -1 with err on rows outside the
+ * vocabulary. */
+int llama_lm_head(const llama_model *m, const float *h, int B, const llama_rows *rows,
+		  float *logits, pcg_err *err);
+
 #endif

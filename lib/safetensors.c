@@ -54,6 +54,7 @@ typedef struct st_file {
 	size_t size;
 	st_tensor *t;
 	int n;
+	json_t *meta; /* "__metadata__" (string values), or NULL */
 } st_file;
 
 struct st_ckpt {
@@ -247,6 +248,7 @@ static void file_close(st_file *f)
 	for (i = 0; i < f->n; i++)
 		free((char *)f->t[i].name);
 	free(f->t);
+	json_decref(f->meta);
 	if (f->map != NULL)
 		munmap(f->map, f->size);
 	memset(f, 0, sizeof *f);
@@ -296,6 +298,7 @@ static int parse_header(st_file *f, const char *path, pcg_err *err)
 		if (strcmp(key, "__metadata__") == 0) {
 			if (check_metadata(path, v, err) < 0)
 				goto out;
+			f->meta = json_incref(v);
 			continue;
 		}
 		if (parse_entry(path, key, v, p + 8 + hlen, data_size, &f->t[f->n],
@@ -578,6 +581,16 @@ const st_tensor *st_find(const st_ckpt *c, const char *name)
 size_t st_mapped_bytes(const st_ckpt *c)
 {
 	return c->mapped;
+}
+
+const char *st_metadata(const st_ckpt *c, const char *key)
+{
+	for (int i = 0; i < c->nfiles; i++) {
+		const json_t *v = json_object_get(c->files[i].meta, key);
+		if (v != NULL)
+			return json_string_value(v);
+	}
+	return NULL;
 }
 
 /* Writes all of buf, retrying short writes. */

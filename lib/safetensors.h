@@ -59,6 +59,11 @@ const st_tensor *st_find(const st_ckpt *c, const char *name);
 /* Total bytes mapped (all shards). */
 size_t st_mapped_bytes(const st_ckpt *c);
 
+/* The "__metadata__" value of key (validated as a string on open), from
+ * the first file that has it; NULL when no file has it. The string lives as
+ * long as c. */
+const char *st_metadata(const st_ckpt *c, const char *key);
+
 /* Writes a single-file safetensors atomically (path.tmp, fsync, rename).
  * Tensors are written in the given order with data 8-byte aligned; names
  * must be unique. metadata may be NULL (else a JSON object as a string).

@@ -115,6 +115,9 @@ static void test_round_trip(void)
 		return;
 	CHECK(st_count(c) == 5);
 	CHECK(stat(path, &sb) == 0 && st_mapped_bytes(c) == (size_t)sb.st_size);
+	/* __metadata__ values are kept; an absent key is NULL. */
+	CHECK(st_metadata(c, "format") != NULL && strcmp(st_metadata(c, "format"), "pt") == 0);
+	CHECK(st_metadata(c, "other") == NULL);
 	for (k = 0; k < 5; k++) {
 		const st_tensor *t = st_find(c, out[k].name);
 		size_t nbytes = pcg_dtype_size(out[k].dtype);
@@ -172,6 +175,7 @@ static void test_other_dtypes(void)
 	if (c == NULL)
 		return;
 	CHECK(st_count(c) == 3);
+	CHECK(st_metadata(c, "k") != NULL && strcmp(st_metadata(c, "k"), "v") == 0);
 	t = st_find(c, "ids");
 	CHECK(t && t->dtype == PCG_DTYPE_OTHER && strcmp(t->dtype_name, "I64") == 0);
 	CHECK(t && t->numel == 2 && t->nbytes == 16);
