@@ -17,6 +17,7 @@
 #include "opts.h"
 #include "proto.h"
 #include "rng.h"
+#include "mtp.h"
 #include "sampling.h"
 
 typedef struct session {
@@ -36,6 +37,9 @@ typedef struct server {
 	long long kv_mem;
 	float *logits, *probs; /* PROTO_MAX_N x vocab */
 	unsigned long evicted;
+	mtp_heads *heads;      /* the model directory's mtp.safetensors, or NULL */
+	float *hidden;         /* PROTO_MAX_N x hidden: final states of a score */
+	float *hprobs;         /* PROTO_MAX_N x (1 + heads) x vocab, with heads */
 } server;
 
 static volatile sig_atomic_t stop;
@@ -115,7 +119,7 @@ static void evict(server *sv, uint64_t keep)
 /* Brings x to pos tokens, then appends toks[0..n), reusing cached positions
  * whose ids match, and computes the logits of the last n_out. */
 static int extend(server *sv, session *x, int pos, const int32_t *toks, int n, int n_out,
-		  const llama_rows *rows, pcg_err *err)
+		  const llama_rows *rows, float *hidden, pcg_err *err)
 {
 	int keep = pos, i = 0, len = llama_kv_len(x->kv);
 
@@ -131,8 +135,8 @@ static int extend(server *sv, session *x, int pos, const int32_t *toks, int n, i
 		x->tokens = t;
 		x->cap = cap;
 	}
-	if (llama_forward(sv->model, x->kv, (const int *)toks + i, n - i, n_out, rows, sv->logits,
-			  err) < 0) {
+	if (llama_forward_hidden(sv->model, x->kv, (const int *)toks + i, n - i, n_out, rows,
+				 sv->logits, hidden, err) < 0) {
 		llama_kv_truncate(x->kv, keep, NULL);
 		return -1;
 	}
@@ -169,8 +173,10 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 	switch (q->type) {
 	case PROTO_PING:
 		rep->type = PROTO_PONG;
-		snprintf(rep->msg, sizeof rep->msg, "%s layers=%d vocab=%d hidden=%d sessions=%d",
-			 sv->prog, llama_n_layers(sv->model), c->vocab, c->hidden, sv->n);
+		snprintf(rep->msg, sizeof rep->msg,
+			 "%s layers=%d vocab=%d hidden=%d heads=%d sessions=%d", sv->prog,
+			 llama_n_layers(sv->model), c->vocab, c->hidden,
+			 sv->heads ? mtp_n_heads(sv->heads) : 0, sv->n);
 		return;
 	case PROTO_DROP:
 		if ((x = find(sv, q->session)) != NULL)
@@ -209,7 +215,15 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 	x->last_use = ++sv->clock;
 
 	const int n_out = q->type == PROTO_SCORE ? q->n : 1;
-	if (extend(sv, x, q->pos, q->append, q->n_append, n_out, &q->rows, &err) < 0) {
+	const int nh = q->type == PROTO_SCORE ? q->heads : 0;
+	if (nh > 0 && (sv->heads == NULL || nh > mtp_n_heads(sv->heads))) {
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'heads': %d MTP heads asked, "
+			    "the model has %d (%s)", nh, sv->heads ? mtp_n_heads(sv->heads) : 0,
+			    MTP_FILE_NAME);
+		return;
+	}
+	if (extend(sv, x, q->pos, q->append, q->n_append, n_out, &q->rows,
+		   nh > 0 ? sv->hidden : NULL, &err) < 0) {
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
 		return;
 	}
@@ -218,11 +232,31 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 	rep->f16 = q->f16;
 	rep->probs = sv->probs;
 	rep->n_x = 0;
-	if (q->type == PROTO_SCORE) {
+	if (q->type == PROTO_SCORE && nh == 0) {
 		for (int i = 0; i < q->n; i++)
 			pcg_probs(sv->logits + (size_t)i * width, width, &q->samp,
 				  sv->probs + (size_t)i * width, &err);
 		rep->n_vec = q->n;
+		return;
+	}
+	if (q->type == PROTO_SCORE) {
+		/* Per position: q, then the heads' distributions, tempered alike. */
+		const int H = llama_get_config(sv->model)->hidden;
+		float *hl = sv->probs; /* the heads' logits: nh x width of scratch */
+		for (int i = 0; i < q->n; i++) {
+			float *out = sv->hprobs + (size_t)i * (1 + nh) * width;
+			pcg_probs(sv->logits + (size_t)i * width, width, &q->samp, out, &err);
+			if (mtp_logits(sv->heads, sv->hidden + (size_t)i * H, 0, nh, &q->rows, hl,
+				       &err) < 0) {
+				proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
+				return;
+			}
+			for (int k = 0; k < nh; k++)
+				pcg_probs(hl + (size_t)k * width, width, &q->samp,
+					  out + (size_t)(1 + k) * width, &err);
+		}
+		rep->probs = sv->hprobs;
+		rep->n_vec = q->n * (1 + nh);
 		return;
 	}
 	/* propose: x_i ~ p_i, fed back to get p_{i+1}; x_n is not fed. */
@@ -232,7 +266,7 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 		float *p = sv->probs + (size_t)i * width;
 		if (i > 0) {
 			int32_t tok = rep->x[i - 1];
-			if (extend(sv, x, llama_kv_len(x->kv), &tok, 1, 1, &q->rows, &err) < 0) {
+			if (extend(sv, x, llama_kv_len(x->kv), &tok, 1, 1, &q->rows, NULL, &err) < 0) {
 				proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 				return;
 			}
@@ -279,11 +313,26 @@ int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *st
 		pcg_fail(&err, "out of memory");
 		goto fail;
 	}
+	/* MTP heads beside the model (a draft made of a layer subset has none:
+	 * they read the whole target's last state). */
+	char hpath[4200];
+	snprintf(hpath, sizeof hpath, "%s/%s", cfg->model_dir, MTP_FILE_NAME);
+	if (cfg->n_layers == 0 && access(hpath, F_OK) == 0) {
+		if ((sv.heads = mtp_open(sv.model, hpath, &err)) == NULL)
+			goto fail;
+		const int nh = mtp_n_heads(sv.heads), H = llama_get_config(sv.model)->hidden;
+		sv.hidden = malloc((size_t)PROTO_MAX_N * H * sizeof(float));
+		sv.hprobs = malloc((size_t)PROTO_MAX_N * (1 + nh) * V * sizeof(float));
+		if (!sv.hidden || !sv.hprobs) {
+			pcg_fail(&err, "out of memory for %d MTP heads", nh);
+			goto fail;
+		}
+	}
 	sock = net_server(ctx, cfg->listen_url, &err);
 	if (sock == NULL)
 		goto fail;
-	logf_(&sv, "serving %s (%d layers) on %s", cfg->model_dir, llama_n_layers(sv.model),
-	      cfg->listen_url);
+	logf_(&sv, "serving %s (%d layers, %d MTP heads) on %s", cfg->model_dir,
+	      llama_n_layers(sv.model), sv.heads ? mtp_n_heads(sv.heads) : 0, cfg->listen_url);
 
 	net_counts nc = { 0 };
 	if (net_serve(sock, cfg->prog, handle, &sv, stop_flag, &nc) < 0) {
@@ -303,6 +352,9 @@ out:
 	free(sv.s);
 	free(sv.logits);
 	free(sv.probs);
+	free(sv.hidden);
+	free(sv.hprobs);
+	mtp_close(&sv.heads);
 	llama_close(&sv.model);
 	return rc;
 }

@@ -39,16 +39,17 @@ void proto_error(proto_msg *m, uint64_t id, const char *code, const char *fmt, .
 /* Which fields each type carries: a bit per field, in the order of fnames. */
 enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F_SEED, F_X,
        F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_OUT, F_STATS,
-       F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_COUNT };
+       F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_HEADS, F_VITERBI_K, F_COUNT };
 static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
 	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg", "text", "policy",
-	"beta", "max_tokens", "out", "stats", "final", "tokens", "asg", "speaker" };
+	"beta", "max_tokens", "out", "stats", "final", "tokens", "asg", "speaker", "heads",
+	"viterbi_k" };
 #define B(f) (1u << (f))
 static const unsigned schema[] = {
 	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
 			  B(F_TOPP) | B(F_ROWS) | B(F_F16) | B(F_SEED),
 	[PROTO_SCORE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
-			B(F_TOPP) | B(F_ROWS) | B(F_F16),
+			B(F_TOPP) | B(F_ROWS) | B(F_F16) | B(F_HEADS),
 	[PROTO_DROP] = B(F_SESSION),
 	[PROTO_PING] = 0,
 	[PROTO_PROBS] = B(F_X) | B(F_N) | B(F_WIDTH) | B(F_F16) | B(F_P) | B(F_STATS),
@@ -57,7 +58,7 @@ static const unsigned schema[] = {
 	[PROTO_ERROR] = B(F_CODE) | B(F_MSG),
 	[PROTO_SYNTH] = B(F_TEXT) | B(F_POLICY) | B(F_BETA) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
 			B(F_TOPP) | B(F_SEED) | B(F_MAXTOK) | B(F_OUT) | B(F_F16) | B(F_ASG) |
-			B(F_SPEAKER),
+			B(F_SPEAKER) | B(F_VITERBI_K),
 	[PROTO_RESULT] = B(F_TOKENS) | B(F_STATS) | B(F_MSG),
 	[PROTO_AUDIO] = B(F_SESSION) | B(F_TOKENS) | B(F_FINAL) | B(F_OUT),
 };
@@ -99,6 +100,8 @@ static int pack_field(msgpack_packer *pk, const proto_msg *m, int f, pcg_err *er
 	case F_BETA: msgpack_pack_float(pk, m->beta); break;
 	case F_MAXTOK: msgpack_pack_int(pk, m->max_tokens); break;
 	case F_SPEAKER: msgpack_pack_int(pk, m->speaker); break;
+	case F_HEADS: msgpack_pack_int(pk, m->heads); break;
+	case F_VITERBI_K: msgpack_pack_int(pk, m->viterbi_k); break;
 	case F_F16: boolean(pk, m->f16); break;
 	case F_FINAL: boolean(pk, m->final); break;
 	case F_APPEND: case F_TOKENS:
@@ -369,7 +372,8 @@ static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, 
 		m->pos = (int)x;
 		return 0;
 	case F_N:
-		if (get_int(v, "n", 0, PROTO_MAX_N, &x, err) < 0)
+		if (get_int(v, "n", 0, m->type == PROTO_PROBS ? PROTO_MAX_VEC : PROTO_MAX_N, &x,
+			    err) < 0)
 			return -1;
 		if (m->type == PROTO_PROBS)
 			m->n_vec = (int)x;
@@ -419,6 +423,16 @@ static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, 
 		if (get_int(v, "speaker", 0, 65535, &x, err) < 0)
 			return -1;
 		m->speaker = (int)x;
+		return 0;
+	case F_HEADS:
+		if (get_int(v, "heads", 0, PROTO_MAX_HEADS, &x, err) < 0)
+			return -1;
+		m->heads = (int)x;
+		return 0;
+	case F_VITERBI_K:
+		if (get_int(v, "viterbi_k", 0, 1 << 20, &x, err) < 0)
+			return -1;
+		m->viterbi_k = (int)x;
 		return 0;
 	case F_TOKENS: return get_ids(v, "tokens", m->append, PROTO_MAX_APPEND, &m->n_append, err);
 	case F_FINAL:

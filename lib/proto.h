@@ -8,13 +8,16 @@
  *            seed, rows, f16 -> reply "probs" with x (the drafted ids) and
  *            p (n vectors)
  *   score:   session, pos, append, n (positions to score: the last n of
- *            append), temp, top_k, top_p, rows, f16 -> reply "probs" with q
+ *            append), temp, top_k, top_p, rows, f16, heads (MTP heads per
+ *            position, 0: none) -> reply "probs" with q; with heads h,
+ *            n x (1 + h) vectors: per position q, then head 1..h
  *   drop:    session -> reply "ok"
  *   ping:    -> reply "pong" with the server's model summary
  * Request to the verifier:
  *   synth:   text, policy, beta, n (lookahead), temp, top_k, top_p, seed,
  *            max_tokens, out, f16, asg (an ASG file image, or empty: the
- *            verifier's own), speaker (a phoneme voice's speaker) -> reply
+ *            verifier's own), speaker (a phoneme voice's speaker),
+ *            viterbi_k (mtp-viterbi's top-k per head) -> reply
  *            "result" with tokens (the speech ids), stats and msg
  * Request to codec-decode:
  *   audio:   session, tokens (speech codes appended), final, out -> "ok"
@@ -46,6 +49,8 @@
 #define PROTO_VERSION 1
 #define PROTO_MAX_APPEND 8192 /* tokens per request: a whole LLaSA context fits */
 #define PROTO_MAX_N 16        /* lookahead + 1 */
+#define PROTO_MAX_HEADS 16    /* MTP heads a score may ask for */
+#define PROTO_MAX_VEC (PROTO_MAX_N * (1 + PROTO_MAX_HEADS)) /* vectors in a probs */
 #define PROTO_MAX_MSG (64u << 20) /* ZMQ_MAXMSGSIZE of every socket */
 #define PROTO_MAX_STATS 32
 
@@ -75,6 +80,9 @@ typedef struct proto_msg {
 	/* requests */
 	uint64_t session;
 	int pos;
+	int heads;             /* score: MTP heads wanted at each scored position */
+	int speaker;           /* synth: the speaker of a phoneme voice (0..) */
+	int viterbi_k;         /* synth: mtp-viterbi's top-k per head (0: 8) */
 	int n_append;
 	int32_t append[PROTO_MAX_APPEND];
 	int n;                 /* propose: tokens to draft; score: positions */
@@ -94,7 +102,6 @@ typedef struct proto_msg {
 	char policy[16];
 	float beta;
 	int max_tokens;
-	int speaker;           /* synth: the speaker of a phoneme voice (0..) */
 	char out[4096];        /* synth, audio: the audio file to write ("" none) */
 	int final;             /* audio: the last tokens of the session */
 	double stats[PROTO_MAX_STATS];

@@ -1,10 +1,14 @@
 /* voice.c: the phoneme voice's front end: libespeak-ng with phoneme events,
  * and voice.json. See voice.h. */
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
-#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <espeak-ng/speak_lib.h>
 
@@ -75,7 +79,6 @@ out:
 	return rc;
 }
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int espeak_rate; /* 0: not initialised yet; -1: failed */
 
 /* What the synthesis callback collects. */
@@ -132,8 +135,9 @@ static int on_synth(short *wav, int n, espeak_EVENT *ev)
 	return c->oom;
 }
 
-int voice_speak(const voice_speaker *s, const char *text, int sample_rate, int hop, int want_wav,
-		voice_render *out, pcg_err *err)
+/* Speaks with the engine of this process (see voice_speak). */
+static int speak_here(const voice_speaker *s, const char *text, int sample_rate, int hop,
+		      int want_wav, voice_render *out, pcg_err *err)
 {
 	collect c = { .want_wav = want_wav };
 	int rc = -1;
@@ -142,7 +146,6 @@ int voice_speak(const voice_speaker *s, const char *text, int sample_rate, int h
 	if (sample_rate <= 0 || hop <= 0)
 		return pcg_fail(err, "voice: sample rate %d and hop %d must be positive", sample_rate,
 				hop);
-	pthread_mutex_lock(&lock);
 	if (espeak_rate == 0) {
 		/* DONT_EXIT: a missing data directory is an error, not exit(). */
 		espeak_rate = espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, NULL,
@@ -203,10 +206,124 @@ int voice_speak(const voice_speaker *s, const char *text, int sample_rate, int h
 	}
 	rc = 0;
 out:
-	pthread_mutex_unlock(&lock);
 	free(c.ph);
 	free(c.sample);
 	free(c.wav);
+	return rc;
+}
+
+/* What the child writes to the parent: this, then the phonemes, then the
+ * samples when asked for. */
+typedef struct reply {
+	int32_t ok, n_ph, n_frames, wav_rate, has_wav;
+	uint64_t n_samples;
+	char msg[sizeof(pcg_err)];
+} reply;
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	for (const char *b = p; n > 0;) {
+		ssize_t w = write(fd, b, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		b += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+	for (char *b = p; n > 0;) {
+		ssize_t r = read(fd, b, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* libespeak-ng carries state from one synthesis to the next in a process
+ * (the same text comes out some hundred samples longer the second time,
+ * and again different the third), and re-initialising it in place hangs.
+ * So each text is spoken by a child process with a fresh engine, as the
+ * corpus was (one pcg-phonemize per sentence): the same text and speaker
+ * always give the same phonemes and frames. A fork costs about a
+ * millisecond next to the synthesis. */
+int voice_speak(const voice_speaker *s, const char *text, int sample_rate, int hop, int want_wav,
+		voice_render *out, pcg_err *err)
+{
+	int fds[2], status = 0;
+	reply h = { 0 };
+	pid_t pid;
+
+	memset(out, 0, sizeof *out);
+	if (pipe2(fds, O_CLOEXEC) < 0)
+		return pcg_fail(err, "voice: pipe: %s", strerror(errno));
+	if ((pid = fork()) < 0) {
+		close(fds[0]);
+		close(fds[1]);
+		return pcg_fail(err, "voice: fork: %s", strerror(errno));
+	}
+	if (pid == 0) {
+		pcg_err e = { "" };
+		voice_render r;
+		close(fds[0]);
+		memset(&h, 0, sizeof h);
+		h.ok = speak_here(s, text, sample_rate, hop, want_wav, &r, &e) == 0;
+		if (h.ok) {
+			h.n_ph = r.n_ph;
+			h.n_frames = r.n_frames;
+			h.wav_rate = r.wav_rate;
+			h.has_wav = r.wav != NULL;
+			h.n_samples = r.n_samples;
+		}
+		memcpy(h.msg, e.msg, sizeof h.msg);
+		int bad = write_all(fds[1], &h, sizeof h) < 0 ||
+			  (h.ok && write_all(fds[1], r.ph, (size_t)r.n_ph * sizeof *r.ph) < 0) ||
+			  (h.ok && h.has_wav &&
+			   write_all(fds[1], r.wav, r.n_samples * sizeof *r.wav) < 0);
+		_exit(bad ? 1 : 0);
+	}
+	close(fds[1]);
+	int rc = read_all(fds[0], &h, sizeof h);
+	if (rc == 0 && h.ok) {
+		if (h.n_ph < 0 || h.n_ph > (1 << 24) || h.n_frames < 0 ||
+		    h.n_samples > ((uint64_t)1 << 32)) {
+			rc = pcg_fail(err, "voice: bad reply from the synthesis process");
+		} else {
+			out->n_ph = h.n_ph;
+			out->n_frames = h.n_frames;
+			out->wav_rate = h.wav_rate;
+			out->n_samples = (size_t)h.n_samples;
+			out->ph = malloc(((size_t)h.n_ph + 1) * sizeof *out->ph);
+			if (h.has_wav)
+				out->wav = malloc((h.n_samples + 1) * sizeof *out->wav);
+			if (out->ph == NULL || (h.has_wav && out->wav == NULL))
+				rc = pcg_fail(err, "voice: out of memory");
+			else if (read_all(fds[0], out->ph, (size_t)h.n_ph * sizeof *out->ph) < 0 ||
+				 (h.has_wav &&
+				  read_all(fds[0], out->wav, out->n_samples * sizeof *out->wav) < 0))
+				rc = pcg_fail(err, "voice: the synthesis process stopped early");
+		}
+	} else if (rc == 0) {
+		h.msg[sizeof h.msg - 1] = '\0';
+		if (err)
+			memcpy(err->msg, h.msg, sizeof h.msg);
+		rc = -1;
+	}
+	close(fds[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (rc < 0 && h.ok == 0 && h.msg[0] == '\0')
+		pcg_fail(err, "espeak-ng: the synthesis process died (status %d)", status);
+	if (rc < 0)
+		voice_render_free(out);
 	return rc;
 }
 

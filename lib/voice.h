@@ -60,8 +60,10 @@ typedef struct voice_render {
 
 /* Speaks text as speaker s with espeak-ng: the phonemes with their start
  * frames for a codec of sample_rate and hop, and with want_wav the audio.
- * Phonemes that start at or after the last frame are dropped. Serialised
- * by a lock (libespeak-ng has global state). Free with voice_render_free. */
+ * Phonemes that start at or after the last frame are dropped. Each call
+ * speaks in a child process with a fresh engine, so that the same text and
+ * speaker always give the same result (see voice.c). Free with
+ * voice_render_free. */
 int voice_speak(const voice_speaker *s, const char *text, int sample_rate, int hop, int want_wav,
 		voice_render *out, pcg_err *err);
 void voice_render_free(voice_render *r);

@@ -20,15 +20,19 @@ static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--lookahead L] [-o ou
 static const char *url, *policy, *out, *curve_key, *curve_server, *asg_path;
 static double beta, temp, top_p;
 static int lookahead, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
+static int viterbi_k;
 
 static const pcg_opt opts[] = {
 	{ "verifier", PCG_OPT_STR, &url, NULL, 1, 0, "URL",
 	  "the verifier (default $PCG_VERIFIER, else the one pcg-up started)" },
 	{ "policy", PCG_OPT_STR, &policy, "pcg", 1, 0, "NAME",
-	  "sd, ssd, pcg, greedy, or none (the target alone)" },
+	  "sd, ssd, pcg, greedy, none (the target alone), mtp-viterbi, or mtp-sd, mtp-ssd, "
+	  "mtp-pcg, mtp-greedy (the target's MTP heads draft)" },
 	{ "beta", PCG_OPT_FLOAT, &beta, "0.4", 0, 1, "B", "ssd's tolerance" },
 	{ "lookahead", PCG_OPT_INT, &lookahead, "3", 1, PROTO_MAX_N - 1, "L",
-	  "tokens drafted per round" },
+	  "tokens drafted per round (mtp-*: the MTP heads used)" },
+	{ "viterbi-k", PCG_OPT_INT, &viterbi_k, "8", 1, 1 << 20, "K",
+	  "mtp-viterbi: top-k tokens of each head in the search" },
 	{ "temp", PCG_OPT_FLOAT, &temp, "0.8", 0, 100, "T", "temperature (0: greedy)" },
 	{ "top-k", PCG_OPT_INT, &top_k, "50", 0, 1 << 30, "K", "top-k (0: off)" },
 	{ "top-p", PCG_OPT_FLOAT, &top_p, "1", 1e-6, 1, "P", "top-p (1: off)" },
@@ -150,6 +154,7 @@ int main(int argc, char **argv)
 		q->seed = (uint64_t)seed;
 		q->max_tokens = max_tokens;
 		q->speaker = speaker;
+		q->viterbi_k = viterbi_k;
 		q->f16 = f16;
 		/* codec-decode runs elsewhere: give it an absolute path. */
 		char cwd[2048];

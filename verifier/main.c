@@ -26,7 +26,9 @@
 #include "proto.h"
 #include "rng.h"
 #include "sampling.h"
+#include "tm.h"
 #include "tokenizer.h"
+#include "viterbi.h"
 #include "voice.h"
 
 static const char *prog = "verifier";
@@ -34,7 +36,7 @@ static const char *SYNOPSIS = "--tokenizer FILE [--asg FILE|-] [--listen URL] [-
 			      "[--target URL] [--codec URL|none] [--timeout-ms N] [--tries N]";
 
 static const char *tok_path, *asg_path, *listen_url, *draft_url, *target_url, *codec_url;
-static const char *voice_path;
+static const char *voice_path, *tm_path;
 static const char *local_dir, *local_draft, *local_layers, *curve_key, *curve_allow, *curve_peers;
 static int timeout_ms, tries;
 
@@ -46,6 +48,9 @@ static const pcg_opt opts[] = {
 	{ "voice", PCG_OPT_STR, &voice_path, NULL, 1, 0, "FILE",
 	  "a phoneme voice's voice.json: espeak-ng phonemes and forced phoneme tokens "
 	  "(default with --local: DIR/voice.json when it exists)" },
+	{ "tm", PCG_OPT_STR, &tm_path, NULL, 1, 0, "FILE",
+	  "token transition matrix (tm-build) for mtp-viterbi "
+	  "(default with --local: DIR/tm when it exists)" },
 	{ "listen", PCG_OPT_STR, &listen_url, "tcp://127.0.0.1:7600", 1, 0, "URL",
 	  "endpoint for clients" },
 	{ "draft", PCG_OPT_STR, &draft_url, "tcp://127.0.0.1:7601", 1, 0, "URL", "draftd" },
@@ -99,6 +104,9 @@ typedef struct verifier {
 	llama_rows rows;
 	proto_msg *q, *r;     /* request and reply to a server */
 	float *p, *qv;        /* PROTO_MAX_N x width */
+	float *hv;            /* MTP: PROTO_MAX_VEC x width, allocated on first use */
+	int hv_width;
+	tm *tm;               /* --tm, for mtp-viterbi */
 } verifier;
 
 /* Row index of a model id in the output rows (speech codes, then end). */
@@ -133,9 +141,10 @@ static int ask(verifier *v, pcg_client *c, proto_msg *q, const int *ctx, int n, 
 		if (v->r->type == PROTO_PROBS) {
 			*sync = n;
 			*t_server += v->r->n_stats > 0 ? v->r->stats[0] : 0;
-			if (v->r->width != v->width || v->r->n_vec != q->n)
+			if (v->r->width != v->width || v->r->n_vec != q->n * (1 + q->heads))
 				return pcg_fail(err, "server answered %d x %d, asked %d x %d",
-						v->r->n_vec, v->r->width, q->n, v->width);
+						v->r->n_vec, v->r->width, q->n * (1 + q->heads),
+						v->width);
 			return 0;
 		}
 		if (v->r->type == PROTO_ERROR && !strcmp(v->r->code, PROTO_E_UNKNOWN_SESSION) &&
@@ -289,16 +298,33 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 	double st[PROTO_MAX_STATS] = { 0 }, t0 = now(), t_server = 0; /* servers' own compute */
 	const int L = req->n;
 	const uint64_t session = v->next_session++;
-	const int is_none = !strcmp(req->policy, "none");
-	const int kind = policy_kind_from_name(req->policy);
+	/* mtp-<policy>: the target's MTP heads draft and <policy> verifies;
+	 * mtp-viterbi: the heads' Viterbi path is emitted unverified. */
+	const int mtp = !strncmp(req->policy, "mtp-", 4);
+	const int viterbi = mtp && !strcmp(req->policy + 4, "viterbi");
+	const char *pname = mtp ? req->policy + 4 : req->policy;
+	const int is_none = !strcmp(pname, "none") || viterbi;
+	const int kind = viterbi ? -1 : policy_kind_from_name(pname);
+	const int heads = mtp ? L : 0;
 	policy *pol = NULL;
 	policy_result *res = NULL;
 	forced fc = { 0 };
 	int *pids = NULL;
 
-	if (!is_none && kind < 0) {
+	if ((!is_none && kind < 0) || (mtp && !viterbi && kind < 0)) {
 		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
-			    "field 'policy': '%s' is not sd, ssd, pcg, greedy or none", req->policy);
+			    "field 'policy': '%s' is not sd, ssd, pcg, greedy, none, mtp-viterbi or "
+			    "mtp- and one of the four", req->policy);
+		return;
+	}
+	if (mtp && (L < 1 || L + 1 > PROTO_MAX_N)) {
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
+			    "field 'n': %d MTP heads not in [1, %d]", L, PROTO_MAX_N - 1);
+		return;
+	}
+	if (viterbi && v->tm == NULL) {
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
+			    "policy mtp-viterbi needs a transition matrix (verifier --tm)");
 		return;
 	}
 	const asg *groups = v->groups;
@@ -334,6 +360,18 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 	}
 	const int max_tokens = v->voice && fc.n_frames < req->max_tokens ? fc.n_frames
 									  : req->max_tokens;
+	if (mtp && v->hv_width < v->width) {
+		free(v->hv);
+		v->hv = malloc((size_t)PROTO_MAX_VEC * v->width * sizeof(float));
+		v->hv_width = v->hv ? v->width : 0;
+		if (v->hv == NULL) {
+			proto_error(rep, req->id, PROTO_E_INTERNAL, "out of memory");
+			goto done;
+		}
+	}
+	/* the heads' distributions at the last committed token (mtp-*) */
+	const float *hp[PROTO_MAX_HEADS + 1];
+	int have_heads = 0;
 	if (!is_none) {
 		policy_params pp = { .kind = (policy_kind)kind, .beta = req->beta,
 				     .groups = kind == POLICY_PCG ? groups : NULL,
@@ -369,18 +407,32 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 		double t;
 
 		/* 0. a phoneme voice: the phoneme tokens due at this frame go in,
-		 * and the round stops short of the next one. */
+		 * and the round stops short of the next one. Heads computed
+		 * before a forced token do not see it: they are stale. */
+		int room = PROTO_MAX_N;
 		if (v->voice) {
-			while (j < fc.n && fc.frame[j] <= nsp)
+			while (j < fc.n && fc.frame[j] <= nsp) {
 				ctx[n++] = fc.id[j++];
-			int room = (j < fc.n ? fc.frame[j] : fc.n_frames) - nsp;
+				have_heads = 0;
+			}
+			room = (j < fc.n ? fc.frame[j] : fc.n_frames) - nsp;
 			if (Lr > room - 1)
 				Lr = room - 1;
 		}
-		const int target_only = is_none || Lr < 1;
+		const int target_only = is_none || Lr < 1 || (mtp && !have_heads);
 
-		/* 1. draft: x_1..x_Lr and p_1..p_Lr */
-		if (!target_only) {
+		/* 1. draft: x_1..x_Lr and p_1..p_Lr, from draftd or from the
+		 * target's heads at the last committed token */
+		if (!target_only && mtp) {
+			pcg_rng drng;
+			pcg_rng_init(&drng, req->seed ^ 0x6d74702d64726166ull, 1 + (uint64_t)rounds);
+			for (int i = 0; i < Lr; i++) {
+				float *pi = v->p + (size_t)i * v->width;
+				memcpy(pi, hp[i], (size_t)v->width * sizeof *pi);
+				int row = pcg_sample(pi, v->width, pcg_rng_uniform(&drng));
+				x[i] = row_id(v, row < 0 ? 0 : row);
+			}
+		} else if (!target_only) {
 			memset(q, 0, offsetof(proto_msg, append));
 			q->type = PROTO_PROPOSE;
 			q->session = session;
@@ -398,7 +450,8 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 				proto_vector(v->r, i, v->p + (size_t)i * v->width);
 			}
 		}
-		/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1..x_Lr] */
+		/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1..x_Lr]
+		 * (mtp-*: with the heads' distributions at each position) */
 		memset(q, 0, offsetof(proto_msg, append));
 		q->type = PROTO_SCORE;
 		q->session = session;
@@ -406,19 +459,47 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 		q->samp = req->samp;
 		q->rows = v->rows;
 		q->f16 = req->f16;
+		q->heads = heads;
 		t = now();
 		if (ask(v, v->target, q, ctx, n, &t_sync, x, target_only ? 0 : Lr, &t_server,
 			&resends, &err) < 0)
 			goto fail;
 		st[S_T_TARGET] += now() - t;
-		for (int i = 0; i < q->n; i++)
-			proto_vector(v->r, i, v->qv + (size_t)i * v->width);
+		for (int i = 0; i < q->n; i++) {
+			proto_vector(v->r, i * (1 + heads), v->qv + (size_t)i * v->width);
+			for (int k = 0; k < heads; k++) {
+				int vi = i * (1 + heads) + 1 + k;
+				proto_vector(v->r, vi, v->hv + (size_t)vi * v->width);
+			}
+		}
 
 		/* 3. policy */
 		t = now();
 		pcg_rng rng;
 		pcg_rng_init(&rng, req->seed, 1 + (uint64_t)rounds);
-		if (target_only) {
+		if (viterbi) {
+			/* the target's q and the heads: 1 + heads positions */
+			const int V = v->voice ? v->width : v->width - 1;
+			viterbi_opts vo = { req->viterbi_k > 0 ? req->viterbi_k : 8, -1, VITERBI_UNION };
+			uint32_t path[PROTO_MAX_N];
+			memcpy(v->hv, v->qv, (size_t)v->width * sizeof *v->hv);
+			if (V > (int)tm_get(v->tm)->n) {
+				pcg_fail(&err, "the transition matrix covers %u tokens, the model %d",
+					 tm_get(v->tm)->n, V);
+				goto fail;
+			}
+			if (v->width != V) /* the end row sits between the vectors */
+				for (int k = 1; k <= heads; k++)
+					memmove(v->hv + (size_t)k * V, v->hv + (size_t)k * v->width,
+						(size_t)V * sizeof *v->hv);
+			if (viterbi_decode(v->tm, v->hv, 1 + heads, V, &vo, path, NULL, NULL, &err) < 0)
+				goto fail;
+			for (int i = 0; i < 1 + heads && i < room; i++)
+				out[n_emit++] = row_id(v, (int)path[i]);
+			accepted = n_emit - 1;
+			for (int i = 0; i < accepted; i++)
+				accept_pos[i] += 1;
+		} else if (target_only) {
 			int row = pcg_sample(v->qv, v->width, pcg_rng_uniform(&rng));
 			out[n_emit++] = row_id(v, row < 0 ? v->width - 1 : row);
 		} else {
@@ -439,6 +520,14 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 			for (int i = 0; i < accepted; i++)
 				accept_pos[i] += 1;
 		}
+		/* the next drafts: the heads at the last accepted position, whose
+		 * q gave the token that ends this round */
+		if (mtp && !viterbi) {
+			const int a = target_only ? 0 : accepted;
+			for (int k = 0; k < heads; k++)
+				hp[k] = v->hv + ((size_t)a * (1 + heads) + 1 + k) * v->width;
+			have_heads = 1;
+		}
 		st[S_T_POLICY] += now() - t;
 
 		/* 4. commit, up to the end token */
@@ -451,7 +540,7 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 			}
 		}
 		rounds++;
-		st[S_DRAFTED] += target_only ? 0 : Lr;
+		st[S_DRAFTED] += viterbi ? heads : target_only ? 0 : Lr;
 		st[S_ACCEPTED] += accepted;
 		if (stream(v, session, sp + committed, nsp - committed, 0, req->out, &err) < 0)
 			goto fail;
@@ -463,7 +552,7 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 	q->type = PROTO_DROP;
 	q->session = session;
 	client_call(v->target, q, v->r, &err);
-	if (!is_none) {
+	if (!is_none && !mtp) {
 		q->type = PROTO_DROP;
 		client_call(v->draft, q, v->r, &err);
 	}
@@ -481,10 +570,10 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 	/* messaging: time in calls minus the servers' own compute */
 	st[S_T_MSG] = st[S_T_DRAFT] + st[S_T_TARGET] - t_server;
 	st[S_RESENDS] = resends;
-	rep->n_stats = S_POS0 + (is_none ? 0 : L);
+	rep->n_stats = S_POS0 + (is_none && !viterbi ? 0 : L);
 	for (int i = 0; i < S_POS0; i++)
 		rep->stats[i] = st[i];
-	for (int i = 0; !is_none && i < L; i++)
+	for (int i = 0; (!is_none || viterbi) && i < L; i++)
 		rep->stats[S_POS0 + i] = rounds ? accept_pos[i] / rounds : 0;
 	snprintf(rep->msg, sizeof rep->msg, "%.255s", req->out);
 	goto done;
@@ -619,6 +708,14 @@ int main(int argc, char **argv)
 		if (access(local_voice, F_OK) == 0)
 			voice_path = local_voice;
 	}
+	static char local_tm[4200];
+	if (tm_path == NULL && local_dir) {
+		snprintf(local_tm, sizeof local_tm, "%s/tm", local_dir);
+		if (access(local_tm, F_OK) == 0)
+			tm_path = local_tm;
+	}
+	if (tm_path && (v.tm = tm_open(tm_path, &err)) == NULL)
+		goto fail;
 	if (voice_path) {
 		static voice_info vi;
 		if (voice_load(voice_path, &vi, &err) < 0)
@@ -704,6 +801,8 @@ out:
 		zmq_ctx_term(ctx);
 	asg_close(&v.groups);
 	asg_close(&v.sent);
+	tm_close(&v.tm);
+	free(v.hv);
 	tok_free(&v.tok);
 	free(v.q);
 	free(v.r);
