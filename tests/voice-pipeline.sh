@@ -4,7 +4,8 @@
 # takes espeak-ng's phonemes and forces the phoneme tokens, so every policy
 # writes exactly espeak-ng's number of frames (pcg-phonemize says how many),
 # codec-decode picks the k-means codec from the model directory, the same
-# seed gives the same tokens, speakers are checked.
+# seed gives the same tokens, speakers are checked; the MTP modes (the
+# target's heads draft, or their Viterbi path is emitted) run too.
 set -u
 ROOT=${PCG_ROOT:-$(pwd)}
 T=${TEST_TMP:-$(mktemp -d)}
@@ -28,7 +29,7 @@ grep -q "serving kmeans-gl" "$PCG_RUNTIME_DIR/codec-decode.log" &&
 	ok "codec-decode took kmeans-gl from models/demo/codec" ||
 	bad "codec-decode: $(cat "$PCG_RUNTIME_DIR/codec-decode.log")"
 
-for pol in none sd ssd pcg; do
+for pol in none sd ssd pcg mtp-sd mtp-pcg mtp-viterbi; do
 	expect 0 "$pol" pcg-synth --policy "$pol" --speaker 2 --seed 7 --tokens -o "$pol.wav" "$text"
 	n=$(tail -n 1 out | wc -w | tr -d ' ')
 	[ "$n" = "$frames" ] && ok "$pol: $n speech tokens = espeak-ng's frames" ||
@@ -48,6 +49,13 @@ cmp -s sd.tok spk5.tok && bad "speaker 5 gave speaker 2's tokens" || ok "speaker
 expect 1 "speaker out of range" pcg-synth --speaker 8 "$text"
 err_has "the voice has 8 speakers"
 expect 0 "empty text is silence, not a crash" pcg-synth --policy sd "."
+expect 0 "mtp-viterbi, 2 heads, top-3" pcg-synth --policy mtp-viterbi --lookahead 2 --viterbi-k 3 \
+	--tokens "$text"
+out_has "mean acceptance length"
+expect 1 "more heads than the model has" pcg-synth --policy mtp-sd --lookahead 9 "$text"
+err_has "MTP heads asked"
+expect 1 "an unknown mtp mode" pcg-synth --policy mtp-beam "$text"
+err_has "mtp-viterbi"
 expect 0 "still up" pcg-synth --ping
 pcg-down >/dev/null 2>&1
 trap - EXIT INT TERM

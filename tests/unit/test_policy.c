@@ -32,6 +32,7 @@
 
 #include "asg.h"
 #include "check.h"
+#include "chi2.h"
 #include "policy.h"
 #include "rng.h"
 #include "sampling.h"
@@ -46,80 +47,6 @@
 static int n_tests;
 
 /* ---- statistics ---- */
-
-/* Regularised upper incomplete gamma Q(a, x): a series for small x, a
- * continued fraction (modified Lentz) otherwise. */
-static double gamma_q(double a, double x)
-{
-	const double lg = -x + a * log(x) - lgamma(a);
-
-	if (x <= 0.0)
-		return 1.0;
-	if (x < a + 1.0) {
-		double ap = a, del = 1.0 / a, sum = del;
-		for (int n = 0; n < 10000 && fabs(del) > fabs(sum) * 1e-16; n++) {
-			ap += 1.0;
-			del *= x / ap;
-			sum += del;
-		}
-		return 1.0 - sum * exp(lg);
-	}
-	double b = x + 1.0 - a, c = 1e300, d = 1.0 / b, h = d;
-	for (int i = 1; i < 10000; i++) {
-		double an = -i * (i - a), del;
-		b += 2.0;
-		d = an * d + b;
-		if (fabs(d) < 1e-300)
-			d = 1e-300;
-		c = b + an / c;
-		if (fabs(c) < 1e-300)
-			c = 1e-300;
-		d = 1.0 / d;
-		del = d * c;
-		h *= del;
-		if (fabs(del - 1.0) < 1e-16)
-			break;
-	}
-	return exp(lg) * h;
-}
-
-/* Chi-square p-value of counts against probabilities (normalised here);
- * categories expected below 5 are pooled into one; an observation in a
- * category of probability 0 gives p-value 0. */
-static double chi2_p(const long *obs, const double *prob, int k, long N, double *stat, int *df)
-{
-	double total = 0.0, x2 = 0.0, pool_e = 0.0;
-	long pool_o = 0;
-	int cats = 0;
-
-	for (int i = 0; i < k; i++)
-		total += prob[i];
-	for (int i = 0; i < k; i++) {
-		double e = N * prob[i] / total;
-		if (prob[i] <= 0.0) {
-			if (obs[i] > 0) {
-				*stat = INFINITY;
-				*df = 0;
-				return 0.0;
-			}
-			continue;
-		}
-		if (e < 5.0) {
-			pool_e += e;
-			pool_o += obs[i];
-			continue;
-		}
-		x2 += (obs[i] - e) * (obs[i] - e) / e;
-		cats++;
-	}
-	if (pool_e > 0.0) {
-		x2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
-		cats++;
-	}
-	*stat = x2;
-	*df = cats - 1;
-	return cats > 1 ? gamma_q(0.5 * (cats - 1), 0.5 * x2) : 1.0;
-}
 
 /* A test passes when its p-value is at least ALPHA. */
 static void expect_fit(const char *what, double pv, double stat, int df)
