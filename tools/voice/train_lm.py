@@ -195,6 +195,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--write-sequences", metavar="FILE",
+                    help="write the training sequences (one line of ids each, what the MTP "
+                         "heads train on) with the tokenizer given, and stop")
     ap.add_argument("--pcg-tokenize", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                            "bin", "pcg-tokenize"))
     a = ap.parse_args()
@@ -235,6 +238,13 @@ def main():
                              check=True).stdout.split()
         if [int(g) for g in got] != want:
             sys.exit("train_lm.py: pcg-tokenize and tokenizers disagree on the prompt of " + u[0])
+    if a.write_sequences:
+        with open(a.write_sequences + ".tmp", "w") as f:
+            for ids, _ in seqs["train"]:
+                f.write(" ".join(map(str, ids)) + "\n")
+        os.replace(a.write_sequences + ".tmp", a.write_sequences)
+        print("wrote %d sequences to %s" % (len(seqs["train"]), a.write_sequences))
+        return
     n_prompt = len(tok.encode(TEMPLATE.format(text=""), add_special_tokens=False).ids)
     print("%d train / %d held-out utterances, %d tokens of template, vocabulary %d"
           % (len(seqs["train"]), len(seqs["heldout"]), n_prompt, tok.get_vocab_size()),
