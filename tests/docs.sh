@@ -33,6 +33,8 @@ run_block() {
 	n=$((n + 1))
 	d="$T/example$n"
 	mkdir -p "$d"
+	# Examples are written as run from the source tree: models/ is there.
+	ln -s "$ROOT/models" "$d/models"
 	# Its own process group, killed afterwards: a failing example must not
 	# leave the daemons it started running.
 	(cd "$d" && exec setsid sh -e "$T/block") >"$d.log" 2>&1 &
