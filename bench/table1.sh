@@ -173,6 +173,18 @@ codes=${VOICE_WORK:-build/voice}/codec/codes
 	done
 } >"$work/manifest.tsv"
 pcg-eval --json "$work/eval.json" "$work/manifest.tsv" >"$work/eval.txt"
+# The baseline of MCD-DTW: the target's output against the reference of
+# another sentence (the next one in the list), same speaker where it is.
+{
+	printf 'id\ttext\twav\tref\n'
+	prev=
+	while IFS='	' read -r id spk text; do
+		[ -z "$prev" ] || printf 'unrelated-1-%s\t%s\t%s\t%s\n' "$prev" "-" \
+			"$work/wav/target-1-$prev.wav" "$work/ref/$id.wav"
+		prev=$id
+	done <"$work/sentences"
+} >"$work/unrelated.tsv"
+pcg-eval --no-wer --json "$work/unrelated.json" "$work/unrelated.tsv" >"$work/unrelated.txt"
 
 # The table, the curve and its plot.
 python3 - "$work" <<'EOF'
@@ -185,7 +197,8 @@ for line in open(os.path.join(work, "runs")):
     s[0] += int(tok); s[1] += float(sec); s[2] += int(rounds); s[3] += int(drafted)
     s[4] += int(acc)
 qual = {}
-for u in json.load(open(os.path.join(work, "eval.json")))["utterances"]:
+for u in (json.load(open(os.path.join(work, "eval.json")))["utterances"] +
+          json.load(open(os.path.join(work, "unrelated.json")))["utterances"]):
     name = u["id"].rsplit("-", 2)[0]
     q = qual.setdefault(name, ([], []))
     if u["wer"] is not None:
@@ -202,7 +215,8 @@ base = speed["target"][0] / speed["target"][1]
 rows = ["| method | tokens/s | speedup | mean acc. length | acc. rate | WER | MCD-DTW dB |",
         "|---|---:|---:|---:|---:|---:|---:|"]
 curve = []
-names = ["espeak", "codec"] + list(speed) + [n for n in qual if n.startswith("stress")]
+names = (["espeak", "codec"] + list(speed) + [n for n in qual if n.startswith("stress")] +
+         ["unrelated"])
 for name in names:
     if name in speed:
         tok, sec, rounds, drafted, acc = speed[name]
