@@ -8,6 +8,7 @@ Writes tests/fixtures/speech/:
   c.wav, d.wav   0.06 s of seeded synthetic sound at 22,050 Hz, c stereo:
                  an odd window length (551 samples) and the mixdown
   texts.tsv      id, text (what a.wav and b.wav say)
+  manifest.tsv   a pcg-eval manifest: each of a, b against the other
   mcd.tsv        a, b, mcd_db, frames_a, frames_b, path_length per pair
   cepstra.tsv    file, frame, c1 .. c24 for a few frames of each file
 
@@ -103,6 +104,10 @@ def main():
         f.write("id\ttext\n")
         for uid in VOICES:
             f.write("%s\t%s\n" % (uid, TEXT))
+    with open(os.path.join(OUT, "manifest.tsv"), "w") as f:
+        f.write("id\ttext\twav\tref\n")
+        f.write("a\t%s\ta.wav\tb.wav\n" % TEXT)
+        f.write("b\t%s\tb.wav\ta.wav\n" % TEXT)
     with open(os.path.join(OUT, "mcd.tsv"), "w") as f:
         f.write("a\tb\tmcd_db\tframes_a\tframes_b\tpath_length\n")
         for a, b in [("a", "b"), ("b", "a"), ("a", "a"), ("c", "d"), ("d", "c")]:
