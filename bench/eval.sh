@@ -1,0 +1,64 @@
+#!/bin/sh
+# bench/eval.sh: the numbers of docs/BENCHMARKS.md "Evaluation tools":
+# Whisper base's WER and time per utterance on plain espeak-ng speech (a
+# corpus of tools/voice/make_corpus.py), the MCD-DTW of pcg-mcd between the
+# same sentences spoken by one voice and by others, and pcg-mcd's time on
+# two recordings of about 20 s.
+# Usage: bench/eval.sh [SENTENCES [PAIRS]]   (default 20 and 10)
+# Needs make, espeak-ng, bible-kjv, python3 with numpy, and make eval-deps.
+# BENCH_DIR=DIR keeps the files there (default: a temporary directory).
+set -eu
+N=${1:-20}
+P=${2:-10}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PATH="$ROOT/bin:$ROOT/scripts:$PATH"
+W=${BENCH_DIR:-$(mktemp -d)}
+mkdir -p "$W"
+
+echo "== Whisper base WER on $N espeak-ng sentences (4 speakers)"
+python3 "$ROOT/tools/voice/make_corpus.py" --out "$W/corpus" --sentences "$N" --jobs 2
+awk -F '\t' 'NR == 1 { print "id\ttext\twav"; next } { print $1 "\t" $4 "\twav/" $1 ".wav" }' \
+	"$W/corpus/metadata.tsv" >"$W/corpus/manifest.tsv"
+pcg-eval --threads 2 --json "$W/wer.json" "$W/corpus/manifest.tsv"
+
+echo "== MCD-DTW against en-us+m3 (pitch 45, 160 wpm) on $P sentences"
+python3 - "$ROOT" "$W" "$P" <<'PY'
+import os, subprocess, sys, time
+root, w, p = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sys.path.insert(0, os.path.join(root, "tools", "voice"))
+import make_corpus as mc
+texts = [l.split("\t")[3].rstrip("\n") for l in open(os.path.join(w, "corpus", "metadata.tsv"))][1:]
+texts = texts[:p]
+# speaker index into mc.SPEAKERS, or a variant of speaker 0 (en-us+m3, 45, 160)
+variants = {"m3": 0, "m3-again": 0, "m3-190wpm": ("en-us+m3", 45, 190),
+            "m3-pitch65": ("en-us+m3", 65, 160), "f2": 1, "gb-m1": 2, "f4": 3}
+for name, spk in variants.items():
+    if not isinstance(spk, int):
+        mc.SPEAKERS.append(spk)
+        spk = len(mc.SPEAKERS) - 1
+    d = os.path.join(w, "mcd", name)
+    os.makedirs(d, exist_ok=True)
+    for i, t in enumerate(texts):
+        mc.speak(("p%02d" % i, t, spk, os.path.join(d, "p%02d.wav" % i)))
+    if name == "m3":
+        continue
+    with open(os.path.join(d, "manifest.tsv"), "w") as f:
+        f.write("id\ttext\twav\tref\n")
+        for i, t in enumerate(texts):
+            f.write("p%02d\t%s\tp%02d.wav\t../m3/p%02d.wav\n" % (i, t, i, i))
+    out = subprocess.run(["pcg-eval", "--no-wer", os.path.join(d, "manifest.tsv")],
+                         capture_output=True, text=True, check=True).stdout
+    print("%-11s %s" % (name, [l for l in out.splitlines() if l.startswith("# MCD")][0]))
+
+# Two long recordings: three sentences in a row (about 20 s), two voices.
+long = " ".join(texts[:3])
+for name, spk in (("long-a", 0), ("long-b", 1)):
+    mc.speak((name, long, spk, os.path.join(w, name + ".wav")))
+best = 1e9
+for _ in range(5):
+    t = time.monotonic()
+    r = subprocess.run(["pcg-mcd", "--json", os.path.join(w, "long-a.wav"),
+                        os.path.join(w, "long-b.wav")], capture_output=True, text=True, check=True)
+    best = min(best, time.monotonic() - t)
+print("pcg-mcd on two long recordings: %s, best of 5: %.3f s" % (r.stdout.strip(), best))
+PY
