@@ -54,12 +54,13 @@ float *mcd_read(const char *path, size_t *n, int *rate, int *channels, pcg_err *
 	sf_count_t got;
 	int fd = open(path, O_RDONLY);
 
+	/* open(2) first for its errno: libsndfile says "System error" alone. */
 	if (fd < 0) {
 		pcg_fail(err, "%s: %s", path, strerror(errno));
 		return NULL;
 	}
-	/* SF_TRUE: libsndfile closes fd, on failure too. */
-	if ((sf = sf_open_fd(fd, SFM_READ, &info, SF_TRUE)) == NULL) {
+	close(fd);
+	if ((sf = sf_open(path, SFM_READ, &info)) == NULL) {
 		pcg_fail(err, "%s: not an audio file libsndfile reads (%s)", path, sf_strerror(NULL));
 		return NULL;
 	}
@@ -112,11 +113,11 @@ static double mel_to_hz(double m) { return 700.0 * (pow(10.0, m / 2595.0) - 1.0)
 /* HTK-mel triangles as librosa.filters.mel(htk=True, norm=None) builds
  * them: band i rises from edge i to edge i + 1 and falls to edge i + 2,
  * the n_mels + 2 edges equally spaced in mel from 0 to rate / 2.
- * w is (n_mels, nbins). */
-static void mel_bank(double *w, int n_mels, int nbins, int n_fft, int rate)
+ * w is (n_mels, nbins); edge has n_mels + 2 places. */
+static void mel_bank(double *w, double *edge, int n_mels, int nbins, int n_fft, int rate)
 {
 	int ne = n_mels + 2;
-	double *edge = malloc((size_t)ne * sizeof *edge), top = hz_to_mel(rate / 2.0);
+	double top = hz_to_mel(rate / 2.0);
 
 	for (int i = 0; i < ne; i++)
 		edge[i] = mel_to_hz(top * i / (ne - 1));
@@ -128,7 +129,6 @@ static void mel_bank(double *w, int n_mels, int nbins, int n_fft, int rate)
 			double v = lower < upper ? lower : upper;
 			w[(size_t)i * nbins + k] = v > 0 ? v : 0;
 		}
-	free(edge);
 }
 
 int mcd_cepstra(const float *x, size_t n, int rate, const mcd_config *c, double **cep,
@@ -139,7 +139,7 @@ int mcd_cepstra(const float *x, size_t n, int rate, const mcd_config *c, double 
 	float *frame = NULL;
 	fftwf_complex *spec = NULL;
 	fftwf_plan plan = NULL;
-	double *hann = NULL, *bank = NULL, *dct = NULL, *logmel = NULL, *out = NULL;
+	double *hann = NULL, *bank = NULL, *edge = NULL, *dct = NULL, *logmel = NULL, *out = NULL;
 	int rc = -1;
 
 	if (mcd_config_check(c, rate, err) < 0)
@@ -159,10 +159,11 @@ int mcd_cepstra(const float *x, size_t n, int rate, const mcd_config *c, double 
 	spec = fftwf_malloc((size_t)nbins * sizeof *spec);
 	hann = malloc((size_t)win * sizeof *hann);
 	bank = malloc((size_t)M * nbins * sizeof *bank);
+	edge = malloc((size_t)(M + 2) * sizeof *edge);
 	dct = malloc((size_t)D * M * sizeof *dct);
 	logmel = malloc((size_t)M * sizeof *logmel);
 	out = malloc(T * D * sizeof *out);
-	if (!frame || !spec || !hann || !bank || !dct || !logmel || !out) {
+	if (!frame || !spec || !hann || !bank || !edge || !dct || !logmel || !out) {
 		pcg_fail(err, "out of memory for %zu frames", T);
 		goto done;
 	}
@@ -174,7 +175,7 @@ int mcd_cepstra(const float *x, size_t n, int rate, const mcd_config *c, double 
 	/* Periodic Hann (scipy's get_window("hann", win, fftbins=True)). */
 	for (int i = 0; i < win; i++)
 		hann[i] = 0.5 - 0.5 * cos(2 * M_PI * i / win);
-	mel_bank(bank, M, nbins, n_fft, rate);
+	mel_bank(bank, edge, M, nbins, n_fft, rate);
 	/* Orthonormal DCT-II rows 1 .. D (row 0, c0, is dropped). */
 	for (int k = 1; k <= D; k++)
 		for (int m = 0; m < M; m++)
@@ -223,6 +224,7 @@ done:
 	fftwf_free(spec);
 	free(hann);
 	free(bank);
+	free(edge);
 	free(dct);
 	free(logmel);
 	free(out);
