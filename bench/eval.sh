@@ -22,24 +22,47 @@ awk -F '\t' 'NR == 1 { print "id\ttext\twav"; next } { print $1 "\t" $4 "\twav/"
 pcg-eval --threads 2 --json "$W/wer.json" "$W/corpus/manifest.tsv"
 
 echo "== MCD-DTW against en-us+m3 (pitch 45, 160 wpm) on $P sentences"
-python3 - "$ROOT" "$W" "$P" <<'PY'
-import os, subprocess, sys, time
-root, w, p = sys.argv[1], sys.argv[2], int(sys.argv[3])
-sys.path.insert(0, os.path.join(root, "tools", "voice"))
-import make_corpus as mc
-texts = [l.split("\t")[3].rstrip("\n") for l in open(os.path.join(w, "corpus", "metadata.tsv"))][1:]
-texts = texts[:p]
-# speaker index into mc.SPEAKERS, or a variant of speaker 0 (en-us+m3, 45, 160)
-variants = {"m3": 0, "m3-again": 0, "m3-190wpm": ("en-us+m3", 45, 190),
-            "m3-pitch65": ("en-us+m3", 65, 160), "f2": 1, "gb-m1": 2, "f4": 3}
+python3 - "$W" "$P" <<'PY'
+import os, subprocess, sys, time, wave
+import numpy as np
+w, p = sys.argv[1], int(sys.argv[2])
+RATE = 16000
+
+
+def speak(voice, pitch, wpm, text, path):
+    """espeak-ng at 22,050 Hz, FFT-resampled to 16 kHz 16-bit mono."""
+    raw = path + ".22k.wav"
+    subprocess.run(["espeak-ng", "-v", voice, "-p", str(pitch), "-s", str(wpm), "-w", raw,
+                    text], check=True)
+    with wave.open(raw) as f:
+        rate_in = f.getframerate()
+        x = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2") / 32768.0
+    os.unlink(raw)
+    n = int(round(len(x) * RATE / rate_in))
+    X = np.fft.rfft(x)
+    Y = np.zeros(n // 2 + 1, dtype=complex)
+    m = min(len(Y), len(X))
+    Y[:m] = X[:m]
+    y = np.fft.irfft(Y, n) * (n / len(x))
+    with wave.open(path, "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(RATE)
+        f.writeframes(np.clip(np.round(y * 32767), -32768, 32767).astype("<i2").tobytes())
+
+
+texts = [l.split("\t")[3].rstrip("\n") for l in open(os.path.join(w, "corpus", "metadata.tsv"))]
+texts = texts[1:p + 1]
+# The reference is speaker 0 of make_corpus.py; f2, gb-m1, f4 are its speakers 1-3.
+variants = {"m3": ("en-us+m3", 45, 160), "m3-again": ("en-us+m3", 45, 160),
+            "m3-190wpm": ("en-us+m3", 45, 190), "m3-pitch65": ("en-us+m3", 65, 160),
+            "f2": ("en-us+f2", 65, 150), "gb-m1": ("en-gb+m1", 35, 175),
+            "f4": ("en-us+f4", 75, 140)}
 for name, spk in variants.items():
-    if not isinstance(spk, int):
-        mc.SPEAKERS.append(spk)
-        spk = len(mc.SPEAKERS) - 1
     d = os.path.join(w, "mcd", name)
     os.makedirs(d, exist_ok=True)
     for i, t in enumerate(texts):
-        mc.speak(("p%02d" % i, t, spk, os.path.join(d, "p%02d.wav" % i)))
+        speak(*spk, t, os.path.join(d, "p%02d.wav" % i))
     if name == "m3":
         continue
     with open(os.path.join(d, "manifest.tsv"), "w") as f:
@@ -52,11 +75,10 @@ for name, spk in variants.items():
 
 # Two long recordings: three sentences in a row (about 20 s), two voices,
 # and their first 10 s.
-import wave
 long = " ".join(texts[:3])
-for name, spk in (("long-a", 0), ("long-b", 1)):
+for name, spk in (("long-a", variants["m3"]), ("long-b", variants["f2"])):
     path = os.path.join(w, name + ".wav")
-    mc.speak((name, long, spk, path))
+    speak(*spk, long, path)
     with wave.open(path) as f:
         head = f.readframes(10 * f.getframerate())
         params = f.getparams()
