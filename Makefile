@@ -3,6 +3,7 @@
 #   make test       builds everything, runs tests/run (offline, a few minutes)
 #   make demo       runs the demo job on the embedded tiny model
 #   make install    PREFIX=/usr/local (bin/, share/man/)
+#   make eval-deps  pip-installs what pcg-eval's WER needs (tools/eval/requirements.txt)
 #   make clean
 # CUDA sources (lib/cuda/*.cu) build when nvcc is found; CUDA=0 turns that off.
 
@@ -34,14 +35,14 @@ BINS     := $(PROGS:%=bin/%)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS    := $(TEST_SRC:tests/unit/%.c=build/tests/%)
 # Tests of parsers of untrusted input also run under AddressSanitizer and UBSan.
-ASAN_TESTS := $(patsubst tests/unit/%.c,build/tests/asan-%,$(wildcard tests/unit/test_safetensors*.c tests/unit/test_config*.c tests/unit/test_tokenizer*.c tests/unit/test_proto*.c tests/unit/test_codes*.c tests/unit/test_asg*.c tests/unit/test_tm*.c tests/unit/test_kmeans*.c tests/unit/test_mtp*.c))
+ASAN_TESTS := $(patsubst tests/unit/%.c,build/tests/asan-%,$(wildcard tests/unit/test_safetensors*.c tests/unit/test_config*.c tests/unit/test_tokenizer*.c tests/unit/test_proto*.c tests/unit/test_codes*.c tests/unit/test_asg*.c tests/unit/test_tm*.c tests/unit/test_kmeans*.c tests/unit/test_mtp.c tests/unit/test_mcd*.c))
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES  := $(BENCH_SRC:bench/%.c=bin/bench-%)
 SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all test demo voice install clean bench deps
+.PHONY: all test demo voice install clean bench deps eval-deps
 # Keep the objects of tests and benches: they are intermediates of pattern rules.
 .SECONDARY:
 all: $(BINS) $(BENCHES) $(CUDA_LIB)
@@ -114,10 +115,15 @@ voice: all
 bench: all
 	@bench/run
 
+# Whisper for scripts/pcg-eval, into the python3 on PATH (not needed by make test).
+PYTHON ?= python3
+eval-deps:
+	$(PYTHON) -m pip install --break-system-packages -r tools/eval/requirements.txt
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin
-	install -m 755 scripts/pcg-up scripts/pcg-down scripts/pcg-runtime $(DESTDIR)$(PREFIX)/bin
+	install -m 755 scripts/pcg-up scripts/pcg-down scripts/pcg-runtime scripts/pcg-eval $(DESTDIR)$(PREFIX)/bin
 	for f in $$(find models/demo -type f); do \
 		install -D -m 644 $$f $(DESTDIR)$(PREFIX)/share/pcg-tts/$$f; done
 	for m in man/*.[1-8]; do \
