@@ -32,10 +32,10 @@ mkdir -p "$work/wav" "$work/ref" "$work/asg"
 head -n "$nsent" bench/table1-sentences.tsv >"$work/sentences"
 
 # The ASGs: three theta values, and the middle one with a top-k cut.
-for th in 0.4 0.5 0.6; do
+for th in 0.3 0.4 0.5; do
 	[ -f "$work/asg/$th" ] || asg-build --model "$m" --theta "$th" --quiet -o "$work/asg/$th"
 done
-[ -f "$work/asg/0.5-k4" ] || asg-build --model "$m" --theta 0.5 --topk 4 --quiet -o "$work/asg/0.5-k4"
+[ -f "$work/asg/0.4-k4" ] || asg-build --model "$m" --theta 0.4 --topk 4 --quiet -o "$work/asg/0.4-k4"
 
 # The references: espeak-ng's rendering at the codec's rate (16 kHz).
 while IFS='	' read -r id spk text; do
@@ -100,10 +100,10 @@ run target none
 run sd sd
 run ssd-0.2 ssd --beta 0.2
 run ssd-0.4 ssd --beta 0.4
-for th in 0.4 0.5 0.6; do
+for th in 0.3 0.4 0.5; do
 	run "pcg-$th" pcg --asg "$work/asg/$th"
 done
-run pcg-0.5-k4 pcg --asg "$work/asg/0.5-k4"
+run pcg-0.4-k4 pcg --asg "$work/asg/0.4-k4"
 # The MTP paper's Table II: n heads, top-k, Viterbi; and the heads
 # verified by sd and pcg (exact).
 for nh in 2 4 8; do
@@ -112,7 +112,7 @@ for nh in 2 4 8; do
 	done
 done
 run mtp-sd-n3 mtp-sd
-run mtp-pcg-n3 mtp-pcg --asg "$work/asg/0.5"
+run mtp-pcg-n3 mtp-pcg --asg "$work/asg/0.4"
 pcg-down >/dev/null
 trap - EXIT
 
@@ -125,7 +125,7 @@ ids = [l.split("\t")[0] for l in open(os.path.join(work, "sentences"))]
 import json
 first = json.load(open(os.path.join(m, "tokenizer.json")))
 first = next(a["id"] for a in first["added_tokens"] if a["content"] == "<|s_0|>")
-for th in ["0.4", "0.5", "0.6"]:
+for th in ["0.3", "0.4", "0.5"]:
     groups = {}
     out = subprocess.run(["asg-info", "--groups", os.path.join(work, "asg", th)],
                          capture_output=True, text=True, check=True).stdout
