@@ -177,11 +177,11 @@ pcg-eval --json "$work/eval.json" "$work/manifest.tsv" >"$work/eval.txt"
 # another sentence (the next one in the list), same speaker where it is.
 {
 	printf 'id\ttext\twav\tref\n'
-	prev=
+	prev= prevtext=
 	while IFS='	' read -r id spk text; do
-		[ -z "$prev" ] || printf 'unrelated-1-%s\t%s\t%s\t%s\n' "$prev" "-" \
+		[ -z "$prev" ] || printf 'unrelated-1-%s\t%s\t%s\t%s\n' "$prev" "$prevtext" \
 			"$work/wav/target-1-$prev.wav" "$work/ref/$id.wav"
-		prev=$id
+		prev=$id prevtext=$text
 	done <"$work/sentences"
 } >"$work/unrelated.tsv"
 pcg-eval --no-wer --json "$work/unrelated.json" "$work/unrelated.tsv" >"$work/unrelated.txt"
@@ -196,13 +196,16 @@ for line in open(os.path.join(work, "runs")):
     s = speed.setdefault(name, [0, 0.0, 0, 0, 0])
     s[0] += int(tok); s[1] += float(sec); s[2] += int(rounds); s[3] += int(drafted)
     s[4] += int(acc)
-qual = {}
+qual, corpus = {}, {}
 for u in (json.load(open(os.path.join(work, "eval.json")))["utterances"] +
           json.load(open(os.path.join(work, "unrelated.json")))["utterances"]):
     name = u["id"].rsplit("-", 2)[0]
     q = qual.setdefault(name, ([], []))
     if u["wer"] is not None:
         q[0].append(u["wer"])
+        c = corpus.setdefault(name, [0, 0])
+        c[0] += u["errors"]
+        c[1] += u["words"]
     if u["mcd_db"] is not None:
         q[1].append(u["mcd_db"])
 def ms(v):
@@ -212,8 +215,8 @@ def ms(v):
     sd = math.sqrt(sum((x - m) ** 2 for x in v) / max(1, len(v) - 1))
     return "%.3f +- %.3f" % (m, sd)
 base = speed["target"][0] / speed["target"][1]
-rows = ["| method | tokens/s | speedup | mean acc. length | acc. rate | WER | MCD-DTW dB |",
-        "|---|---:|---:|---:|---:|---:|---:|"]
+rows = ["| method | tokens/s | speedup | mean acc. length | acc. rate | corpus WER | WER | "
+        "MCD-DTW dB |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
 curve = []
 names = (["espeak", "codec"] + list(speed) + [n for n in qual if n.startswith("stress")] +
          ["unrelated"])
@@ -229,9 +232,11 @@ for name in names:
     else:
         continue
     w, m = qual.get(name, ([], []))
-    rows.append("| %s | %s | %s | %s |" % (name, " | ".join(cells), ms(w), ms(m)))
+    cw = "%.3f" % (corpus[name][0] / corpus[name][1]) if name in corpus else "-"
+    rows.append("| %s | %s | %s | %s | %s |" % (name, " | ".join(cells), cw, ms(w), ms(m)))
     if name in speed and w and not name.startswith("mtp-viterbi"):
-        curve.append((name, tps / base, sum(w) / len(w), sum(m) / len(m) if m else 0))
+        curve.append((name, tps / base, corpus[name][0] / corpus[name][1],
+                      sum(m) / len(m) if m else 0))
 with open(os.path.join(work, "table1.md"), "w") as f:
     f.write("\n".join(rows) + "\n")
 with open(os.path.join(work, "curve.dat"), "w") as f:
@@ -244,7 +249,7 @@ if command -v gnuplot >/dev/null 2>&1; then
 set terminal pngcairo size 900,600
 set output "$work/table1.png"
 set xlabel "speedup over the target alone (wall clock)"
-set ylabel "WER (Whisper base)"
+set ylabel "corpus WER (Whisper base)"
 set title "Demo voice: speed against intelligibility (pcg theta and ssd beta sweeps)"
 set key off
 set grid
