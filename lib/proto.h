@@ -1,7 +1,7 @@
 /* proto.h: the messages between the stages of the pipeline, as msgpack.
  *
  * Every message is one ZeroMQ frame holding one msgpack map with the keys
- *   "v" (protocol version, 1), "type" (string), "id" (request id, echoed in
+ *   "v" (protocol version, 2), "type" (string), "id" (request id, echoed in
  *   the reply), and the fields of that type's schema, nothing else.
  * Requests to a model server (draftd, targetd):
  *   propose: session, pos, append, n (tokens to draft), temp, top_k, top_p,
@@ -46,7 +46,7 @@
 #include "model.h"
 #include "sampling.h"
 
-#define PROTO_VERSION 1
+#define PROTO_VERSION 2
 #define PROTO_MAX_APPEND 8192 /* tokens per request: a whole LLaSA context fits */
 #define PROTO_MAX_N 16        /* lookahead + 1 */
 #define PROTO_MAX_HEADS 16    /* MTP heads a score may ask for */

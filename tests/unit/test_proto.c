@@ -185,10 +185,10 @@ static void test_hostile(void)
 	memcpy(cp, b, len);
 	for (size_t i = 0; i + 2 < len; i++)
 		if (cp[i] == 0xa1 && cp[i + 1] == 'v') {
-			cp[i + 2] = 2;
+			cp[i + 2] = PROTO_VERSION + 1;
 			break;
 		}
-	bad("version 2", cp, len, "protocol version 2");
+	bad("a later version", cp, len, "protocol version 3");
 	memcpy(cp, b, len);
 	for (size_t i = 0; i + 6 < len; i++) /* "top_k" -> "top_x": an unknown field */
 		if (!memcmp(cp + i, "top_k", 5)) {
