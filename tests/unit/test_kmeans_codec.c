@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "kmeans_codec.h"
 
 #define FX "tests/fixtures/kmeans/tiny"
@@ -49,23 +50,6 @@ static int read_codes(int32_t *codes, int max)
 		n++;
 	fclose(f);
 	return n;
-}
-
-static float *read_f32(const char *path, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	float *x;
-	long len;
-
-	if (f == NULL)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	rewind(f);
-	x = malloc(len);
-	*n = fread(x, 4, len / 4, f);
-	fclose(f);
-	return x;
 }
 
 static void write_file(const char *path, const char *text)

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fixture.h"
 #include "model.h"
 #include "mtp.h"
 #include "safetensors.h"
@@ -39,59 +40,6 @@ static const struct {
 	{ "bf16", "bf16", 4 },
 	{ "tied-f16", "tied-f32", 2 },
 };
-
-static float *read_f32(const char *path, size_t *n)
-{
-	FILE *f = fopen(path, "rb");
-	float *v;
-	long sz;
-
-	if (f == NULL)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	sz = ftell(f);
-	rewind(f);
-	v = malloc(sz > 0 ? (size_t)sz : 1);
-	if (v && fread(v, 1, (size_t)sz, f) != (size_t)sz) {
-		free(v);
-		v = NULL;
-	}
-	fclose(f);
-	*n = (size_t)sz / sizeof(float);
-	return v;
-}
-
-static int read_ids(const char *path, int *ids, int max)
-{
-	FILE *f = fopen(path, "r");
-	int n = 0;
-
-	if (f == NULL)
-		return -1;
-	while (n < max && fscanf(f, "%d", &ids[n]) == 1)
-		n++;
-	fclose(f);
-	return n;
-}
-
-static double max_abs(const float *a, size_t n)
-{
-	double m = 0;
-	for (size_t i = 0; i < n; i++)
-		m = fabs(a[i]) > m ? fabs(a[i]) : m;
-	return m;
-}
-
-static double max_diff(const float *a, const float *b, size_t n)
-{
-	double m = 0;
-	for (size_t i = 0; i < n; i++) {
-		double d = fabs((double)a[i] - b[i]);
-		if (!(d <= m)) /* NaN counts as infinitely far */
-			m = isnan(d) ? INFINITY : d;
-	}
-	return m;
-}
 
 static void check_fixture(int fi)
 {
