@@ -48,6 +48,13 @@ tail -n 1 out >spk5.tok
 cmp -s sd.tok spk5.tok && bad "speaker 5 gave speaker 2's tokens" || ok "speaker 5 differs"
 expect 1 "speaker out of range" pcg-synth --speaker 8 "$text"
 err_has "the voice has 8 speakers"
+# Foreign words give phonemes the corpus never had (espeak-ng's u and *):
+# the pause token stands in, the length is still espeak-ng's.
+foreign="Bonjour, ça va? Ĉu vi parolas Esperanton? Ελληνικά"
+ff=$(pcg-phonemize --voice-file "$M/voice.json" "$foreign" | head -n 1 | awk '{print $3}')
+expect 0 "phonemes the voice never saw" pcg-synth --policy pcg --tokens "$foreign"
+n=$(tail -n 1 out | wc -w | tr -d ' ')
+[ "$n" = "$ff" ] && ok "unknown phonemes: $n tokens = espeak-ng's frames" || bad "$n tokens, want $ff"
 expect 1 "a text that is only punctuation" pcg-synth --policy sd "."
 err_has "espeak-ng speaks it as silence"
 expect 0 "mtp-viterbi, 2 heads, top-3" pcg-synth --policy mtp-viterbi --lookahead 2 --viterbi-k 3 \

@@ -274,7 +274,7 @@ static int forced_make(verifier *v, const proto_msg *req, forced *f, pcg_err *er
 		if (id < 0) { /* a phoneme the corpus never had: the pause stands in */
 			id = v->unk_phone;
 			f->unknown++;
-			snprintf(tok, sizeof tok, "%s", tok_token_str(v->tok, id, NULL));
+			snprintf(tok, sizeof tok, "<|p__|>");
 		}
 		len += (size_t)sprintf(f->text + len, "%s", tok);
 		f->id[f->n] = id;
