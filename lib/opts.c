@@ -2,6 +2,7 @@
 #include "opts.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,4 +158,35 @@ void pcg_opts_usage(FILE *f, const char *prog, const char *synopsis, const pcg_o
 			fprintf(f, " (default %s)", o->def);
 		fputc('\n', f);
 	}
+}
+
+int pcg_parse_ids(const char *s, int **out, int *n)
+{
+	int cap = 16, *v = malloc(cap * sizeof *v);
+
+	*n = 0;
+	if (v == NULL)
+		return -1;
+	while (*s) {
+		char *end;
+		long id;
+		errno = 0;
+		id = strtol(s, &end, 10);
+		if (end == s || errno || id < 0 || id > INT_MAX || (*end && *end != ',')) {
+			free(v);
+			return -1;
+		}
+		if (*n == cap) {
+			int *w = realloc(v, (cap *= 2) * sizeof *v);
+			if (w == NULL) {
+				free(v);
+				return -1;
+			}
+			v = w;
+		}
+		v[(*n)++] = (int)id;
+		s = *end ? end + 1 : end;
+	}
+	*out = v;
+	return *n > 0 ? 0 : -1;
 }

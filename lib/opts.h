@@ -47,6 +47,11 @@ int pcg_opts_parse(const pcg_opt *opts, int argc, char **argv, pcg_err *err);
 /* Prints "usage: prog synopsis" and one line per flag with its default. */
 void pcg_opts_usage(FILE *f, const char *prog, const char *synopsis, const pcg_opt *opts);
 
+/* Parses a comma-separated list of token ids ("1,2,3", each in [0,
+ * INT_MAX]) into a malloc'd array (*out, *n). Returns 0, or -1 on a bad or
+ * empty list or out of memory (*out is then not set). */
+int pcg_parse_ids(const char *s, int **out, int *n);
+
 /* Whether flag name was given on the command line (after a parse). */
 int pcg_opts_given(const pcg_opt *opts, const char *name);
 

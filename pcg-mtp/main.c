@@ -47,37 +47,6 @@ static const pcg_opt opts[] = {
 	{ NULL },
 };
 
-static int parse_tokens(const char *s, int **out, int *n)
-{
-	int cap = 16, *v = malloc(cap * sizeof *v);
-
-	*n = 0;
-	if (v == NULL)
-		return -1;
-	while (*s) {
-		char *end;
-		long id;
-		errno = 0;
-		id = strtol(s, &end, 10);
-		if (end == s || errno || id < 0 || id > INT_MAX || (*end && *end != ',')) {
-			free(v);
-			return -1;
-		}
-		if (*n == cap) {
-			int *w = realloc(v, (cap *= 2) * sizeof *v);
-			if (w == NULL) {
-				free(v);
-				return -1;
-			}
-			v = w;
-		}
-		v[(*n)++] = (int)id;
-		s = *end ? end + 1 : end;
-	}
-	*out = v;
-	return *n > 0 ? 0 : -1;
-}
-
 /* "B:E,B:E" into rows; the model checks the ranges against its vocabulary. */
 static int parse_rows(const char *s, llama_rows *rows)
 {
@@ -196,7 +165,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: --dtype: '%s' is not f32, f16 or bf16\n", prog, dtype_s);
 		return 2;
 	}
-	if (tokens_s && parse_tokens(tokens_s, &tokens, &n) < 0) {
+	if (tokens_s && pcg_parse_ids(tokens_s, &tokens, &n) < 0) {
 		fprintf(stderr, "%s: --tokens: '%s' is not a comma-separated list of ids\n", prog,
 			tokens_s);
 		return 2;

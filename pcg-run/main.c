@@ -2,8 +2,6 @@
  * dumps the logits of every position, or prints the greedy continuation.
  * The smallest way to check the engine against Hugging Face transformers.
  */
-#include <errno.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,37 +31,6 @@ static const pcg_opt opts[] = {
 	{ NULL },
 };
 
-static int parse_tokens(const char *s, int **out, int *n)
-{
-	int cap = 16, *v = malloc(cap * sizeof *v);
-
-	*n = 0;
-	if (v == NULL)
-		return -1;
-	while (*s) {
-		char *end;
-		long id;
-		errno = 0;
-		id = strtol(s, &end, 10);
-		if (end == s || errno || id < 0 || id > INT_MAX || (*end && *end != ',')) {
-			free(v);
-			return -1;
-		}
-		if (*n == cap) {
-			int *w = realloc(v, (cap *= 2) * sizeof *v);
-			if (w == NULL) {
-				free(v);
-				return -1;
-			}
-			v = w;
-		}
-		v[(*n)++] = (int)id;
-		s = *end ? end + 1 : end;
-	}
-	*out = v;
-	return *n > 0 ? 0 : -1;
-}
-
 int main(int argc, char **argv)
 {
 	pcg_err err = { "" };
@@ -83,7 +50,7 @@ int main(int argc, char **argv)
 		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
 		return 2;
 	}
-	if (parse_tokens(tokens_s, &tokens, &n) < 0) {
+	if (pcg_parse_ids(tokens_s, &tokens, &n) < 0) {
 		fprintf(stderr, "%s: --tokens: '%s' is not a comma-separated list of ids\n", prog,
 			tokens_s);
 		return 2;
