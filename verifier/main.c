@@ -64,7 +64,7 @@ static const pcg_opt opts[] = {
 	  "run the target (DIR) and the draft as threads of this process, on inproc:// "
 	  "endpoints, instead of connecting to --draft and --target" },
 	{ "local-draft", PCG_OPT_STR, &local_draft, NULL, 1, 0, "DIR",
-	  "with --local: the draft model (default: the target)" },
+	  "with --local: the draft model (default: DIR/draft when it exists, else the target)" },
 	{ "local-draft-layers", PCG_OPT_STR, &local_layers, NULL, 1, 0, "LIST",
 	  "with --local: the draft is these layers of the target" },
 	{ "curve-key", PCG_OPT_STR, &curve_key, NULL, 1, 0, "FILE",
@@ -603,6 +603,15 @@ static void *local_main(void *arg)
 	return NULL;
 }
 
+/* With --local DIR: DIR/name (into buf) when that file exists, else NULL. */
+static const char *beside_local(char *buf, size_t size, const char *name)
+{
+	if (local_dir == NULL)
+		return NULL;
+	snprintf(buf, size, "%s/%s", local_dir, name);
+	return access(buf, F_OK) == 0 ? buf : NULL;
+}
+
 /* ping: the verifier and every server behind it answer. */
 static void ping(verifier *v, const proto_msg *req, proto_msg *rep)
 {
@@ -702,18 +711,18 @@ int main(int argc, char **argv)
 		goto fail;
 	if (asg_path && (v.groups = asg_open(asg_path, &err)) == NULL)
 		goto fail;
-	static char local_voice[4200];
-	if (voice_path == NULL && local_dir) {
-		snprintf(local_voice, sizeof local_voice, "%s/voice.json", local_dir);
-		if (access(local_voice, F_OK) == 0)
-			voice_path = local_voice;
+	static char local_voice[4200], local_tm[4200];
+	if (voice_path == NULL)
+		voice_path = beside_local(local_voice, sizeof local_voice, "voice.json");
+	/* the draft: DIR/draft when it holds a model, as pcg-up does */
+	static char local_draft_dir[4200];
+	if (local_draft == NULL && local_layers == NULL &&
+	    beside_local(local_draft_dir, sizeof local_draft_dir, "draft/config.json")) {
+		snprintf(local_draft_dir, sizeof local_draft_dir, "%s/draft", local_dir);
+		local_draft = local_draft_dir;
 	}
-	static char local_tm[4200];
-	if (tm_path == NULL && local_dir) {
-		snprintf(local_tm, sizeof local_tm, "%s/tm", local_dir);
-		if (access(local_tm, F_OK) == 0)
-			tm_path = local_tm;
-	}
+	if (tm_path == NULL)
+		tm_path = beside_local(local_tm, sizeof local_tm, "tm");
 	if (tm_path && (v.tm = tm_open(tm_path, &err)) == NULL)
 		goto fail;
 	if (voice_path) {
