@@ -15,7 +15,8 @@
 # Usage: bench/table1.sh [SENTENCES] [SEEDS] [EVAL_SEEDS]   (default 100, 3, 3)
 # Speed counts every run; WER and MCD-DTW (Whisper is the slow part, about
 # a second per utterance here) the runs of the first EVAL_SEEDS seeds.
-# mtp-viterbi has no random draw: it runs one seed.
+# mtp-viterbi has no random draw: it runs one seed. MTP=0 leaves out the
+# Table II rows (the MTP heads), which roughly halves the run.
 # Needs: make, pcg-eval's Python packages (make eval-deps), gnuplot for the
 # plot. Results: $BENCH_CACHE/table1/ (default /tmp/pcg-tts-bench).
 set -eu
@@ -106,13 +107,15 @@ done
 run pcg-0.4-k4 pcg --asg "$work/asg/0.4-k4"
 # The MTP paper's Table II: n heads, top-k, Viterbi; and the heads
 # verified by sd and pcg (exact).
-for nh in 2 4 8; do
-	for k in 3 10 25; do
-		run "mtp-viterbi-n$nh-k$k" mtp-viterbi --lookahead "$nh" --viterbi-k "$k"
+if [ "${MTP:-1}" != 0 ]; then
+	for nh in 2 4 8; do
+		for k in 3 10 25; do
+			run "mtp-viterbi-n$nh-k$k" mtp-viterbi --lookahead "$nh" --viterbi-k "$k"
+		done
 	done
-done
-run mtp-sd-n3 mtp-sd
-run mtp-pcg-n3 mtp-pcg --asg "$work/asg/0.4"
+	run mtp-sd-n3 mtp-sd
+	run mtp-pcg-n3 mtp-pcg --asg "$work/asg/0.4"
+fi
 pcg-down >/dev/null
 trap - EXIT
 
