@@ -16,7 +16,7 @@ PKGS     := openblas jansson libpcre2-8 libzmq msgpack sndfile fftw3f espeak-ng
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson -lpcre2-8 -lsndfile -lfftw3f -lespeak-ng)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -pthread -MMD -MP -Ilib $(PKG_CFLAGS) $(CFLAGS)
-LDLIBS_ALL = $(PKG_LIBS) -lm
+LDLIBS_ALL = $(CUDA_LINK) $(PKG_LIBS) -lm
 
 NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 CUDA     ?= $(if $(NVCC),1,0)
@@ -24,8 +24,16 @@ CUDA_SRC := $(if $(filter 1,$(CUDA)),$(wildcard lib/cuda/*.cu))
 CUDA_OBJ := $(CUDA_SRC:%.cu=build/%.o)
 CUDA_LIB := $(if $(CUDA_OBJ),build/libpcg-cuda.a)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64
+# Ampere (A100) and Hopper (H100, H200) machine code, and PTX for later GPUs.
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCCFLAGS ?= -O2 -g -lineinfo
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcufft -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
 CUDA_TESTS := $(if $(CUDA_OBJ),$(patsubst tests/cuda/%.c,build/tests/cuda-%,$(wildcard tests/cuda/*.c)))
+# With CUDA, libpcg calls into libpcg-cuda (which calls back into libpcg).
+ifneq ($(CUDA_OBJ),)
+ALL_CFLAGS += -DPCG_CUDA=1
+CUDA_LINK := $(CUDA_LIB) build/libpcg.a $(CUDA_LIBS)
+endif
 
 LIB_SRC  := $(wildcard lib/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=build/%.o)
@@ -69,19 +77,19 @@ build/asan/%.o: %.c | $(DEPS_OK)
 build/lib/matmul.o build/asan/lib/matmul.o: ALL_CFLAGS += -ffp-contract=fast
 
 define prog_rule
-bin/$(1): $(patsubst %.c,build/%.o,$(wildcard $(1)/*.c)) build/libpcg.a
+bin/$(1): $(patsubst %.c,build/%.o,$(wildcard $(1)/*.c)) build/libpcg.a | $(CUDA_LIB)
 	@mkdir -p bin
 	$$(CC) $$(ALL_CFLAGS) -o $$@ $$^ $$(LDLIBS_ALL)
 endef
 $(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
 
-bin/bench-%: build/bench/%.o build/libpcg.a
+bin/bench-%: build/bench/%.o build/libpcg.a | $(CUDA_LIB)
 	@mkdir -p bin
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
 
-build/tests/%: build/tests/unit/%.o build/libpcg.a
+build/tests/%: build/tests/unit/%.o build/libpcg.a | $(CUDA_LIB)
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
-build/tests/asan-%: build/asan/tests/unit/%.o build/libpcg-asan.a
+build/tests/asan-%: build/asan/tests/unit/%.o build/libpcg-asan.a | $(CUDA_LIB)
 	$(CC) $(ALL_CFLAGS) $(SANITIZE) -o $@ $^ $(LDLIBS_ALL)
 
 # CUDA: lib/cuda/*.cu into libpcg-cuda.a when nvcc is present (CUDA=0: off).
@@ -89,9 +97,9 @@ build/libpcg-cuda.a: $(CUDA_OBJ)
 	ar rcs $@ $^
 build/lib/cuda/%.o: lib/cuda/%.cu | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O2 -Ilib -MMD -MP -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -std=c++17 -DPCG_CUDA=1 -Ilib -Xcompiler -Wall,-Wextra -MMD -MP -c -o $@ $<
 build/tests/cuda-%: build/tests/cuda/%.o build/libpcg-cuda.a build/libpcg.a
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(CUDA_LIBS) $(LDLIBS_ALL) -lstdc++
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
 
 # libFuzzer targets (tests/fuzz/*.c) when clang can build them.
 CLANG    ?= $(shell command -v clang 2>/dev/null)
