@@ -105,8 +105,8 @@ int main(int argc, char **argv)
 			snprintf(t_url, sizeof t_url, "tcp://127.0.0.1:%d", 17001 + (int)getpid() % 20000);
 		}
 		void *ctx = zmq_ctx_new();
-		srv s[2] = { { .ctx = ctx, .cfg = { "draftd", model_dir, d_url, NULL, 0, 1LL << 30 } },
-			     { .ctx = ctx, .cfg = { "targetd", model_dir, t_url, NULL, 0, 1LL << 30 } } };
+		srv s[2] = { { .ctx = ctx, .cfg = { "draftd", model_dir, d_url, NULL, 0, 1LL << 30, NULL } },
+			     { .ctx = ctx, .cfg = { "targetd", model_dir, t_url, NULL, 0, 1LL << 30, NULL } } };
 		stop = 0;
 		for (int i = 0; i < 2; i++)
 			pthread_create(&s[i].th, NULL, serve, &s[i]);

@@ -1,8 +1,11 @@
-/* model.c: the Llama forward pass on the CPU, as transformers computes it
+/* model.c: the Llama forward pass, as transformers computes it
  * (modeling_llama.py: LlamaRMSNorm, LlamaRotaryEmbedding with
- * _compute_llama3_parameters, LlamaAttention with repeat_kv, LlamaMLP).
- * Matrices stay in the checkpoint's mapping in their dtype; only the norm
- * weights (and f32 matrices that happen to be misaligned) are copied.
+ * _compute_llama3_parameters, LlamaAttention with repeat_kv, LlamaMLP),
+ * written once against the backend table of lib/backend.h (the CPU, or a
+ * CUDA device). On the CPU, matrices stay in the checkpoint's mapping in
+ * their dtype and only the norm weights (and f32 matrices that happen to be
+ * misaligned) are copied; on a device, every tensor is uploaded once, in
+ * its dtype, when the model opens.
  */
 #include "model.h"
 
@@ -12,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
+#include "device.h"
 #include "safetensors.h"
 #include "weights.h"
 
@@ -35,9 +40,15 @@ struct llama_model {
 	int n_layers;
 	float *inv_freq;  /* (head_dim / 2) */
 	pcg_weights w;    /* the tensors taken from ck, and f32 copies */
+	pcg_backend *be;  /* where the forward runs; the pointers above are its memory */
+	void **dev;       /* device copies to free (none on the CPU) */
+	int n_dev;
+	void *scratch;    /* a device's activations, kept between passes */
+	size_t scratch_bytes;
 };
 
 struct llama_kv {
+	pcg_backend *be;  /* the model's: k and v are its memory */
 	int n_layers, kv_dim, max_pos;
 	int len, cap;
 	float **k, **v;   /* per layer: (cap, kv_dim) */
@@ -68,6 +79,81 @@ static void rope_init(float *inv_freq, const llama_config *c)
 		}
 		inv_freq[i] = f;
 	}
+}
+
+/* Keeps p to free with the model. */
+static int dev_keep(llama_model *m, void *p, pcg_err *err)
+{
+	void **d = realloc(m->dev, (size_t)(m->n_dev + 1) * sizeof *d);
+
+	if (d == NULL) {
+		m->be->ops->free(m->be, p);
+		return pcg_fail(err, "out of memory");
+	}
+	m->dev = d;
+	m->dev[m->n_dev++] = p;
+	return 0;
+}
+
+static int dev_mat(llama_model *m, pcg_mat *w, const char *what, pcg_err *err)
+{
+	void *p;
+
+	if (pcg_backend_upload_mat(m->be, w, w, &p, what, err) < 0)
+		return -1;
+	return p ? dev_keep(m, p, err) : 0;
+}
+
+static int dev_vec(llama_model *m, float **v, int n, const char *what, pcg_err *err)
+{
+	void *p;
+
+	if (m->be->host)
+		return 0;
+	if (m->be->ops->alloc(m->be, &p, (size_t)n * sizeof **v, what, err) < 0)
+		return -1;
+	if (dev_keep(m, p, err) < 0)
+		return -1;
+	if (m->be->ops->upload(m->be, p, *v, (size_t)n * sizeof **v, err) < 0)
+		return -1;
+	*v = p;
+	return 0;
+}
+
+/* Opens the backend of device (NULL: the CPU) and moves the weights there:
+ * each tensor once, in its dtype (the tied lm_head is the embedding). */
+static int to_device(llama_model *m, const char *device, pcg_err *err)
+{
+	const llama_config *c = &m->cfg;
+	int dev;
+
+	if (pcg_device_parse(device, &dev, err) < 0)
+		return -1;
+	m->be = pcg_backend_open(dev, err);
+	if (m->be == NULL)
+		return -1;
+	if (m->be->host)
+		return 0;
+	if (dev_mat(m, &m->embed, "embed_tokens", err) < 0 ||
+	    dev_vec(m, &m->norm, c->hidden, "norm", err) < 0 ||
+	    dev_vec(m, &m->inv_freq, c->head_dim / 2, "inv_freq", err) < 0)
+		return -1;
+	if (c->tie)
+		m->lm_head = m->embed;
+	else if (dev_mat(m, &m->lm_head, "lm_head", err) < 0)
+		return -1;
+	for (int i = 0; i < m->n_layers; i++) {
+		struct layer *L = &m->layers[i];
+		if (dev_vec(m, &L->attn_norm, c->hidden, "input_layernorm", err) < 0 ||
+		    dev_mat(m, &L->wq, "q_proj", err) < 0 || dev_mat(m, &L->wk, "k_proj", err) < 0 ||
+		    dev_mat(m, &L->wv, "v_proj", err) < 0 || dev_mat(m, &L->wo, "o_proj", err) < 0 ||
+		    dev_vec(m, &L->ffn_norm, c->hidden, "post_attention_layernorm", err) < 0 ||
+		    dev_mat(m, &L->gate, "gate_proj", err) < 0 ||
+		    dev_mat(m, &L->up, "up_proj", err) < 0 ||
+		    dev_mat(m, &L->down, "down_proj", err) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *err)
@@ -143,6 +229,8 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 #undef MAT
 #undef VEC
 	}
+	if (to_device(m, opts ? opts->device : NULL, err) < 0)
+		goto fail_named;
 	return m;
 
 fail_named:
@@ -158,6 +246,14 @@ void llama_close(llama_model **mp)
 
 	if (m == NULL)
 		return;
+	if (m->be != NULL) {
+		for (int i = 0; i < m->n_dev; i++)
+			m->be->ops->free(m->be, m->dev[i]);
+		if (m->scratch)
+			m->be->ops->free(m->be, m->scratch);
+		pcg_backend_close(&m->be);
+	}
+	free(m->dev);
 	wt_release(&m->w);
 	free(m->layers);
 	st_close(&m->ck);
@@ -188,6 +284,7 @@ llama_kv *llama_kv_new(const llama_model *m)
 
 	if (kv == NULL)
 		return NULL;
+	kv->be = m->be;
 	kv->n_layers = m->n_layers;
 	kv->kv_dim = m->cfg.n_kv_heads * m->cfg.head_dim;
 	kv->max_pos = m->cfg.max_pos;
@@ -205,10 +302,10 @@ void llama_kv_free(llama_kv **kvp)
 	if (kv == NULL)
 		return;
 	for (int l = 0; l < kv->n_layers; l++) {
-		if (kv->k)
-			free(kv->k[l]);
-		if (kv->v)
-			free(kv->v[l]);
+		if (kv->k && kv->k[l])
+			kv->be->ops->free(kv->be, kv->k[l]);
+		if (kv->v && kv->v[l])
+			kv->be->ops->free(kv->be, kv->v[l]);
 	}
 	free(kv->k);
 	free(kv->v);
@@ -231,7 +328,8 @@ int llama_kv_truncate(llama_kv *kv, int pos, pcg_err *err)
 	return 0;
 }
 
-/* Room for need positions: capacity doubles, so appends are amortised O(1). */
+/* Room for need positions: capacity doubles, so appends are amortised O(1).
+ * The positions held are kept (a device copies them to the new block). */
 static int kv_reserve(llama_kv *kv, int need, pcg_err *err)
 {
 	int cap = kv->cap ? kv->cap : 64;
@@ -240,112 +338,20 @@ static int kv_reserve(llama_kv *kv, int need, pcg_err *err)
 		return 0;
 	while (cap < need)
 		cap *= 2;
+	const size_t keep = (size_t)kv->len * kv->kv_dim * sizeof(float);
+	const size_t bytes = (size_t)cap * kv->kv_dim * sizeof(float);
+	char what[64];
+	snprintf(what, sizeof what, "KV cache of %d positions", cap);
 	for (int l = 0; l < kv->n_layers; l++) {
-		size_t bytes = (size_t)cap * kv->kv_dim * sizeof(float);
-		float *k = realloc(kv->k[l], bytes);
-		if (k == NULL)
-			return pcg_fail(err, "KV cache: out of memory for %d positions", cap);
-		kv->k[l] = k;
-		float *v = realloc(kv->v[l], bytes);
-		if (v == NULL)
-			return pcg_fail(err, "KV cache: out of memory for %d positions", cap);
-		kv->v[l] = v;
+		if (kv->be->ops->grow(kv->be, (void **)&kv->k[l], keep, bytes, what, err) < 0 ||
+		    kv->be->ops->grow(kv->be, (void **)&kv->v[l], keep, bytes, what, err) < 0)
+			return -1;
 	}
 	kv->cap = cap;
 	return 0;
 }
 
 /* ---------------------------------------------------------------- forward */
-
-/* LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) in f32, then * weight. */
-static void rmsnorm(float *out, const float *x, const float *w, int n, float eps)
-{
-	float ss = 0.0f;
-
-#pragma omp simd reduction(+ : ss)
-	for (int i = 0; i < n; i++)
-		ss += x[i] * x[i];
-	float r = 1.0f / sqrtf(ss / (float)n + eps);
-	for (int i = 0; i < n; i++)
-		out[i] = w[i] * (x[i] * r);
-}
-
-/* apply_rotary_pos_emb with rotate_half: pairs (x[i], x[i + hd/2]). cos and
- * sin of pos * inv_freq in f32, as LlamaRotaryEmbedding. */
-static void rope(float *x, int n_heads, int hd, int pos, const float *inv_freq)
-{
-	const int half = hd / 2;
-
-	for (int i = 0; i < half; i++) {
-		float a = (float)pos * inv_freq[i];
-		float c = cosf(a), s = sinf(a);
-		for (int h = 0; h < n_heads; h++) {
-			float *v = x + h * hd;
-			float x1 = v[i], x2 = v[i + half];
-			v[i] = x1 * c - x2 * s;
-			v[i + half] = x2 * c + x1 * s;
-		}
-	}
-}
-
-/* Causal attention of T queries at positions pos0.. over the cache, one
- * (query, head) pair per task; kv head = head / (n_heads / n_kv_heads) is
- * repeat_kv. scores = q.k / sqrt(hd), softmax in f32, sum p * v. */
-static int attention(float *out, const float *q, const llama_kv *kv, int l, int T, int pos0,
-		     const llama_config *c, pcg_err *err)
-{
-	const int hd = c->head_dim, nh = c->n_heads, group = c->n_heads / c->n_kv_heads;
-	const int kv_dim = kv->kv_dim, ctx = pos0 + T;
-	const float scale = 1.0f / sqrtf((float)hd);
-	int failed = 0;
-
-#pragma omp parallel
-	{
-		float *sc = malloc((size_t)ctx * sizeof *sc);
-		if (sc == NULL) {
-#pragma omp atomic write
-			failed = 1;
-		}
-#pragma omp for schedule(static)
-		for (int th = 0; th < T * nh; th++) {
-			if (sc == NULL)
-				continue;
-			const int t = th / nh, h = th % nh, n = pos0 + t + 1;
-			const float *qh = q + (size_t)t * nh * hd + h * hd;
-			const float *kb = kv->k[l] + (h / group) * hd;
-			const float *vb = kv->v[l] + (h / group) * hd;
-			float *oh = out + (size_t)t * nh * hd + h * hd;
-			float mx = -INFINITY, sum = 0.0f;
-
-			for (int j = 0; j < n; j++) {
-				const float *kj = kb + (size_t)j * kv_dim;
-				float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-				for (int i = 0; i < hd; i++)
-					s += qh[i] * kj[i];
-				sc[j] = s * scale;
-				mx = sc[j] > mx ? sc[j] : mx;
-			}
-			for (int j = 0; j < n; j++) {
-				sc[j] = expf(sc[j] - mx);
-				sum += sc[j];
-			}
-			for (int i = 0; i < hd; i++)
-				oh[i] = 0.0f;
-			for (int j = 0; j < n; j++) {
-				const float *vj = vb + (size_t)j * kv_dim;
-				const float p = sc[j] / sum;
-#pragma omp simd
-				for (int i = 0; i < hd; i++)
-					oh[i] += p * vj[i];
-			}
-		}
-		free(sc);
-	}
-	if (failed)
-		return pcg_fail(err, "attention: out of memory for %d positions", ctx);
-	return 0;
-}
 
 static int check_rows(const llama_model *m, const llama_rows *rows, pcg_err *err)
 {
@@ -360,32 +366,52 @@ static int check_rows(const llama_model *m, const llama_rows *rows, pcg_err *err
 	return 0;
 }
 
-/* logits [B][count] = lm_head(h) over the chosen rows, in their order. */
-static void lm_head_rows(const llama_model *m, const float *h, int B, const llama_rows *rows,
-			 float *logits)
+/* logits [B][count] = lm_head(h) over the chosen rows, in their order; h
+ * and logits are backend memory. */
+static int lm_head_rows(const llama_model *m, const float *h, int B, const llama_rows *rows,
+			float *logits, pcg_err *err)
 {
+	pcg_backend *be = m->be;
 	const int n_logits = llama_rows_count(m, rows);
 
-	if (rows == NULL) {
-		pcg_matmul(logits, n_logits, h, B, &m->lm_head, 0, m->cfg.vocab);
-		return;
-	}
+	if (rows == NULL)
+		return be->ops->matmul(be, logits, n_logits, h, B, &m->lm_head, 0, m->cfg.vocab,
+				       err);
 	for (int i = 0, off = 0; i < rows->n; i++) {
 		int len = rows->end[i] - rows->begin[i];
-		pcg_matmul(logits + off, n_logits, h, B, &m->lm_head, rows->begin[i], len);
+		if (be->ops->matmul(be, logits + off, n_logits, h, B, &m->lm_head, rows->begin[i],
+				    len, err) < 0)
+			return -1;
 		off += len;
 	}
+	return 0;
 }
 
 int llama_lm_head(const llama_model *m, const float *h, int B, const llama_rows *rows,
 		  float *logits, pcg_err *err)
 {
+	pcg_backend *be = m->be;
+	const size_t hb = (size_t)B * m->cfg.hidden * sizeof(float);
+	const size_t lb = (size_t)B * llama_rows_count(m, rows) * sizeof(float);
+	void *d;
+	int rc;
+
 	if (B < 1)
 		return pcg_fail(err, "lm_head: %d vectors", B);
 	if (check_rows(m, rows, err) < 0)
 		return -1;
-	lm_head_rows(m, h, B, rows, logits);
-	return 0;
+	if (be->host)
+		return lm_head_rows(m, h, B, rows, logits, err);
+	/* a device: h up, the product, the logits down */
+	if (be->ops->alloc(be, &d, hb + lb, "lm_head", err) < 0)
+		return -1;
+	rc = be->ops->upload(be, d, h, hb, err);
+	if (rc == 0)
+		rc = lm_head_rows(m, d, B, rows, (float *)((char *)d + hb), err);
+	if (rc == 0)
+		rc = be->ops->download(be, logits, (char *)d + hb, lb, err);
+	be->ops->free(be, d);
+	return rc;
 }
 
 int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
@@ -394,14 +420,41 @@ int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_
 	return llama_forward_hidden(m, kv, tokens, n, n_out, rows, logits, NULL, err);
 }
 
+/* The activations of a pass of n positions: the host's are malloc'd per
+ * pass (passes may run in several threads), a device's are kept. */
+static float *scratch(llama_model *m, size_t bytes, pcg_err *err)
+{
+	pcg_backend *be = m->be;
+
+	if (be->host) {
+		float *p = malloc(bytes);
+		if (p == NULL)
+			pcg_fail(err, "forward: out of memory for %zu bytes of activations", bytes);
+		return p;
+	}
+	if (bytes > m->scratch_bytes) {
+		if (m->scratch)
+			be->ops->free(be, m->scratch);
+		m->scratch = NULL;
+		m->scratch_bytes = 0;
+		if (be->ops->alloc(be, &m->scratch, bytes, "forward activations", err) < 0)
+			return NULL;
+		m->scratch_bytes = bytes;
+	}
+	return m->scratch;
+}
+
 int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
 			 const llama_rows *rows, float *logits, float *hidden, pcg_err *err)
 {
 	const llama_config *c = &m->cfg;
+	const pcg_backend_ops *op = m->be->ops;
+	pcg_backend *be = m->be;
 	const int H = c->hidden, hd = c->head_dim, F = c->ffn;
 	const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
 	const int pos0 = kv->len;
-	float *buf, *x, *xb, *q, *att, *hb, *hb2;
+	const int n_logits = llama_rows_count(m, rows);
+	float *buf, *x, *xb, *q, *att, *hb, *hb2, *lg;
 	int rc = -1;
 
 	if (n < 1 || n_out < 0 || n_out > n)
@@ -418,24 +471,25 @@ int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n,
 	if (kv_reserve(kv, pos0 + n, err) < 0)
 		return -1;
 
-	/* Activations of the block: x, xb (H); q, att (q_dim); hb, hb2 (F). */
+	/* Activations of the block: x, xb (H); q, att (q_dim); hb, hb2 (F); on
+	 * a device also the logits of the outputs (the host's go straight into
+	 * the caller's array). */
 	size_t per = (size_t)2 * H + 2 * (size_t)q_dim + 2 * (size_t)F;
-	buf = malloc(per * n * sizeof *buf);
+	size_t lg_n = be->host || logits == NULL ? 0 : (size_t)n_out * n_logits;
+	buf = scratch(m, (per * n + lg_n) * sizeof *buf, err);
 	if (buf == NULL)
-		return pcg_fail(err, "forward: out of memory for a block of %d positions", n);
+		return -1;
 	x = buf;
 	xb = x + (size_t)n * H;
 	q = xb + (size_t)n * H;
 	att = q + (size_t)n * q_dim;
 	hb = att + (size_t)n * q_dim;
 	hb2 = hb + (size_t)n * F;
+	lg = be->host ? logits : hb2 + (size_t)n * F;
 
+#define OP(call) do { if ((call) < 0) goto out; } while (0)
 	/* inputs_embeds = embed_tokens(input_ids) */
-	const size_t es = pcg_dtype_size(m->embed.dtype);
-	for (int t = 0; t < n; t++)
-		pcg_to_f32(x + (size_t)t * H,
-			   (const unsigned char *)m->embed.data + (size_t)tokens[t] * H * es,
-			   m->embed.dtype, (size_t)H);
+	OP(op->embed(be, x, &m->embed, tokens, n, err));
 
 	for (int l = 0; l < m->n_layers; l++) {
 		const struct layer *L = &m->layers[l];
@@ -443,50 +497,47 @@ int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n,
 		float *vc = kv->v[l] + (size_t)pos0 * kv_dim;
 
 		/* hidden_states = input_layernorm(hidden_states) */
-		for (int t = 0; t < n; t++)
-			rmsnorm(xb + (size_t)t * H, x + (size_t)t * H, L->attn_norm, H, c->eps);
+		OP(op->rmsnorm(be, xb, x, L->attn_norm, n, H, c->eps, err));
 		/* q_proj, k_proj, v_proj; k and v go straight into the cache */
-		pcg_matmul(q, q_dim, xb, n, &L->wq, 0, q_dim);
-		pcg_matmul(kc, kv_dim, xb, n, &L->wk, 0, kv_dim);
-		pcg_matmul(vc, kv_dim, xb, n, &L->wv, 0, kv_dim);
+		OP(op->matmul(be, q, q_dim, xb, n, &L->wq, 0, q_dim, err));
+		OP(op->matmul(be, kc, kv_dim, xb, n, &L->wk, 0, kv_dim, err));
+		OP(op->matmul(be, vc, kv_dim, xb, n, &L->wv, 0, kv_dim, err));
 		/* apply_rotary_pos_emb(q, k, cos, sin) */
-		for (int t = 0; t < n; t++) {
-			rope(q + (size_t)t * q_dim, c->n_heads, hd, pos0 + t, m->inv_freq);
-			rope(kc + (size_t)t * kv_dim, c->n_kv_heads, hd, pos0 + t, m->inv_freq);
-		}
+		OP(op->rope(be, q, n, c->n_heads, hd, pos0, m->inv_freq, err));
+		OP(op->rope(be, kc, n, c->n_kv_heads, hd, pos0, m->inv_freq, err));
 		/* softmax(q k^T / sqrt(hd) + causal mask) v */
-		if (attention(att, q, kv, l, n, pos0, c, err) < 0)
-			goto out;
+		OP(op->attention(be, att, q, kv->k[l], kv->v[l], n, pos0, c->n_heads,
+				 c->n_kv_heads, hd, err));
 		/* hidden_states = residual + o_proj(attn_output) */
-		pcg_matmul(xb, H, att, n, &L->wo, 0, H);
-		for (size_t i = 0; i < (size_t)n * H; i++)
-			x[i] += xb[i];
+		OP(op->matmul(be, xb, H, att, n, &L->wo, 0, H, err));
+		OP(op->add(be, x, xb, (size_t)n * H, err));
 		/* hidden_states = post_attention_layernorm(hidden_states) */
-		for (int t = 0; t < n; t++)
-			rmsnorm(xb + (size_t)t * H, x + (size_t)t * H, L->ffn_norm, H, c->eps);
+		OP(op->rmsnorm(be, xb, x, L->ffn_norm, n, H, c->eps, err));
 		/* mlp: down_proj(silu(gate_proj(x)) * up_proj(x)) */
-		pcg_matmul(hb, F, xb, n, &L->gate, 0, F);
-		pcg_matmul(hb2, F, xb, n, &L->up, 0, F);
-		for (size_t i = 0; i < (size_t)n * F; i++)
-			hb[i] = hb[i] / (1.0f + expf(-hb[i])) * hb2[i];
-		pcg_matmul(xb, H, hb, n, &L->down, 0, H);
-		for (size_t i = 0; i < (size_t)n * H; i++)
-			x[i] += xb[i];
+		OP(op->matmul(be, hb, F, xb, n, &L->gate, 0, F, err));
+		OP(op->matmul(be, hb2, F, xb, n, &L->up, 0, F, err));
+		OP(op->swiglu(be, hb, hb2, (size_t)n * F, err));
+		OP(op->matmul(be, xb, H, hb, n, &L->down, 0, H, err));
+		OP(op->add(be, x, xb, (size_t)n * H, err));
 	}
-	kv->len = pos0 + n;
 
 	/* norm, then lm_head on the last n_out positions and the chosen rows only */
 	if (n_out > 0) {
-		float *xo = x + (size_t)(n - n_out) * H;
-		for (int t = 0; t < n_out; t++)
-			rmsnorm(xb + (size_t)t * H, xo + (size_t)t * H, m->norm, H, c->eps);
+		OP(op->rmsnorm(be, xb, x + (size_t)(n - n_out) * H, m->norm, n_out, H, c->eps, err));
 		if (hidden != NULL)
-			memcpy(hidden, xb, (size_t)n_out * H * sizeof *hidden);
-		if (logits != NULL)
-			lm_head_rows(m, xb, n_out, rows, logits);
+			OP(op->download(be, hidden, xb, (size_t)n_out * H * sizeof *hidden, err));
+		if (logits != NULL) {
+			OP(lm_head_rows(m, xb, n_out, rows, lg, err));
+			if (!be->host)
+				OP(op->download(be, logits, lg, (size_t)n_out * n_logits *
+						sizeof *logits, err));
+		}
 	}
+#undef OP
+	kv->len = pos0 + n;
 	rc = 0;
 out:
-	free(buf);
+	if (be->host)
+		free(buf);
 	return rc;
 }

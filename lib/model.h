@@ -1,6 +1,8 @@
-/* model.h: a Hugging Face LlamaForCausalLM checkpoint on the CPU: loading
- * (weights mmapped in their file dtype), a KV cache per sequence with
- * truncate and append, and the forward pass over a block of positions.
+/* model.h: a Hugging Face LlamaForCausalLM checkpoint on the CPU or a CUDA
+ * device: loading (weights mmapped in their file dtype; on a device,
+ * uploaded once in that dtype), a KV cache per sequence with truncate and
+ * append (on the model's device), and the forward pass over a block of
+ * positions.
  *
  * The forward pass computes what transformers' LlamaForCausalLM computes,
  * with activations in f32: RMSNorm in f32, rotate-half RoPE (llama3 scaling
@@ -23,6 +25,9 @@ typedef struct llama_open_opts {
 	 * layer subset of the target); NULL: all layers. */
 	const int *layers;
 	int n_layers;
+	/* Where the forward runs: "cpu", "cuda" or "cuda:N" (lib/device.h);
+	 * NULL: the CPU. A CUDA model runs one forward at a time. */
+	const char *device;
 } llama_open_opts;
 
 /* Opens the model directory dir (config.json plus model.safetensors or an
@@ -47,7 +52,8 @@ typedef struct llama_rows {
 /* Total number of rows of a set; the full vocabulary when rows is NULL. */
 int llama_rows_count(const llama_model *m, const llama_rows *rows);
 
-/* A KV cache for one sequence. Grows as positions are appended. */
+/* A KV cache for one sequence, on the model's device. Grows as positions
+ * are appended. */
 llama_kv *llama_kv_new(const llama_model *m);
 void llama_kv_free(llama_kv **kv);
 /* Positions held. */

@@ -14,6 +14,7 @@
 
 #include "model.h"
 #include "net.h"
+#include "device.h"
 #include "opts.h"
 #include "proto.h"
 #include "rng.h"
@@ -301,7 +302,8 @@ int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *st
 	void *sock = NULL;
 	int rc = 1;
 
-	llama_open_opts lo = { cfg->n_layers ? cfg->layers : NULL, cfg->n_layers };
+	llama_open_opts lo = { .layers = cfg->n_layers ? cfg->layers : NULL,
+			       .n_layers = cfg->n_layers, .device = cfg->device };
 	sv.model = llama_open(cfg->model_dir, &lo, &err);
 	if (sv.model == NULL)
 		goto fail;
@@ -374,7 +376,7 @@ int modelserver_parse_layers(const char *s, int *layers, int max, pcg_err *err)
 	return n;
 }
 
-static const char *model_dir, *listen_url, *layers_s, *curve_key, *curve_allow;
+static const char *model_dir, *listen_url, *layers_s, *curve_key, *curve_allow, *device;
 static int threads;
 static long long kv_mem;
 
@@ -391,6 +393,8 @@ int modelserver_main(int argc, char **argv, ms_role role)
 		{ "kv-mem", PCG_OPT_SIZE, &kv_mem, "2G", 1 << 20, 1e15, "BYTES",
 		  "KV cache budget; least recently used sessions are evicted beyond it" },
 		{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
+		{ "device", PCG_OPT_STR, &device, "cpu", 1, 0, "DEV",
+		  "where the model runs: cpu, cuda or cuda:N" },
 		{ "curve-key", PCG_OPT_STR, &curve_key, NULL, 1, 0, "FILE",
 		  "this server's CURVE keypair (pcg-keygen); needed for tcp beyond loopback" },
 		{ "curve-allow", PCG_OPT_STR, &curve_allow, NULL, 1, 0, "FILE",
@@ -398,7 +402,7 @@ int modelserver_main(int argc, char **argv, ms_role role)
 		{ NULL },
 	};
 	const char *synopsis = "--model DIR [--listen URL] [--layers LIST] [--kv-mem BYTES] [--threads N] "
-			       "[--curve-key FILE --curve-allow FILE]";
+			       "[--device DEV] [--curve-key FILE --curve-allow FILE]";
 	pcg_err err = { "" };
 	int layers[1024], n_layers;
 
@@ -431,6 +435,15 @@ int modelserver_main(int argc, char **argv, ms_role role)
 		fprintf(stderr, "%s: --layers: %s\n", prog, err.msg);
 		return 2;
 	}
+	int dev;
+	if (pcg_device_parse(device, &dev, &err) < 0) {
+		fprintf(stderr, "%s: --device: %s\n", prog, err.msg);
+		return 2;
+	}
+	if (pcg_device_check(dev, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 1;
+	}
 	if (net_curve_setup(curve_key, curve_allow, NULL, &err) < 0) {
 		fprintf(stderr, "%s: %s\n", prog, err.msg);
 		return 1;
@@ -452,7 +465,7 @@ int modelserver_main(int argc, char **argv, ms_role role)
 		fprintf(stderr, "%s: zmq_ctx_new failed\n", prog);
 		return 1;
 	}
-	ms_config cfg = { prog, model_dir, listen_url, layers, n_layers, kv_mem };
+	ms_config cfg = { prog, model_dir, listen_url, layers, n_layers, kv_mem, device };
 	int rc = modelserver_serve(ctx, &cfg, &stop);
 	zmq_ctx_term(ctx);
 	return rc;

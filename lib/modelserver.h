@@ -20,6 +20,7 @@ typedef struct ms_config {
 	const int *layers;      /* a layer subset, or NULL */
 	int n_layers;
 	long long kv_mem;       /* KV cache budget in bytes */
+	const char *device;     /* "cpu", "cuda", "cuda:N"; NULL: the CPU */
 } ms_config;
 
 /* Loads the model, binds listen_url on ctx and serves until *stop is set.

@@ -21,6 +21,7 @@
 #include "llasa.h"
 #include "net.h"
 #include "modelserver.h"
+#include "device.h"
 #include "opts.h"
 #include "policy.h"
 #include "proto.h"
@@ -37,7 +38,8 @@ static const char *SYNOPSIS = "--tokenizer FILE [--asg FILE|-] [--listen URL] [-
 
 static const char *tok_path, *asg_path, *listen_url, *draft_url, *target_url, *codec_url;
 static const char *voice_path, *tm_path;
-static const char *local_dir, *local_draft, *local_layers, *curve_key, *curve_allow, *curve_peers;
+static const char *local_dir, *local_draft, *local_layers, *local_device, *curve_key, *curve_allow,
+	*curve_peers;
 static int timeout_ms, tries;
 
 static const pcg_opt opts[] = {
@@ -67,6 +69,8 @@ static const pcg_opt opts[] = {
 	  "with --local: the draft model (default: DIR/draft when it exists, else the target)" },
 	{ "local-draft-layers", PCG_OPT_STR, &local_layers, NULL, 1, 0, "LIST",
 	  "with --local: the draft is these layers of the target" },
+	{ "device", PCG_OPT_STR, &local_device, "cpu", 1, 0, "DEV",
+	  "with --local: where the models run (cpu, cuda or cuda:N)" },
 	{ "curve-key", PCG_OPT_STR, &curve_key, NULL, 1, 0, "FILE",
 	  "this process's CURVE keypair (pcg-keygen); needed for tcp beyond loopback" },
 	{ "curve-allow", PCG_OPT_STR, &curve_allow, NULL, 1, 0, "FILE",
@@ -693,6 +697,15 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s: --local-draft-layers: %s\n", prog, err.msg);
 			return 2;
 		}
+		int dev;
+		if (pcg_device_parse(local_device, &dev, &err) < 0) {
+			fprintf(stderr, "%s: --device: %s\n", prog, err.msg);
+			return 2;
+		}
+		if (pcg_device_check(dev, &err) < 0) {
+			fprintf(stderr, "%s: %s\n", prog, err.msg);
+			return 1;
+		}
 		draft_url = "inproc://draftd";
 		target_url = "inproc://targetd";
 	}
@@ -756,9 +769,11 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 	if (local_dir) {
-		ls[0].cfg = (ms_config){ "targetd", local_dir, target_url, NULL, 0, 2LL << 30 };
+		ls[0].cfg = (ms_config){ "targetd", local_dir, target_url, NULL, 0, 2LL << 30,
+					 local_device };
 		ls[1].cfg = (ms_config){ "draftd", local_draft ? local_draft : local_dir, draft_url,
-					 n_layers ? layers : NULL, n_layers, 2LL << 30 };
+					 n_layers ? layers : NULL, n_layers, 2LL << 30,
+					 local_device };
 		for (int i = 0; i < 2; i++) {
 			ls[i].ctx = ctx;
 			if (pthread_create(&ls[i].th, NULL, local_main, &ls[i]) != 0) {

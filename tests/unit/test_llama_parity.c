@@ -162,7 +162,7 @@ int main(void)
 	/* A layer subset (a draft sharing the target's weights) runs; a layer
 	 * outside the checkpoint is an error that says so. */
 	int sub[] = { 0 }, out_of_range[] = { 0, 99 };
-	llama_open_opts o = { sub, 1 };
+	llama_open_opts o = { .layers = sub, .n_layers = 1 };
 	llama_model *m = llama_open(FIXTURES "/gqa-f32", &o, &err);
 	CHECK(m != NULL && llama_n_layers(m) == 1);
 	llama_close(&m);

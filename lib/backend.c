@@ -1,0 +1,247 @@
+/* backend.c: the CPU backend of the forward pass (host memory, OpenMP and
+ * the matmul kernels of lib/matmul.c), and the choice of a backend. Each
+ * operation is the transformers line it implements (modeling_llama.py). */
+#include "backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+
+static int cpu_alloc(pcg_backend *be, void **p, size_t bytes, const char *what, pcg_err *err)
+{
+	(void)be;
+	*p = malloc(bytes ? bytes : 1);
+	if (*p == NULL)
+		return pcg_fail(err, "%s: out of memory for %zu bytes", what, bytes);
+	return 0;
+}
+
+static void cpu_free(pcg_backend *be, void *p)
+{
+	(void)be;
+	free(p);
+}
+
+static int cpu_grow(pcg_backend *be, void **p, size_t keep, size_t bytes, const char *what,
+		    pcg_err *err)
+{
+	(void)be;
+	(void)keep; /* realloc keeps everything */
+	void *q = realloc(*p, bytes ? bytes : 1);
+	if (q == NULL)
+		return pcg_fail(err, "%s: out of memory for %zu bytes", what, bytes);
+	*p = q;
+	return 0;
+}
+
+static int cpu_copy(pcg_backend *be, void *dst, const void *src, size_t bytes, pcg_err *err)
+{
+	(void)be;
+	(void)err;
+	if (dst != src)
+		memcpy(dst, src, bytes);
+	return 0;
+}
+
+/* inputs_embeds = embed_tokens(input_ids) */
+static int cpu_embed(pcg_backend *be, float *x, const pcg_mat *E, const int *tokens, int n,
+		     pcg_err *err)
+{
+	const size_t es = pcg_dtype_size(E->dtype);
+
+	(void)be;
+	(void)err;
+	for (int t = 0; t < n; t++)
+		pcg_to_f32(x + (size_t)t * E->cols,
+			   (const unsigned char *)E->data + (size_t)tokens[t] * E->cols * es,
+			   E->dtype, (size_t)E->cols);
+	return 0;
+}
+
+/* LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) in f32, then * weight. */
+static int cpu_rmsnorm(pcg_backend *be, float *out, const float *x, const float *w, int T,
+		       int H, float eps, pcg_err *err)
+{
+	(void)be;
+	(void)err;
+	for (int t = 0; t < T; t++) {
+		const float *xt = x + (size_t)t * H;
+		float *ot = out + (size_t)t * H;
+		float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+		for (int i = 0; i < H; i++)
+			ss += xt[i] * xt[i];
+		float r = 1.0f / sqrtf(ss / (float)H + eps);
+		for (int i = 0; i < H; i++)
+			ot[i] = w[i] * (xt[i] * r);
+	}
+	return 0;
+}
+
+static int cpu_matmul(pcg_backend *be, float *y, int ldy, const float *x, int B,
+		      const pcg_mat *W, int r0, int nr, pcg_err *err)
+{
+	(void)be;
+	(void)err;
+	pcg_matmul(y, ldy, x, B, W, r0, nr);
+	return 0;
+}
+
+/* apply_rotary_pos_emb with rotate_half: pairs (x[i], x[i + hd/2]). cos and
+ * sin of pos * inv_freq in f32, as LlamaRotaryEmbedding. */
+static int cpu_rope(pcg_backend *be, float *x, int T, int n_heads, int hd, int pos0,
+		    const float *inv_freq, pcg_err *err)
+{
+	const int half = hd / 2;
+
+	(void)be;
+	(void)err;
+	for (int t = 0; t < T; t++) {
+		float *xt = x + (size_t)t * n_heads * hd;
+		for (int i = 0; i < half; i++) {
+			float a = (float)(pos0 + t) * inv_freq[i];
+			float c = cosf(a), s = sinf(a);
+			for (int h = 0; h < n_heads; h++) {
+				float *v = xt + h * hd;
+				float x1 = v[i], x2 = v[i + half];
+				v[i] = x1 * c - x2 * s;
+				v[i + half] = x2 * c + x1 * s;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Causal attention of T queries at positions pos0.. over the cache, one
+ * (query, head) pair per task; kv head = head / (n_heads / n_kv_heads) is
+ * repeat_kv. scores = q.k / sqrt(hd), softmax in f32, sum p * v. */
+static int cpu_attention(pcg_backend *be, float *out, const float *q, const float *k,
+			 const float *v, int T, int pos0, int nh, int nkv, int hd, pcg_err *err)
+{
+	const int group = nh / nkv, kv_dim = nkv * hd, ctx = pos0 + T;
+	const float scale = 1.0f / sqrtf((float)hd);
+	int failed = 0;
+
+	(void)be;
+#pragma omp parallel
+	{
+		float *sc = malloc((size_t)ctx * sizeof *sc);
+		if (sc == NULL) {
+#pragma omp atomic write
+			failed = 1;
+		}
+#pragma omp for schedule(static)
+		for (int th = 0; th < T * nh; th++) {
+			if (sc == NULL)
+				continue;
+			const int t = th / nh, h = th % nh, n = pos0 + t + 1;
+			const float *qh = q + (size_t)t * nh * hd + h * hd;
+			const float *kb = k + (h / group) * hd;
+			const float *vb = v + (h / group) * hd;
+			float *oh = out + (size_t)t * nh * hd + h * hd;
+			float mx = -INFINITY, sum = 0.0f;
+
+			for (int j = 0; j < n; j++) {
+				const float *kj = kb + (size_t)j * kv_dim;
+				float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+				for (int i = 0; i < hd; i++)
+					s += qh[i] * kj[i];
+				sc[j] = s * scale;
+				mx = sc[j] > mx ? sc[j] : mx;
+			}
+			for (int j = 0; j < n; j++) {
+				sc[j] = expf(sc[j] - mx);
+				sum += sc[j];
+			}
+			for (int i = 0; i < hd; i++)
+				oh[i] = 0.0f;
+			for (int j = 0; j < n; j++) {
+				const float *vj = vb + (size_t)j * kv_dim;
+				const float p = sc[j] / sum;
+#pragma omp simd
+				for (int i = 0; i < hd; i++)
+					oh[i] += p * vj[i];
+			}
+		}
+		free(sc);
+	}
+	if (failed)
+		return pcg_fail(err, "attention: out of memory for %d positions", ctx);
+	return 0;
+}
+
+static int cpu_add(pcg_backend *be, float *x, const float *y, size_t n, pcg_err *err)
+{
+	(void)be;
+	(void)err;
+	for (size_t i = 0; i < n; i++)
+		x[i] += y[i];
+	return 0;
+}
+
+/* LlamaMLP: act_fn(gate_proj(x)) * up_proj(x), act_fn = silu. */
+static int cpu_swiglu(pcg_backend *be, float *g, const float *u, size_t n, pcg_err *err)
+{
+	(void)be;
+	(void)err;
+	for (size_t i = 0; i < n; i++)
+		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+	return 0;
+}
+
+static const pcg_backend_ops cpu_ops = {
+	cpu_alloc, cpu_free, cpu_grow, cpu_copy, cpu_copy,
+	cpu_embed, cpu_rmsnorm, cpu_matmul, cpu_rope, cpu_attention, cpu_add, cpu_swiglu,
+};
+
+static pcg_backend cpu_backend = { &cpu_ops, PCG_DEVICE_CPU, 1, NULL };
+
+pcg_backend *pcg_backend_open(int device, pcg_err *err)
+{
+	if (device == PCG_DEVICE_CPU)
+		return &cpu_backend;
+	if (pcg_device_check(device, err) < 0)
+		return NULL;
+#ifdef PCG_CUDA
+	return pcg_cuda_backend_open(device, err);
+#else
+	return NULL; /* not reached: pcg_device_check fails without CUDA */
+#endif
+}
+
+void pcg_backend_close(pcg_backend **bep)
+{
+	pcg_backend *be = bep ? *bep : NULL;
+
+	if (be == NULL)
+		return;
+#ifdef PCG_CUDA
+	if (be != &cpu_backend)
+		pcg_cuda_backend_close(be);
+#endif
+	*bep = NULL;
+}
+
+int pcg_backend_upload_mat(pcg_backend *be, pcg_mat *dst, const pcg_mat *src, void **owned,
+			   const char *what, pcg_err *err)
+{
+	size_t bytes = (size_t)src->rows * src->cols * pcg_dtype_size(src->dtype);
+	void *p;
+
+	*owned = NULL;
+	*dst = *src;
+	if (be->host)
+		return 0;
+	if (be->ops->alloc(be, &p, bytes, what, err) < 0)
+		return -1;
+	if (be->ops->upload(be, p, src->data, bytes, err) < 0) {
+		be->ops->free(be, p);
+		return -1;
+	}
+	dst->data = p;
+	*owned = p;
+	return 0;
+}
