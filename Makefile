@@ -1,6 +1,7 @@
 # Makefile: builds libpcg, the programs and the tests of pcg-tts.
 #   make            library and programs (bin/)
 #   make test       builds everything, runs tests/run (offline, a few minutes)
+#   make test-gpu   the CUDA tests on a GPU, also under compute-sanitizer
 #   make demo       runs the demo job on the embedded tiny model
 #   make install    PREFIX=/usr/local (bin/, share/man/)
 #   make eval-deps  pip-installs what pcg-eval's WER needs (tools/eval/requirements.txt)
@@ -50,7 +51,7 @@ SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all test demo voice install clean bench deps eval-deps
+.PHONY: all test test-gpu demo voice install clean bench deps eval-deps
 # Keep the objects of tests and benches: they are intermediates of pattern rules.
 .SECONDARY:
 all: $(BINS) $(BENCHES) $(CUDA_LIB)
@@ -112,6 +113,11 @@ build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/proto.c lib/err.c lib/dtype.c
 
 test: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS) $(FUZZERS)
 	@tests/run
+
+# On a machine with a GPU: every CUDA test against the CPU backend, and under
+# compute-sanitizer (tests/gpu).
+test-gpu: all $(CUDA_TESTS)
+	@tests/gpu
 
 demo: all
 	@scripts/demo
