@@ -3,7 +3,12 @@
  * with the full lm_head and with the LLaSA speech range only, the cost of a
  * verification block of L+1 positions relative to one position, and peak
  * RSS relative to the checkpoint size. All measured side by side in one run.
+ * On a GPU (--device cuda) with --bandwidth GB/s, also the decode step
+ * against the memory-bandwidth bound: the weight bytes one step reads (every
+ * layer's matrices and the lm_head rows of the speech range) over the
+ * bandwidth.
  * Usage: bench-forward --model DIR [--threads N] [--ctx N] [--steps N] [--block N]
+ *        [--device DEV] [--bandwidth GBPS]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +19,8 @@
 #include "model.h"
 #include "opts.h"
 
-static const char *model_dir;
+static const char *model_dir, *device;
+static double bandwidth;
 static int threads, ctx, steps, block, speech_begin, speech_end, end_token;
 static const pcg_opt opts[] = {
 	{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "DIR", "model directory" },
@@ -28,6 +34,9 @@ static const pcg_opt opts[] = {
 	  "one past the last speech token (-1: vocab)" },
 	{ "end-token", PCG_OPT_INT, &end_token, "-1", -1, 1 << 30, "ID",
 	  "end-of-speech token (-1: speech-begin - 3)" },
+	{ "device", PCG_OPT_STR, &device, "cpu", 1, 0, "DEV", "cpu, cuda or cuda:N" },
+	{ "bandwidth", PCG_OPT_FLOAT, &bandwidth, "0", 0, 1e6, "GBPS",
+	  "memory bandwidth for the bound (H100 SXM: 3350; 0: not shown)" },
 	{ NULL },
 };
 
@@ -94,9 +103,10 @@ int main(int argc, char **argv)
 	}
 	pcg_set_threads(threads);
 	double t0 = now();
-	llama_model *m = llama_open(model_dir, NULL, &err);
+	llama_open_opts oo = { .device = device };
+	llama_model *m = llama_open(model_dir, &oo, &err);
 	if (m == NULL)
-		die(model_dir, &err);
+		die("load", &err);
 	const llama_config *c = llama_get_config(m);
 	double t_load = now() - t0;
 	int sb = speech_begin >= 0 ? speech_begin : c->vocab - 65536;
@@ -149,6 +159,19 @@ int main(int argc, char **argv)
 	printf("block of %d vs 1 position, full lm_head: %.1f ms vs %.1f ms = %.2fx\n", block,
 	       blk_full * 1e3, one_full * 1e3, blk_full / one_full);
 	printf("peak RSS %.2f GB = %.2fx the checkpoint\n", rss_gb, rss_gb / file_gb);
+	if (bandwidth > 0) {
+		/* bytes per weight from the file: its size over the parameter count */
+		const double H = c->hidden, qd = (double)c->n_heads * c->head_dim;
+		const double kvd = (double)c->n_kv_heads * c->head_dim;
+		const double layer = 2 * qd * H + 2 * kvd * H + 3 * (double)c->ffn * H;
+		const double params = c->n_layers * layer + (c->tie ? 1 : 2) * (double)c->vocab * H;
+		const double es = llama_mapped_bytes(m) / params;
+		const double bytes = (llama_n_layers(m) * layer + (se - sb + 1) * H) * es;
+		const double bound = bytes / (bandwidth * 1e9);
+		printf("bandwidth bound: %.3f GB per step / %.0f GB/s = %.3f ms; decode (speech "
+		       "range) %.3f ms = %.2fx the bound; block of %d = %.2fx one step\n",
+		       bytes / 1e9, bandwidth, bound * 1e3, sp * 1e3, sp / bound, block, blk / one);
+	}
 	llama_kv_free(&kv);
 	llama_close(&m);
 	free(logits);
