@@ -6,8 +6,9 @@
  * threshold serves activations of any scale.
  *
  * Thresholds (derived in docs/BENCHMARKS.md, "CUDA parity thresholds"): the
- * CPU backend keeps activations in f32; cuBLAS multiplies them rounded to
- * the weights' dtype (unit roundoff u: bf16 2^-9, f16 2^-12, f32 2^-24) with
+ * CPU backend keeps activations in f32, and so does the GPU's gemv (blocks
+ * of up to 8 rows: summation order only); cuBLAS (more rows) multiplies them rounded to
+ * the weights' dtype (unit roundoff u: bf16 2^-9, f16 2^-11, f32 2^-24) with
  * f32 accumulation. A product's normalised error is then about u (rounding
  * errors of random sign grow as sqrt(K), like the sum itself); a whole
  * forward pass compounds a few such roundings per layer through the
@@ -25,7 +26,7 @@
 
 /* Per-op and per-forward limits on the normalised error, by weight dtype. */
 #define GPU_TOL_OP_F32   1e-5  /* f32 products: summation order only */
-#define GPU_TOL_OP_F16   2e-3  /* ~8 u of f16 */
+#define GPU_TOL_OP_F16   4e-3  /* ~8 u of f16 */
 #define GPU_TOL_OP_BF16  1.6e-2 /* ~8 u of bf16 */
 #define GPU_TOL_ELEMENTWISE 1e-5 /* norms, RoPE, softmax, SwiGLU in f32 */
 
