@@ -12,8 +12,8 @@ typedef struct codec_ops {
 	const char *name;
 	int sample_rate, hop;
 	int64_t codebook;
-	const void *model;
-	int (*decode)(const void *model, const int32_t *codes, int T, float *out, pcg_err *err);
+	void *model;
+	int (*decode)(void *model, const int32_t *codes, int T, float *out, pcg_err *err);
 } codec_ops;
 
 /* Serves "audio" messages on listen_url until SIGTERM/SIGINT; returns the

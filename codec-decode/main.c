@@ -3,7 +3,8 @@
  * users download (HKUSTAudio/xcodec2 model.safetensors), and writes WAV, FLAC
  * or raw PCM through libsndfile, atomically (lib/audio.h). --codec kmeans-gl
  * decodes the demo voice's codec instead (lib/kmeans_codec.h); --codec auto
- * (the default) takes the codec its config.json names.
+ * (the default) takes the codec its config.json names. --device cuda[:N]
+ * decodes X-codec2 on a GPU (lib/cuda/xcodec2.h); kmeans-gl is CPU-only.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -16,20 +17,24 @@
 #include "audio.h"
 #include "codes.h"
 #include "daemon.h"
+#include "device.h"
 #include "kmeans_codec.h"
 #include "matmul.h"
 #include "net.h"
 #include "opts.h"
 #include "xcodec2.h"
+#ifdef PCG_CUDA
+#include "cuda/xcodec2.h"
+#endif
 
 static const char *prog = "codec-decode";
 static const char *SYNOPSIS =
 	"--weights FILE|DIR --codes FILE|- -o OUT [--codec xcodec2|kmeans-gl] [--config FILE]\n"
 	"       [--codes-format text|i32] [--llasa-ids] [--format FMT]\n"
-	"       [--chunk N [--context N] [--lookahead N]] [--threads N]";
+	"       [--chunk N [--context N] [--lookahead N]] [--device cpu|cuda[:N]] [--threads N]";
 
 static const char *codec, *weights, *config_path, *codes_path, *codes_fmt_s, *out_path,
-	*format_s;
+	*format_s, *device_s;
 static int llasa_ids, speech_offset, end_id, chunk, context, lookahead, threads, daemon_mode;
 static const char *listen_url, *curve_key, *curve_allow;
 
@@ -60,6 +65,8 @@ static const pcg_opt opts[] = {
 	  "with --chunk: earlier codes decoded with each chunk, audio dropped" },
 	{ "lookahead", PCG_OPT_INT, &lookahead, "0", 0, 1 << 24, "N",
 	  "with --chunk: later codes decoded with each chunk, audio dropped" },
+	{ "device", PCG_OPT_STR, &device_s, "cpu", 1, 0, "cpu|cuda[:N]",
+	  "where X-codec2 decodes: the CPU, or CUDA device N (cuda: device 0)" },
 	{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
 	{ "daemon", PCG_OPT_FLAG, &daemon_mode, NULL, 1, 0, NULL,
 	  "serve the pipeline: decode the tokens of each session, write its file" },
@@ -114,14 +121,59 @@ static const char *detect_codec(void)
 	return name;
 }
 
-static int dec_xc2(const void *m, const int32_t *codes, int T, float *out, pcg_err *err)
+static int dec_xc2(void *m, const int32_t *codes, int T, float *out, pcg_err *err)
 {
 	return xc2_decode(m, codes, T, out, err);
 }
 
-static int dec_kmc(const void *m, const int32_t *codes, int T, float *out, pcg_err *err)
+static int dec_kmc(void *m, const int32_t *codes, int T, float *out, pcg_err *err)
 {
 	return kmc_decode(m, codes, T, out, err);
+}
+
+/* The X-codec2 decoder on the device --device names: fn(ctx, ...). */
+typedef struct decoder {
+	xc2_decoder fn;
+	void *ctx;
+#ifdef PCG_CUDA
+	xc2_cuda *gpu;
+#endif
+} decoder;
+
+#ifdef PCG_CUDA
+static int dec_xc2_cuda(void *g, const int32_t *codes, int T, float *out, pcg_err *err)
+{
+	return xc2_cuda_decode(g, codes, T, out, err);
+}
+#endif
+
+/* m on device (checked by pcg_device_check before). */
+static int decoder_open(decoder *d, xc2_model *m, int device, pcg_err *err)
+{
+	memset(d, 0, sizeof *d);
+	d->fn = dec_xc2;
+	d->ctx = m;
+#ifdef PCG_CUDA
+	if (device != PCG_DEVICE_CPU) {
+		if ((d->gpu = xc2_cuda_open(m, device, err)) == NULL)
+			return -1;
+		d->fn = dec_xc2_cuda;
+		d->ctx = d->gpu;
+	}
+#else
+	if (device != PCG_DEVICE_CPU)
+		return pcg_device_check(device, err); /* says there is no CUDA backend */
+#endif
+	return 0;
+}
+
+static void decoder_close(decoder *d)
+{
+#ifdef PCG_CUDA
+	xc2_cuda_close(&d->gpu);
+#else
+	(void)d;
+#endif
 }
 
 /* --codec kmeans-gl: codes to out_path (returns 0 or 1 with err filled). */
@@ -172,7 +224,9 @@ int main(int argc, char **argv)
 	int32_t *codes = NULL;
 	float *wav = NULL;
 	size_t n = 0;
-	char cpath[4200];
+	char cpath[4200], dname[32];
+	int device;
+	decoder dec = { 0 };
 
 	if (first == PCG_OPTS_HELP) {
 		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);
@@ -186,6 +240,10 @@ int main(int argc, char **argv)
 		return usage_error("--codec: xcodec2, kmeans-gl or auto");
 	if (!strcmp(codec, "auto") && weights)
 		codec = detect_codec();
+	if (pcg_device_parse(device_s, &device, &err) < 0)
+		return usage_error(err.msg);
+	if (device != PCG_DEVICE_CPU && !strcmp(codec, "kmeans-gl"))
+		return usage_error("--device: kmeans-gl decodes on the CPU only");
 	if (daemon_mode) {
 		if (!weights || codes_path || out_path)
 			return usage_error("--daemon takes --weights (and --config, --listen), not --codes or -o");
@@ -193,6 +251,8 @@ int main(int argc, char **argv)
 			goto fail;
 		if (net_endpoint_ok(listen_url, 1, &err) < 0)
 			return usage_error(err.msg);
+		if (pcg_device_check(device, &err) < 0)
+			goto fail;
 		pcg_set_threads(threads);
 		signal(SIGXFSZ, SIG_IGN);
 		codec_ops ops;
@@ -211,10 +271,14 @@ int main(int argc, char **argv)
 				: find_config(cpath, sizeof cpath) ? xc2_config_load(cpath, &cfg, &err) < 0
 								   : (xc2_config_default(&cfg), 0))
 			goto fail;
-		if ((m = xc2_open(weights, &cfg, &err)) == NULL)
+		if ((m = xc2_open(weights, &cfg, &err)) == NULL ||
+		    decoder_open(&dec, m, device, &err) < 0)
 			goto fail;
-		ops = (codec_ops){ "xcodec2", cfg.sample_rate, cfg.hop, xc2_config_codebook(&cfg), m,
-				   dec_xc2 };
+		if (device != PCG_DEVICE_CPU)
+			fprintf(stderr, "%s: X-codec2 on %s\n", prog,
+				pcg_device_name(device, dname, sizeof dname));
+		ops = (codec_ops){ "xcodec2", cfg.sample_rate, cfg.hop, xc2_config_codebook(&cfg),
+				   dec.ctx, dec.fn };
 		rc = codec_daemon(listen_url, &ops);
 		goto out;
 	}
@@ -236,6 +300,9 @@ int main(int argc, char **argv)
 		return usage_error("--context and --lookahead go with --chunk");
 	if (chunk && strcmp(codec, "xcodec2"))
 		return usage_error("--chunk goes with --codec xcodec2");
+	/* Before anything is read: a device that is not there fails at once. */
+	if (pcg_device_check(device, &err) < 0)
+		goto fail;
 	pcg_set_threads(threads);
 	/* Past a file-size limit, write() then fails with EFBIG and the temporary
 	 * file is removed, instead of the process dying with it left behind. */
@@ -280,15 +347,16 @@ int main(int argc, char **argv)
 		goto fail;
 	}
 	m = xc2_open(weights, &cfg, &err);
-	if (m == NULL)
+	if (m == NULL || decoder_open(&dec, m, device, &err) < 0)
 		goto fail;
 	wav = malloc(n * cfg.hop * sizeof *wav);
 	if (wav == NULL) {
 		pcg_fail(&err, "out of memory for %zu samples", n * cfg.hop);
 		goto fail;
 	}
-	if (chunk ? xc2_decode_chunked(m, codes, (int)n, chunk, context, lookahead, wav, &err)
-		  : xc2_decode(m, codes, (int)n, wav, &err))
+	if (chunk ? xc2_decode_chunked_with(&cfg, dec.fn, dec.ctx, codes, (int)n, chunk, context,
+					    lookahead, wav, &err)
+		  : dec.fn(dec.ctx, codes, (int)n, wav, &err))
 		goto fail;
 	if (audio_write(out_path, wav, n * cfg.hop, cfg.sample_rate, fmt, &err) < 0)
 		goto fail;
@@ -299,6 +367,7 @@ fail:
 out:
 	free(wav);
 	free(codes);
+	decoder_close(&dec);
 	xc2_close(&m);
 	return rc;
 }

@@ -9,6 +9,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum pcg_dtype {
 	PCG_F32,
 	PCG_F16,
@@ -47,5 +51,9 @@ void pcg_f32_to_f16_n(uint16_t *dst, const float *src, size_t n);
 
 /* Converts n elements of type t at src (any alignment) to f32 at dst. */
 void pcg_to_f32(float *dst, const void *src, pcg_dtype t, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -200,45 +200,16 @@ out:
 
 /* ----------------------------------------------------------------- loading */
 
-struct resblock {
-	float *norm1_w, *norm1_b; /* (C) */
-	pcg_mat conv1;            /* (C, C * 3) */
-	float *conv1_b;           /* (C) */
-	float *norm2_w, *norm2_b; /* (C) */
-	pcg_mat conv2;            /* (C, C * 3) */
-	float *conv2_b;           /* (C) */
-};
-
-struct tblock {
-	float *att_norm;  /* (C) */
-	pcg_mat c_attn;   /* (3C, C): q, k, v, each heads x head_dim */
-	pcg_mat c_proj;   /* (C, C) */
-	float *ffn_norm;  /* (C) */
-	pcg_mat fc1;      /* (ffn, C) */
-	pcg_mat fc2;      /* (C, ffn) */
-};
-
 struct xc2_model {
 	xc2_config cfg;
 	st_ckpt *ck;
 	int n_fft;               /* 4 * hop */
-	pcg_mat project_out;     /* (vq_dim, n_levels) */
-	float *project_out_b;    /* (vq_dim) */
-	pcg_mat fc_post_a;       /* (C, vq_dim) */
-	float *fc_post_a_b;      /* (C) */
-	pcg_mat embed;           /* (C, C * 7) */
-	float *embed_b;          /* (C) */
-	struct resblock prior[2], post[2];
-	struct tblock *tb;       /* (depth) */
-	float *ln_w, *ln_b;      /* (C) */
-	pcg_mat head;            /* (n_fft + 2, C) */
-	float *head_b;           /* (n_fft + 2) */
-	float *window;           /* (n_fft): periodic Hann */
+	xc2_tensors t;           /* shapes in xcodec2.h */
 	fftwf_plan plan;         /* c2r of n_fft points, used with new arrays */
-	pcg_weights w;         /* the tensors taken from ck, and copies */
+	pcg_weights w;           /* the tensors taken from ck, and copies */
 };
 
-static int load_resblock(xc2_model *m, struct resblock *r, const char *prefix, pcg_err *err)
+static int load_resblock(xc2_model *m, xc2_resblock *r, const char *prefix, pcg_err *err)
 {
 	const int C = m->cfg.hidden;
 	char n[160];
@@ -283,32 +254,34 @@ xc2_model *xc2_open(const char *weights, const xc2_config *cfg, pcg_err *err)
 
 	const xc2_config *c = &m->cfg;
 	const int C = c->hidden, N = 4 * c->hop;
+	xc2_tensors *t = &m->t;
+	float *window = wt_alloc(&m->w, (size_t)N * sizeof *window);
 	m->n_fft = N;
-	m->tb = calloc((size_t)(c->depth > 0 ? c->depth : 1), sizeof *m->tb);
-	m->window = wt_alloc(&m->w, (size_t)N * sizeof *m->window);
-	if (m->tb == NULL || m->window == NULL) {
+	t->tb = calloc((size_t)(c->depth > 0 ? c->depth : 1), sizeof *t->tb);
+	t->window = window;
+	if (t->tb == NULL || window == NULL) {
 		pcg_fail(err, "out of memory");
 		goto fail_named;
 	}
-	if (wt_mat(&m->w, &m->project_out, "generator.quantizer.project_out.weight", c->vq_dim,
+	if (wt_mat(&m->w, &t->project_out, "generator.quantizer.project_out.weight", c->vq_dim,
 		     c->n_levels, -1, err) < 0 ||
-	    !(m->project_out_b = wt_vec(&m->w, "generator.quantizer.project_out.bias", c->vq_dim,
+	    !(t->project_out_b = wt_vec(&m->w, "generator.quantizer.project_out.bias", c->vq_dim,
 					  err)) ||
-	    wt_mat(&m->w, &m->fc_post_a, "fc_post_a.weight", C, c->vq_dim, -1, err) < 0 ||
-	    !(m->fc_post_a_b = wt_vec(&m->w, "fc_post_a.bias", C, err)) ||
-	    wt_mat(&m->w, &m->embed, "generator.backbone.embed.weight", C, C, 7, err) < 0 ||
-	    !(m->embed_b = wt_vec(&m->w, "generator.backbone.embed.bias", C, err)) ||
-	    load_resblock(m, &m->prior[0], "generator.backbone.prior_net.0", err) < 0 ||
-	    load_resblock(m, &m->prior[1], "generator.backbone.prior_net.1", err) < 0 ||
-	    load_resblock(m, &m->post[0], "generator.backbone.post_net.0", err) < 0 ||
-	    load_resblock(m, &m->post[1], "generator.backbone.post_net.1", err) < 0 ||
-	    !(m->ln_w = wt_vec(&m->w, "generator.backbone.final_layer_norm.weight", C, err)) ||
-	    !(m->ln_b = wt_vec(&m->w, "generator.backbone.final_layer_norm.bias", C, err)) ||
-	    wt_mat(&m->w, &m->head, "generator.head.out.weight", N + 2, C, -1, err) < 0 ||
-	    !(m->head_b = wt_vec(&m->w, "generator.head.out.bias", N + 2, err)))
+	    wt_mat(&m->w, &t->fc_post_a, "fc_post_a.weight", C, c->vq_dim, -1, err) < 0 ||
+	    !(t->fc_post_a_b = wt_vec(&m->w, "fc_post_a.bias", C, err)) ||
+	    wt_mat(&m->w, &t->embed, "generator.backbone.embed.weight", C, C, 7, err) < 0 ||
+	    !(t->embed_b = wt_vec(&m->w, "generator.backbone.embed.bias", C, err)) ||
+	    load_resblock(m, &t->prior[0], "generator.backbone.prior_net.0", err) < 0 ||
+	    load_resblock(m, &t->prior[1], "generator.backbone.prior_net.1", err) < 0 ||
+	    load_resblock(m, &t->post[0], "generator.backbone.post_net.0", err) < 0 ||
+	    load_resblock(m, &t->post[1], "generator.backbone.post_net.1", err) < 0 ||
+	    !(t->ln_w = wt_vec(&m->w, "generator.backbone.final_layer_norm.weight", C, err)) ||
+	    !(t->ln_b = wt_vec(&m->w, "generator.backbone.final_layer_norm.bias", C, err)) ||
+	    wt_mat(&m->w, &t->head, "generator.head.out.weight", N + 2, C, -1, err) < 0 ||
+	    !(t->head_b = wt_vec(&m->w, "generator.head.out.bias", N + 2, err)))
 		goto fail_named;
 	for (int l = 0; l < c->depth; l++) {
-		struct tblock *b = &m->tb[l];
+		xc2_tblock *b = &t->tb[l];
 #define MAT(field, suffix, r, k) \
 		snprintf(n, sizeof n, "generator.backbone.transformers.%d.%s", l, suffix); \
 		if (wt_mat(&m->w, &b->field, n, r, k, -1, err) < 0) \
@@ -328,7 +301,7 @@ xc2_model *xc2_open(const char *weights, const xc2_config *cfg, pcg_err *err)
 	}
 	/* torch.hann_window(N), periodic: 0.5 - 0.5 cos(2 pi n / N). */
 	for (int i = 0; i < N; i++)
-		m->window[i] = (float)(0.5 - 0.5 * cos(2.0 * M_PI * i / N));
+		window[i] = (float)(0.5 - 0.5 * cos(2.0 * M_PI * i / N));
 	/* FFTW_ESTIMATE: the plan, and so every bit of the output, is the same
 	 * on every run (FFTW_MEASURE picks by timing). The plan is made once and
 	 * run with fftwf_execute_dft_c2r on arrays from fftwf_malloc, which
@@ -363,7 +336,7 @@ void xc2_close(xc2_model **mp)
 	if (m->plan)
 		fftwf_destroy_plan(m->plan);
 	wt_release(&m->w);
-	free(m->tb);
+	free(m->t.tb);
 	st_close(&m->ck);
 	free(m);
 	*mp = NULL;
@@ -371,6 +344,7 @@ void xc2_close(xc2_model **mp)
 
 const xc2_config *xc2_get_config(const xc2_model *m) { return &m->cfg; }
 size_t xc2_mapped_bytes(const xc2_model *m) { return st_mapped_bytes(m->ck); }
+const xc2_tensors *xc2_get_tensors(const xc2_model *m) { return &m->t; }
 
 /* ------------------------------------------------------------------ layers */
 
@@ -479,7 +453,7 @@ static void groupnorm_swish(float *y, const float *x, int T, int C, const float 
 
 /* ResnetBlock: h = conv2(swish(GN2(conv1(swish(GN1(x)))))); x = x + h
  * (dropout is off at inference; in == out channels, so no shortcut conv). */
-static void resblock(float *x, int T, int C, const struct resblock *r, float *h, float *h2,
+static void resblock(float *x, int T, int C, const xc2_resblock *r, float *h, float *h2,
 		     float *col)
 {
 	groupnorm_swish(h, x, T, C, r->norm1_w, r->norm1_b);     /* h = nonlinearity(norm1(x)) */
@@ -654,22 +628,38 @@ static void istft(float *out, const float *p, int T, int hop, const float *windo
 
 /* ------------------------------------------------------------------ decode */
 
-/* Every code in [0, codebook); the error names the first that is not. */
-static int check_codes(const xc2_model *m, const int32_t *codes, int T, pcg_err *err)
+int xc2_check_codes(const xc2_config *c, const int32_t *codes, int T, pcg_err *err)
 {
-	const int64_t book = xc2_config_codebook(&m->cfg);
+	const int64_t book = xc2_config_codebook(c);
 
 	if (T < 1)
 		return pcg_fail(err, "no codes to decode");
 	/* Sample indices are ints: n_fft * T must fit (about 28 hours at 16 kHz). */
-	if (T > INT_MAX / (4 * m->cfg.hop))
+	if (T > INT_MAX / (4 * c->hop))
 		return pcg_fail(err, "%d codes: too many for one call (at most %d)", T,
-				INT_MAX / (4 * m->cfg.hop));
+				INT_MAX / (4 * c->hop));
 	for (int t = 0; t < T; t++)
 		if (codes[t] < 0 || codes[t] >= book)
 			return pcg_fail(err, "code %d at position %d out of range [0, %lld)",
 					(int)codes[t], t, (long long)book);
 	return 0;
+}
+
+/* get_output_from_indices: digit j = (idx // basis_j) % level_j with
+ * basis = cumprod([1] + levels[:-1]); code = (digit - level//2) / (level//2)
+ * (times scales[0] = 1 for the single quantizer). */
+void xc2_fsq(const xc2_config *c, const int32_t *codes, int T, float *fsq)
+{
+	const int L = c->n_levels;
+
+	for (int t = 0; t < T; t++) {
+		int64_t idx = codes[t];
+		for (int j = 0; j < L; j++) {
+			const int lv = c->levels[j], half = lv / 2;
+			fsq[(size_t)t * L + j] = (float)((int)(idx % lv) - half) / (float)half;
+			idx /= lv;
+		}
+	}
 }
 
 /* The whole decoder; the backbone's output goes to feat when not NULL, the
@@ -678,11 +668,12 @@ static int run(const xc2_model *m, const int32_t *codes, int T, float *out, floa
 	       pcg_err *err)
 {
 	const xc2_config *c = &m->cfg;
+	const xc2_tensors *w = &m->t;
 	const int C = c->hidden, V = c->vq_dim, N = m->n_fft, L = c->n_levels;
 	const int threads = pcg_get_threads();
 	int rc = -1;
 
-	if (check_codes(m, codes, T, err) < 0)
+	if (xc2_check_codes(c, codes, T, err) < 0)
 		return -1;
 	/* Work buffers: the widest row is the im2col one (7C) or the FFN (ffn)
 	 * or the head (N + 2) or q|k|v (3C). */
@@ -703,28 +694,19 @@ static int run(const xc2_model *m, const int32_t *codes, int T, float *out, floa
 		goto out;
 	}
 
-	/* (1) get_output_from_indices: digit j = (idx // basis_j) % level_j with
-	 * basis = cumprod([1] + levels[:-1]); code = (digit - level//2) / (level//2)
-	 * (times scales[0] = 1 for the single quantizer); then project_out. */
-	for (int t = 0; t < T; t++) {
-		int64_t idx = codes[t];
-		for (int j = 0; j < L; j++) {
-			const int lv = c->levels[j], half = lv / 2;
-			fsq[(size_t)t * L + j] = (float)((int)(idx % lv) - half) / (float)half;
-			idx /= lv;
-		}
-	}
-	linear(big, fsq, T, &m->project_out, m->project_out_b);  /* [T, vq_dim] */
+	/* (1) get_output_from_indices: FSQ codes, then project_out */
+	xc2_fsq(c, codes, T, fsq);
+	linear(big, fsq, T, &w->project_out, w->project_out_b);  /* [T, vq_dim] */
 	/* (2) vq_post_emb = fc_post_a(vq_post_emb) */
-	linear(x, big, T, &m->fc_post_a, m->fc_post_a_b);        /* [T, C] */
+	linear(x, big, T, &w->fc_post_a, w->fc_post_a_b);        /* [T, C] */
 
 	/* (3) VocosBackbone */
 	memcpy(h, x, (size_t)T * C * sizeof *h);
-	conv1d(x, h, T, C, 7, &m->embed, m->embed_b, big);      /* x = self.embed(x) */
+	conv1d(x, h, T, C, 7, &w->embed, w->embed_b, big);      /* x = self.embed(x) */
 	for (int i = 0; i < 2; i++)                              /* x = self.prior_net(x) */
-		resblock(x, T, C, &m->prior[i], h, h2, big);
+		resblock(x, T, C, &w->prior[i], h, h2, big);
 	for (int l = 0; l < c->depth; l++) {                     /* x = self.transformers(x) */
-		const struct tblock *b = &m->tb[l];
+		const xc2_tblock *b = &w->tb[l];
 		rmsnorm(h, x, T, C, b->att_norm);                /* att_norm(x) */
 		linear(big, h, T, &b->c_attn, NULL);             /* q, k, v = c_attn(x) */
 		attention(h, big, T, C, c->heads, scores);       /* sdpa (RoPE: no effect) */
@@ -741,7 +723,7 @@ static int run(const xc2_model *m, const int32_t *codes, int T, float *out, floa
 			x[i] += h2[i];
 	}
 	for (int i = 0; i < 2; i++)                              /* x = self.post_net(x) */
-		resblock(x, T, C, &m->post[i], h, h2, big);
+		resblock(x, T, C, &w->post[i], h, h2, big);
 	/* x = self.final_layer_norm(x): LayerNorm(C, eps=1e-6), biased variance */
 #pragma omp parallel for schedule(static) if ((size_t)T * C > 65536)
 	for (int t = 0; t < T; t++) {
@@ -754,7 +736,7 @@ static int run(const xc2_model *m, const int32_t *codes, int T, float *out, floa
 			q += (xt[i] - mu) * (xt[i] - mu);
 		const float mean = (float)mu, rstd = (float)(1.0 / sqrt(q / C + 1e-6));
 		for (int i = 0; i < C; i++)
-			xt[i] = (xt[i] - mean) * rstd * m->ln_w[i] + m->ln_b[i];
+			xt[i] = (xt[i] - mean) * rstd * w->ln_w[i] + w->ln_b[i];
 	}
 
 	if (feat != NULL)
@@ -762,8 +744,8 @@ static int run(const xc2_model *m, const int32_t *codes, int T, float *out, floa
 
 	/* (4) ISTFTHead: x_pred = self.out(x), then the inverse STFT */
 	if (out != NULL) {
-		linear(big, x, T, &m->head, m->head_b);          /* [T, N + 2] */
-		istft(out, big, T, c->hop, m->window, m->plan, frames, spec);
+		linear(big, x, T, &w->head, w->head_b);          /* [T, N + 2] */
+		istft(out, big, T, c->hop, w->window, m->plan, frames, spec);
 	}
 	rc = 0;
 out:
@@ -788,18 +770,31 @@ int xc2_features(const xc2_model *m, const int32_t *codes, int T, float *feat, p
 	return run(m, codes, T, NULL, feat, err);
 }
 
+static int decode_cpu(void *m, const int32_t *codes, int T, float *out, pcg_err *err)
+{
+	return xc2_decode(m, codes, T, out, err);
+}
+
 int xc2_decode_chunked(const xc2_model *m, const int32_t *codes, int T, int chunk, int left,
 		       int right, float *out, pcg_err *err)
 {
-	const int hop = m->cfg.hop;
+	return xc2_decode_chunked_with(&m->cfg, decode_cpu, (void *)m, codes, T, chunk, left, right,
+				       out, err);
+}
+
+int xc2_decode_chunked_with(const xc2_config *c, xc2_decoder dec, void *ctx,
+			    const int32_t *codes, int T, int chunk, int left, int right,
+			    float *out, pcg_err *err)
+{
+	const int hop = c->hop;
 	float *tmp;
 
 	if (chunk < 1 || left < 0 || right < 0)
 		return pcg_fail(err, "chunked decoding: chunk %d, context %d/%d", chunk, left, right);
-	if (check_codes(m, codes, T, err) < 0)
+	if (xc2_check_codes(c, codes, T, err) < 0)
 		return -1;
 	if (chunk >= T)
-		return xc2_decode(m, codes, T, out, err);
+		return dec(ctx, codes, T, out, err);
 	tmp = malloc((size_t)hop * (chunk + (size_t)left + right) * sizeof *tmp);
 	if (tmp == NULL)
 		return pcg_fail(err, "out of memory");
@@ -807,7 +802,7 @@ int xc2_decode_chunked(const xc2_model *m, const int32_t *codes, int T, int chun
 		const int e = s + chunk < T ? s + chunk : T;
 		const int a = s - left > 0 ? s - left : 0;
 		const int z = e + right < T ? e + right : T;
-		if (xc2_decode(m, codes + a, z - a, tmp, err) < 0) {
+		if (dec(ctx, codes + a, z - a, tmp, err) < 0) {
 			free(tmp);
 			return -1;
 		}

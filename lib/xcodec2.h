@@ -27,6 +27,11 @@
 #include <stdint.h>
 
 #include "err.h"
+#include "matmul.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define XC2_MAX_LEVELS 16
 
@@ -77,6 +82,56 @@ const xc2_config *xc2_get_config(const xc2_model *m);
 /* Bytes of the checkpoint mapped (all of it, encoder included). */
 size_t xc2_mapped_bytes(const xc2_model *m);
 
+/* The decoder's tensors as xc2_open loaded them, for another backend to
+ * copy (lib/cuda/xcodec2.cu). Matrices are in their checkpoint dtype,
+ * [rows, cols] row-major (a convolution's [out, in * k]); vectors are f32.
+ * Shapes in the comments: C = hidden, N = n_fft = 4 * hop. The tensors live
+ * as long as the model. */
+typedef struct xc2_resblock {
+	const float *norm1_w, *norm1_b; /* (C) */
+	pcg_mat conv1;                  /* (C, C * 3) */
+	const float *conv1_b;           /* (C) */
+	const float *norm2_w, *norm2_b; /* (C) */
+	pcg_mat conv2;                  /* (C, C * 3) */
+	const float *conv2_b;           /* (C) */
+} xc2_resblock;
+
+typedef struct xc2_tblock {
+	const float *att_norm; /* (C) */
+	pcg_mat c_attn;        /* (3C, C): q, k, v, each heads x head_dim */
+	pcg_mat c_proj;        /* (C, C) */
+	const float *ffn_norm; /* (C) */
+	pcg_mat fc1;           /* (ffn, C) */
+	pcg_mat fc2;           /* (C, ffn) */
+} xc2_tblock;
+
+typedef struct xc2_tensors {
+	pcg_mat project_out;            /* (vq_dim, n_levels) */
+	const float *project_out_b;     /* (vq_dim) */
+	pcg_mat fc_post_a;              /* (C, vq_dim) */
+	const float *fc_post_a_b;       /* (C) */
+	pcg_mat embed;                  /* (C, C * 7) */
+	const float *embed_b;           /* (C) */
+	xc2_resblock prior[2], post[2];
+	xc2_tblock *tb;                 /* (depth) */
+	const float *ln_w, *ln_b;       /* (C) */
+	pcg_mat head;                   /* (N + 2, C) */
+	const float *head_b;            /* (N + 2) */
+	const float *window;            /* (N): periodic Hann, not in the checkpoint */
+} xc2_tensors;
+
+const xc2_tensors *xc2_get_tensors(const xc2_model *m);
+
+/* 0 when codes[0..T) can be decoded in one call (T >= 1, n_fft * T within
+ * an int, every code in [0, codebook)); else -1 with err naming the first
+ * position out of range. Every decoder calls it first. */
+int xc2_check_codes(const xc2_config *c, const int32_t *codes, int T, pcg_err *err);
+
+/* The first step of every decoder, FSQ dequantisation of checked codes:
+ * fsq[t * n_levels + j] = (digit_j(codes[t]) - levels[j] / 2) / (levels[j] / 2),
+ * the input of project_out. */
+void xc2_fsq(const xc2_config *c, const int32_t *codes, int T, float *fsq);
+
 /* Decodes codes[0..T) into out[0 .. hop * T). Every code must be in
  * [0, codebook); the error names the first position that is not. */
 int xc2_decode(const xc2_model *m, const int32_t *codes, int T, float *out, pcg_err *err);
@@ -93,5 +148,18 @@ int xc2_features(const xc2_model *m, const int32_t *codes, int T, float *feat, p
  * gives exactly xc2_decode's output. */
 int xc2_decode_chunked(const xc2_model *m, const int32_t *codes, int T, int chunk, int left,
 		       int right, float *out, pcg_err *err);
+
+/* A whole-utterance decoder with xc2_decode's contract, on some backend. */
+typedef int (*xc2_decoder)(void *ctx, const int32_t *codes, int T, float *out, pcg_err *err);
+
+/* xc2_decode_chunked with each call made by dec(ctx, ...) for a decoder of
+ * shape c (xc2_cuda_decode, say). */
+int xc2_decode_chunked_with(const xc2_config *c, xc2_decoder dec, void *ctx,
+			    const int32_t *codes, int T, int chunk, int left, int right,
+			    float *out, pcg_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -3,7 +3,10 @@
 # X-codec2 fixture: exit codes (0 ok, 1 failure, 2 usage), every output format
 # with a valid 16 kHz mono header and 320 samples per code, raw PCM to stdout,
 # text / int32 / LLaSA-id input giving the same audio, errors naming the
-# position of a bad code, and no file at the final path after any failure.
+# position of a bad code, and no file at the final path after any failure;
+# --device: a malformed one is a usage error, and without a GPU (or without
+# the CUDA build) cuda is a one-line error naming the device, exit 1, no file
+# (with a GPU it decodes instead: tests/cuda/test_xcodec2.c checks the audio).
 set -u
 ROOT=${PCG_ROOT:-$(pwd)}
 T=${TEST_TMP:-$(mktemp -d)}
@@ -116,6 +119,34 @@ grep -q "keep.wav" err && ok "disk full: the file named" || bad "disk full: $(ca
 cmp -s keep.wav a.wav && ok "disk full: the old file is intact" || bad "disk full: old file changed"
 ( ulimit -f 16; $CD --codes "$FX/codes.txt" -o new.flac --format flac ) >out 2>err
 [ ! -e new.flac ] && ok "disk full: no FLAC at the final path" || bad "partial FLAC left"
+
+# --- --device
+KM="$ROOT/tests/fixtures/kmeans/tiny"
+expect 2 "--device bogus" $CD --codes "$FX/codes.txt" -o d.wav --device bogus
+err_has "device 'bogus'"
+expect 2 "--device cuda:x" $CD --codes "$FX/codes.txt" -o d.wav --device cuda:x
+expect 2 "--device cuda with kmeans-gl" codec-decode --weights "$KM" --codes "$KM/codes.txt" \
+	-o d.wav --device cuda
+err_has "kmeans-gl decodes on the CPU only"
+expect 0 "--device cpu" $CD --codes "$FX/codes.txt" -o d.wav --device cpu
+cmp -s d.wav a.wav && ok "--device cpu = the default" || bad "--device cpu gives other audio"
+rm -f d.wav
+$CD --codes "$FX/codes.txt" -o d.wav --device cuda >out 2>err
+rc=$?
+if [ $rc -eq 0 ]; then
+	ok "--device cuda: a GPU is here and decoded; the no-GPU error is not checked"
+	[ "$(size d.wav)" = "$(size a.wav)" ] && ok "GPU: WAV of the same size" || bad "GPU: WAV size $(size d.wav)"
+else
+	[ $rc -eq 1 ] && ok "--device cuda without a GPU: exit 1" || bad "--device cuda: exit $rc: $(cat err)"
+	[ "$(wc -l <err | tr -d ' ')" = 1 ] && ok "one line" || bad "$(wc -l <err) lines: $(cat err)"
+	err_has "codec-decode: device cuda:0: no CUDA"
+	[ ! -e d.wav ] && ok "--device cuda: no output file" || bad "--device cuda: output file left"
+	expect 1 "--device cuda:1" $CD --codes "$FX/codes.txt" -o d.wav --device cuda:1
+	err_has "cuda:1"
+	expect 1 "--daemon --device cuda" timeout 20 codec-decode --daemon --weights "$FX" \
+		--device cuda --listen "ipc://$T/codec.sock"
+	err_has "device cuda:0"
+fi
 no_partials .
 
 finish

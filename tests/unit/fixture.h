@@ -1,5 +1,5 @@
-/* fixture.h: reading the golden files of tests/fixtures (raw f32, ids as
- * text) and comparing vectors, for the parity tests. */
+/* fixture.h: reading the golden files of tests/fixtures (raw bytes, raw f32,
+ * ids as text) and comparing vectors, for the parity tests. */
 #ifndef PCG_TEST_FIXTURE_H
 #define PCG_TEST_FIXTURE_H
 
@@ -7,10 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static inline float *read_f32(const char *path, size_t *n)
+/* The bytes of a file (NULL when it cannot be read), *n their count. */
+static inline void *read_bytes(const char *path, size_t *n)
 {
 	FILE *f = fopen(path, "rb");
-	float *v;
+	void *v;
 	long sz;
 
 	*n = 0;
@@ -25,7 +26,16 @@ static inline float *read_f32(const char *path, size_t *n)
 		v = NULL;
 	}
 	fclose(f);
-	*n = (size_t)sz / sizeof(float);
+	*n = (size_t)sz;
+	return v;
+}
+
+/* Raw f32 values, *n their count. */
+static inline float *read_f32(const char *path, size_t *n)
+{
+	float *v = read_bytes(path, n);
+
+	*n /= sizeof(float);
 	return v;
 }
 
