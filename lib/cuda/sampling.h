@@ -22,9 +22,10 @@ extern "C" {
  *
  * Exactness: top-k and the one-hot vector are bit for bit the CPU's. Top-p
  * keeps the same tokens unless a cumulative mass of the sorted tokens lies
- * within about 1e-11 of 1 - top_p (the sums run in another order); kept
- * probabilities are within a few f32 roundings of the CPU's (expf, the bound
- * is in tests/cuda/test_sampling.c).
+ * within about 1e-11 of 1 - top_p (the sums run in another order; when the
+ * tokens with mass all tie at the top, the CPU's sum is repeated and the
+ * split is the same). Kept probabilities are within a few f32 roundings of
+ * the CPU's (expf; the bound is in tests/cuda/test_sampling.c).
  *
  * Both buffers belong to the caller; nothing is allocated and there is no
  * state between calls. stream is a cudaStream_t (NULL: the default stream);
@@ -32,7 +33,7 @@ extern "C" {
  * status per row.
  *
  * Returns 0; rows = 0 does nothing. Returns -1 with err when s fails
- * pcg_sampling_check, n < 1 or n > 2^30, rows < 0, a CUDA call fails, or a
+ * pcg_sampling_check, n < 1 or n > 2^28, rows < 0, a CUDA call fails, or a
  * row has a NaN or +inf logit or only -inf logits: err then names the first
  * such row and, as pcg_probs does, the first bad logit ("row 2: logit 17 is
  * NaN"; with one row the message is pcg_probs's), and the contents of

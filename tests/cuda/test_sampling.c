@@ -148,8 +148,8 @@ static double top_p_margin(const float *logits, int n, const pcg_sampling *s, fl
 }
 
 /* GPU row got against CPU row want. The GPU's masses differ from the CPU's
- * by summation order: each is a sum of up to 65,537 terms of total 1, off
- * by at most 65,536 x 2^-53 < 1e-11. So when top_p_margin > KNIFE_EDGE the
+ * by summation order (each is a sum of up to 65,537 terms of total 1, off by
+ * at most 65,536 x 2^-53 < 1e-11) and by its double exp (1 ulp). So when top_p_margin > KNIFE_EDGE the
  * kept sets must be equal. They must also be equal when the masses are
  * exact (top_p_margin's *exact), where the GPU repeats the CPU's sum over
  * the ties (sampling.cu's ties_removed). Otherwise the row is a knife edge:
