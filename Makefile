@@ -101,6 +101,8 @@ build/lib/cuda/%.o: lib/cuda/%.cu | $(DEPS_OK)
 	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -std=c++17 -DPCG_CUDA=1 -Ilib -Xcompiler -Wall,-Wextra -MMD -MP -c -o $@ $<
 build/tests/cuda-%: build/tests/cuda/%.o build/libpcg-cuda.a build/libpcg.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
+# The GPU tests may call the CUDA runtime (cudaMemcpy) through cuda/check.h.
+build/tests/cuda/%.o: ALL_CFLAGS += -isystem $(CUDA_HOME)/include
 
 # libFuzzer targets (tests/fuzz/*.c) when clang can build them.
 CLANG    ?= $(shell command -v clang 2>/dev/null)

@@ -277,7 +277,7 @@ int pcg_probs(const float *logits, int n, const pcg_sampling *s, float *probs,
 		memcpy(probs, logits, (size_t)n * sizeof *probs);
 	}
 	/* A temperature so small that the largest logit overflows is T -> 0. */
-	if (probs[best] == INFINITY) {
+	if (isinf(probs[best])) { /* +inf, or -inf when the largest logit is negative */
 		one_hot(probs, n, best);
 		return 0;
 	}

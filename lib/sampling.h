@@ -14,6 +14,10 @@
 
 #include "err.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pcg_sampling {
 	float temperature; /* 0 = greedy: a one-hot vector at the argmax */
 	int top_k;         /* <= 0: off */
@@ -45,5 +49,9 @@ int pcg_sample(const float *probs, int n, double u);
 
 /* First index of the largest value, skipping NaNs; -1 when n < 1. */
 int pcg_argmax(const float *x, int n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -271,6 +271,11 @@ static void test_edges(void)
 		      p[0] + p[2] + p[3] + p[4] == 0.0f);
 		CHECK(pcg_probs(t, 5, &small, p, &err) == 0 && p[1] == 0.5f && p[3] == 0.5f &&
 		      p[0] + p[2] + p[4] == 0.0f);
+		/* all logits negative: logit / T overflows to -inf, the same limit */
+		float neg[3] = { -1.0f, -0.5f, -2.0f };
+		pcg_sampling least = { 1e-45f, 0, 1.0f };
+		CHECK(pcg_probs(neg, 3, &least, p, &err) == 0 && p[1] == 1.0f &&
+		      p[0] + p[2] == 0.0f);
 	}
 
 	/* top_k >= n and top_k < 0 are off. */
