@@ -192,9 +192,20 @@ static int cpu_swiglu(pcg_backend *be, float *g, const float *u, size_t n, pcg_e
 	return 0;
 }
 
+static int cpu_probs(pcg_backend *be, float *p, const float *logits, int rows, int n,
+		     const pcg_sampling *s, pcg_err *err)
+{
+	(void)be;
+	for (int r = 0; r < rows; r++)
+		if (pcg_probs(logits + (size_t)r * n, n, s, p + (size_t)r * n, err) < 0)
+			return -1;
+	return 0;
+}
+
 static const pcg_backend_ops cpu_ops = {
 	cpu_alloc, cpu_free, cpu_grow, cpu_copy, cpu_copy,
 	cpu_embed, cpu_rmsnorm, cpu_matmul, cpu_rope, cpu_attention, cpu_add, cpu_swiglu,
+	cpu_probs,
 };
 
 static pcg_backend cpu_backend = { &cpu_ops, PCG_DEVICE_CPU, 1, NULL };

@@ -18,6 +18,7 @@
 
 #include "err.h"
 #include "matmul.h"
+#include "sampling.h"
 
 typedef struct pcg_backend pcg_backend;
 
@@ -53,6 +54,10 @@ typedef struct pcg_backend_ops {
 	int (*add)(pcg_backend *be, float *x, const float *y, size_t n, pcg_err *err);
 	/* g[i] = silu(g[i]) * u[i], i < n. */
 	int (*swiglu)(pcg_backend *be, float *g, const float *u, size_t n, pcg_err *err);
+	/* pcg_probs (lib/sampling.h) of each of rows rows of n logits into p
+	 * (may equal logits). */
+	int (*probs)(pcg_backend *be, float *p, const float *logits, int rows, int n,
+		     const pcg_sampling *s, pcg_err *err);
 } pcg_backend_ops;
 
 struct pcg_backend {

@@ -414,11 +414,6 @@ int llama_lm_head(const llama_model *m, const float *h, int B, const llama_rows 
 	return rc;
 }
 
-int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
-		  const llama_rows *rows, float *logits, pcg_err *err)
-{
-	return llama_forward_hidden(m, kv, tokens, n, n_out, rows, logits, NULL, err);
-}
 
 /* The activations of a pass of n positions: the host's are malloc'd per
  * pass (passes may run in several threads), a device's are kept. */
@@ -444,8 +439,11 @@ static float *scratch(llama_model *m, size_t bytes, pcg_err *err)
 	return m->scratch;
 }
 
-int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
-			 const llama_rows *rows, float *logits, float *hidden, pcg_err *err)
+/* The pass; with samp, what goes to logits is pcg_probs of the logits,
+ * computed where the pass ran. */
+static int forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
+		   const llama_rows *rows, const pcg_sampling *samp, float *logits,
+		   float *hidden, pcg_err *err)
 {
 	const llama_config *c = &m->cfg;
 	const pcg_backend_ops *op = m->be->ops;
@@ -528,6 +526,8 @@ int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n,
 			OP(op->download(be, hidden, xb, (size_t)n_out * H * sizeof *hidden, err));
 		if (logits != NULL) {
 			OP(lm_head_rows(m, xb, n_out, rows, lg, err));
+			if (samp != NULL)
+				OP(op->probs(be, lg, lg, n_out, n_logits, samp, err));
 			if (!be->host)
 				OP(op->download(be, logits, lg, (size_t)n_out * n_logits *
 						sizeof *logits, err));
@@ -540,4 +540,25 @@ out:
 	if (be->host)
 		free(buf);
 	return rc;
+}
+
+int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
+		  const llama_rows *rows, float *logits, pcg_err *err)
+{
+	return forward(m, kv, tokens, n, n_out, rows, NULL, logits, NULL, err);
+}
+
+int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
+			 const llama_rows *rows, float *logits, float *hidden, pcg_err *err)
+{
+	return forward(m, kv, tokens, n, n_out, rows, NULL, logits, hidden, err);
+}
+
+int llama_forward_probs(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
+			const llama_rows *rows, const pcg_sampling *samp, float *probs,
+			float *hidden, pcg_err *err)
+{
+	if (pcg_sampling_check(samp, err) < 0)
+		return -1;
+	return forward(m, kv, tokens, n, n_out, rows, samp, probs, hidden, err);
 }

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "err.h"
 #include "matmul.h"
+#include "sampling.h"
 
 typedef struct llama_model llama_model;
 typedef struct llama_kv llama_kv;
@@ -78,6 +79,15 @@ int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_
  * with hidden NULL; the copy is the only extra work. */
 int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
 			 const llama_rows *rows, float *logits, float *hidden, pcg_err *err);
+
+/* llama_forward_hidden whose output is the tempered / top-k / top-p
+ * probabilities of pcg_probs (lib/sampling.h) instead of the logits,
+ * computed on the model's device (so only probabilities cross to the host).
+ * A row pcg_probs refuses (NaN, +inf, all -inf) is an error (kv is then
+ * unchanged). */
+int llama_forward_probs(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
+			const llama_rows *rows, const pcg_sampling *samp, float *probs,
+			float *hidden, pcg_err *err);
 
 /* lm_head applied to B arbitrary vectors h [B][hidden] (the same product
  * llama_forward ends with): logits [B][count], count =

@@ -118,9 +118,12 @@ static void evict(server *sv, uint64_t keep)
 }
 
 /* Brings x to pos tokens, then appends toks[0..n), reusing cached positions
- * whose ids match, and computes the logits of the last n_out. */
+ * whose ids match, and computes the last n_out positions' logits into
+ * sv->logits, or with samp their probabilities into out (computed where the
+ * model runs: on a GPU only probabilities come back). */
 static int extend(server *sv, session *x, int pos, const int32_t *toks, int n, int n_out,
-		  const llama_rows *rows, float *hidden, pcg_err *err)
+		  const llama_rows *rows, const pcg_sampling *samp, float *out, float *hidden,
+		  pcg_err *err)
 {
 	int keep = pos, i = 0, len = llama_kv_len(x->kv);
 
@@ -136,8 +139,10 @@ static int extend(server *sv, session *x, int pos, const int32_t *toks, int n, i
 		x->tokens = t;
 		x->cap = cap;
 	}
-	if (llama_forward_hidden(sv->model, x->kv, (const int *)toks + i, n - i, n_out, rows,
-				 sv->logits, hidden, err) < 0) {
+	if ((samp ? llama_forward_probs(sv->model, x->kv, (const int *)toks + i, n - i, n_out,
+					rows, samp, out, hidden, err)
+		  : llama_forward_hidden(sv->model, x->kv, (const int *)toks + i, n - i, n_out,
+					 rows, sv->logits, hidden, err)) < 0) {
 		llama_kv_truncate(x->kv, keep, NULL);
 		return -1;
 	}
@@ -223,8 +228,10 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 			    MTP_FILE_NAME);
 		return;
 	}
+	/* Probabilities straight from the pass, except for a score with MTP
+	 * heads, which tempers the heads' logits alike on the host. */
 	if (extend(sv, x, q->pos, q->append, q->n_append, n_out, &q->rows,
-		   nh > 0 ? sv->hidden : NULL, &err) < 0) {
+		   nh > 0 ? NULL : &q->samp, sv->probs, nh > 0 ? sv->hidden : NULL, &err) < 0) {
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
 		return;
 	}
@@ -234,9 +241,6 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 	rep->probs = sv->probs;
 	rep->n_x = 0;
 	if (q->type == PROTO_SCORE && nh == 0) {
-		for (int i = 0; i < q->n; i++)
-			pcg_probs(sv->logits + (size_t)i * width, width, &q->samp,
-				  sv->probs + (size_t)i * width, &err);
 		rep->n_vec = q->n;
 		return;
 	}
@@ -265,16 +269,13 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 	pcg_rng_init(&rng, q->seed, 0);
 	for (int i = 0; i < q->n; i++) {
 		float *p = sv->probs + (size_t)i * width;
-		if (i > 0) {
+		if (i > 0) { /* p_0 came with the appended tokens */
 			int32_t tok = rep->x[i - 1];
-			if (extend(sv, x, llama_kv_len(x->kv), &tok, 1, 1, &q->rows, NULL, &err) < 0) {
+			if (extend(sv, x, llama_kv_len(x->kv), &tok, 1, 1, &q->rows, &q->samp, p,
+				   NULL, &err) < 0) {
 				proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 				return;
 			}
-		}
-		if (pcg_probs(sv->logits, width, &q->samp, p, &err) < 0) {
-			proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
-			return;
 		}
 		int idx = pcg_sample(p, width, pcg_rng_uniform(&rng));
 		rep->x[rep->n_x++] = row_token(&q->rows, idx < 0 ? 0 : idx);

@@ -22,6 +22,7 @@ extern "C" {
 #include "device.h"
 }
 #include "cuda/check.h"
+#include "cuda/sampling.h"
 
 struct cuda_ctx {
 	int device;
@@ -528,11 +529,20 @@ static int cu_swiglu(pcg_backend *be, float *g, const float *u, size_t n, pcg_er
 	return 0;
 }
 
+/* The samplers of lib/cuda/sampling.cu, on the backend's stream. */
+static int cu_probs(pcg_backend *be, float *p, const float *logits, int rows, int n,
+		    const pcg_sampling *s, pcg_err *err)
+{
+	ENTER(be, err);
+	return pcg_cuda_probs(logits, rows, n, s, p, ctx_of(be)->stream, err);
+}
+
 /* ------------------------------------------------------------------ open */
 
 static const pcg_backend_ops cuda_ops = {
 	cu_alloc, cu_free, cu_grow, cu_upload, cu_download,
 	cu_embed, cu_rmsnorm, cu_matmul, cu_rope, cu_attention, cu_add, cu_swiglu,
+	cu_probs,
 };
 
 static int open_ctx(cuda_ctx *c, int device, pcg_err *err)

@@ -5,7 +5,8 @@
  *   2. whole forward passes of the fixture models (tests/fixtures/llama:
  *      f32, bf16, GQA, tied, explicit head_dim) against the CPU and against
  *      transformers' logits, prefill, decode steps, a verification block,
- *      truncate and re-run, the hidden state and lm_head on their own;
+ *      truncate and re-run, the hidden state, the probabilities the servers
+ *      send (llama_forward_probs) and lm_head on their own;
  *   3. the policies on GPU outputs: the demo voice's draft and target on the
  *      device give p and q; sd must emit tokens distributed as q and pcg
  *      groups distributed as Q_c (chi-square, fixed seeds, significance
@@ -352,6 +353,23 @@ static void check_pass(const char *dir, pcg_dtype dt)
 	snprintf(what, sizeof what, "%s: final hidden states", dir);
 	report(what, gpu_norm_err(hg, hc, (size_t)B * H), pass_tol(mg, B));
 	CHECK(llama_kv_len(kg) == keep + B);
+	/* probabilities computed on the device (the samplers of
+	 * lib/cuda/sampling.cu after the pass): what the servers send */
+	{
+		pcg_sampling samp = { 0.8f, 50, 0.95f };
+		int tok = greedy[B];
+		CHECK(llama_forward_probs(mc, kc, &tok, 1, 1, &rows, &samp, lc, NULL, &err) == 0);
+		CHECKF(llama_forward_probs(mg, kg, &tok, 1, 1, &rows, &samp, lgp, NULL, &err) == 0,
+		       "%s", err.msg);
+		int same_zeros = 1;
+		for (int i = 0; i < cnt; i++)
+			same_zeros &= (lc[i] == 0.0f) == (lgp[i] == 0.0f);
+		CHECKF(same_zeros, "%s: the kept tokens differ", dir);
+		snprintf(what, sizeof what, "%s: probabilities after a step", dir);
+		report(what, gpu_norm_err(lgp, lc, (size_t)cnt), pass_tol(mg, 1));
+		CHECK(llama_kv_truncate(kc, keep + B, &err) == 0 &&
+		      llama_kv_truncate(kg, keep + B, &err) == 0);
+	}
 	/* lm_head alone on the CPU's hidden states */
 	CHECKF(llama_lm_head(mg, hc, B, &rows, lgp, &err) == 0, "%s", err.msg);
 	CHECK(llama_lm_head(mc, hc, B, &rows, lc, &err) == 0);
