@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "asg.h"
+#include "device.h"
 #include "llasa.h"
 #include "opts.h"
 #include "safetensors.h"
@@ -19,9 +20,9 @@
 static const char *prog = "asg-build";
 static const char *SYNOPSIS =
 	"(--model DIR | --embeddings FILE) [--tensor NAME] [--rows A:B] [--theta X]\n"
-	"       [--topk K] [--weights equal|similarity] [--threads N] -o FILE";
+	"       [--topk K] [--weights equal|similarity] [--threads N] [--device DEV] -o FILE";
 
-static const char *model_dir, *emb_path, *tensor, *rows_s, *weights_s, *out_path;
+static const char *model_dir, *emb_path, *tensor, *rows_s, *weights_s, *out_path, *device_s;
 static double theta;
 static int topk, threads, quiet;
 
@@ -41,6 +42,8 @@ static const pcg_opt opts[] = {
 	{ "weights", PCG_OPT_STR, &weights_s, "equal", 1, 0, "W",
 	  "equal (1/N(t), Eq. 3) or similarity (by cosine, normalised per token)" },
 	{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
+	{ "device", PCG_OPT_STR, &device_s, "cpu", 1, 0, "DEV",
+	  "where the products run: cpu, cuda or cuda:N" },
 	{ "output", PCG_OPT_STR, &out_path, NULL, 1, 0, "FILE",
 	  "the ASG file (also -o FILE; - for standard output)" },
 	{ "quiet", PCG_OPT_FLAG, &quiet, NULL, 1, 0, NULL, "no progress or summary on stderr" },
@@ -159,7 +162,7 @@ int main(int argc, char **argv)
 	long a = -1, b = -1;
 	float *E = NULL;
 	asg *g = NULL;
-	int d = 0, first, rc = 1;
+	int d = 0, first, device = PCG_DEVICE_CPU, rc = 1;
 
 	/* -o is the one short option: the options table speaks --output. */
 	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
@@ -176,12 +179,16 @@ int main(int argc, char **argv)
 		: !model_dir == !emb_path ? "give one of --model DIR and --embeddings FILE"
 		: rows_s && parse_rows(rows_s, &a, &b) < 0 ? "--rows: want A:B with 0 <= A < B"
 		: strcmp(weights_s, "equal") && strcmp(weights_s, "similarity")
-		? "--weights: want equal or similarity" : NULL;
+		? "--weights: want equal or similarity"
+		: pcg_device_parse(device_s, &device, &err) < 0 ? err.msg : NULL;
 	if (bad) {
 		fprintf(stderr, "%s: %s\n", prog, bad);
 		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
 		return 2;
 	}
+	/* Before the rows are read: a missing GPU should not cost the load. */
+	if (pcg_device_check(device, &err) < 0)
+		goto fail;
 	pr.start = pr.last = now();
 	if (model_dir && !rows_s && speech_rows(model_dir, &a, &b, &err) < 0) {
 		fprintf(stderr, "%s: %s (give --rows A:B for a model without LLaSA's speech tokens)\n",
@@ -198,6 +205,8 @@ int main(int argc, char **argv)
 	o.weights = strcmp(weights_s, "similarity") ? ASG_W_EQUAL : ASG_W_SIMILARITY;
 	o.token_offset = (uint32_t)a;
 	o.threads = threads;
+	o.cuda = device != PCG_DEVICE_CPU;
+	o.cuda_device = device;
 	o.progress = on_progress;
 	o.progress_ctx = &pr;
 	if (a > UINT32_MAX) {
@@ -213,8 +222,10 @@ int main(int argc, char **argv)
 		struct rusage ru;
 		getrusage(RUSAGE_SELF, &ru);
 		asg_print_stats(stderr, g, "asg-build: ");
+		char dev[16];
 		fprintf(stderr, "%s: rows\t%ld:%ld of %s, %d columns\n", prog, a, b,
 			model_dir ? model_dir : emb_path, d);
+		fprintf(stderr, "%s: device\t%s\n", prog, pcg_device_name(device, dev, sizeof dev));
 		fprintf(stderr, "%s: seconds\t%.1f\n", prog, now() - pr.start);
 		fprintf(stderr, "%s: peak_rss_mb\t%.0f\n", prog, ru.ru_maxrss / 1024.0);
 	}

@@ -17,8 +17,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "device.h"
 #include "fileio.h"
 #include "matmul.h"
+#ifdef PCG_CUDA
+#include "cuda/asg.h"
+#endif
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the ASG file is little-endian and is used in place: a little-endian host is assumed"
@@ -392,14 +396,9 @@ int asg_write(const asg *a, const char *path, pcg_err *err)
 
 /* ---- building from embeddings ---- */
 
-/* A similar pair i < j with its cosine, found by one thread. */
-typedef struct pair {
-	uint32_t i, j;
-	float c;
-} pair;
-
+/* The similar pairs found so far (asg_pair: asg.h). */
 typedef struct pairs {
-	pair *v;
+	asg_pair *v;
 	size_t n, cap;
 } pairs;
 
@@ -407,13 +406,13 @@ static int pairs_push(pairs *p, uint32_t i, uint32_t j, float c)
 {
 	if (p->n == p->cap) {
 		size_t cap = p->cap ? 2 * p->cap : 4096;
-		pair *v = realloc(p->v, cap * sizeof *v);
+		asg_pair *v = realloc(p->v, cap * sizeof *v);
 		if (v == NULL)
 			return -1;
 		p->v = v;
 		p->cap = cap;
 	}
-	p->v[p->n++] = (pair){ i, j, c };
+	p->v[p->n++] = (asg_pair){ i, j, c };
 	return 0;
 }
 
@@ -477,8 +476,8 @@ static int normalise(float *E, int n, int d, pcg_err *err)
  * diagonal, each tile one single-threaded sgemm on one OpenMP thread and
  * thresholded while it is still in cache (see matmul.c on why OpenBLAS runs
  * single-threaded inside our threads). */
-static int similar_pairs(const float *E, int n, int d, const asg_build_opts *o, pairs *out,
-			 pcg_err *err)
+static int similar_pairs_cpu(const float *E, int n, int d, const asg_build_opts *o, pairs *out,
+			     pcg_err *err)
 {
 	const int T = o->tile > 0 ? o->tile : 1024;
 	const long nt = (n + T - 1) / T, ntasks = nt * (nt + 1) / 2;
@@ -501,7 +500,6 @@ static int similar_pairs(const float *E, int n, int d, const asg_build_opts *o, 
 			tj[k++] = bj;
 			total += bi == bj ? ri * (ri - 1) / 2 : ri * cj;
 		}
-	pcg_set_threads(o->threads);
 #pragma omp parallel
 	{
 		float *C = malloc((size_t)T * T * sizeof *C);
@@ -547,7 +545,7 @@ static int similar_pairs(const float *E, int n, int d, const asg_build_opts *o, 
 			if (!failed && mine.n) {
 				if (out->n + mine.n > out->cap) {
 					size_t cap = out->n + mine.n;
-					pair *v = realloc(out->v, cap * sizeof *v);
+					asg_pair *v = realloc(out->v, cap * sizeof *v);
 					if (v == NULL)
 						failed = 1;
 					else
@@ -567,6 +565,23 @@ static int similar_pairs(const float *E, int n, int d, const asg_build_opts *o, 
 	if (o->progress)
 		o->progress(o->progress_ctx, total, total);
 	return failed ? pcg_fail(err, "out of memory collecting similar pairs") : 0;
+}
+
+/* The one step whose backend varies: the similar pairs of the normalised
+ * rows, on the CPU or on the CUDA device (asg_build has checked that the
+ * device is there). Everything before and after is the same code. */
+static int similar_pairs(const float *E, int n, int d, const asg_build_opts *o, pairs *out,
+			 pcg_err *err)
+{
+#ifdef PCG_CUDA
+	if (o->cuda) {
+		int rc = asg_cuda_pairs(o->cuda_device, E, n, d, (float)o->theta, o->tile,
+					o->progress, o->progress_ctx, &out->v, &out->n, err);
+		out->cap = out->n;
+		return rc;
+	}
+#endif
+	return similar_pairs_cpu(E, n, d, o, out, err);
 }
 
 asg *asg_build(float *E, int n, int d, const asg_build_opts *o, pcg_err *err)
@@ -590,6 +605,9 @@ asg *asg_build(float *E, int n, int d, const asg_build_opts *o, pcg_err *err)
 			 o->topk);
 		return NULL;
 	}
+	if (o->cuda && pcg_device_check(o->cuda_device, err) < 0)
+		return NULL;
+	pcg_set_threads(o->threads);
 	if (normalise(E, n, d, err) < 0 || similar_pairs(E, n, d, o, &P, err) < 0)
 		goto out;
 
@@ -608,7 +626,7 @@ asg *asg_build(float *E, int n, int d, const asg_build_opts *o, pcg_err *err)
 	for (int t = 0; t < n; t++)
 		rows[rs[t]] = (nb){ (uint32_t)t, 1.0f }, len[t] = 1;
 	for (size_t q = 0; q < P.n; q++) {
-		const pair *p = &P.v[q];
+		const asg_pair *p = &P.v[q];
 		rows[rs[p->i] + len[p->i]++] = (nb){ p->j, p->c };
 		rows[rs[p->j] + len[p->j]++] = (nb){ p->i, p->c };
 	}

@@ -93,15 +93,32 @@ typedef struct asg_build_opts {
 	int weights;           /* ASG_W_EQUAL or ASG_W_SIMILARITY */
 	uint32_t token_offset; /* stored in the file */
 	int threads;           /* 0: all cores */
-	int tile;              /* rows per tile of the blocked product; 0: 1024 */
+	int tile;              /* rows per tile (CPU) or per block (CUDA) of the blocked
+				  product; 0: 1024 (CPU), from free device memory (CUDA) */
 	asg_progress_fn *progress; /* may be NULL */
 	void *progress_ctx;
+	int cuda;              /* 0: the products on the CPU; 1: on CUDA device cuda_device */
+	int cuda_device;       /* a CUDA ordinal, as device.h numbers them */
 } asg_build_opts;
+
+/* A similar pair of rows, i < j, with the f32 cosine the product gave: what
+ * either backend of asg_build (CPU tiles here, CUDA blocks in lib/cuda/asg.h)
+ * hands to the group assembly, which both share. */
+typedef struct asg_pair {
+	uint32_t i, j;
+	float c;
+} asg_pair;
 
 /* Builds the ASG of the n rows of E [n, d] (row-major f32), which it
  * normalises in place. Never forms the n x n similarity matrix: tiles of
  * E E^T (upper triangle only, one single-threaded sgemm per thread) are
  * thresholded as they are computed, keeping O(n * mean |G(t)|) memory.
+ * With o->cuda the same products are f32 cuBLAS GEMMs over row blocks,
+ * thresholded on the device (lib/cuda/asg.h); only the pairs found come
+ * back, and the groups are assembled by the same code. The result equals
+ * the CPU's except where a cosine lies within rounding of theta or of a
+ * top-k cut (docs/BENCHMARKS.md, "asg-build on the GPU"). A device that
+ * cannot be used (no CUDA in the build, no such GPU) is an error.
  * Similarity weights: score_{k,t} = the mean of cos(E_c, E_t) over the
  * tokens c with G(c) = G_k (then normalised per token as asg_from_groups).
  * A zero row is similar to nothing: its G(t) is {t}. A row that is not

@@ -2,8 +2,9 @@
 # tests/asg.sh: asg-build and asg-info as a user drives them: exit codes
 # (0 ok, 1 failure, 2 usage), one-line errors, a known answer on a crafted
 # matrix, the same file whichever way the rows are named (model directory,
-# --rows, --embeddings, stdout) and whatever the thread count, and corrupt,
-# truncated and foreign files rejected with a clear message.
+# --rows, --embeddings, stdout) and whatever the thread count, --device
+# (a bad name is a usage error, a GPU that is not there a one-line error),
+# and corrupt, truncated and foreign files rejected with a clear message.
 set -u
 T=${TEST_TMP:-$(mktemp -d)}
 . "${PCG_ROOT:-.}/tests/shlib"
@@ -26,6 +27,9 @@ err_has "--weights"
 expect 2 "theta 1" asg-build --model m --theta 1 -o x.asg
 err_has "--theta"
 expect 2 "unknown option" asg-build --model m --bogus -o x.asg
+expect 2 "bad --device" asg-build --model m --device bogus -o x.asg
+err_has "device 'bogus': want cpu, cuda or cuda:N"
+expect 2 "--device cuda:" asg-build --model m --device cuda: -o x.asg
 expect 0 "asg-info --help" asg-info --help
 expect 2 "asg-info without a file" asg-info
 expect 2 "asg-info with two files" asg-info a b
@@ -71,6 +75,31 @@ expect 0 "similarity weights, top-k" asg-build --model m --theta 0.3 --weights s
 expect 0 "asg-info on it" asg-info e.asg
 out_has "weights	similarity"
 out_has "group_size_max	4"
+expect 0 "--device cpu" asg-build --model m --theta 0.3 --device cpu -o h.asg
+same a.asg h.asg "--device cpu is the default"
+err_has "asg-build: device	cpu"
+
+# --device cuda: where no GPU can be used (none here, or a build without the
+# CUDA backend) one line says which, exit 1, nothing written; with a GPU the
+# build runs (tests/cuda/test_asg.c compares its groups with the CPU's).
+asg-build --model m --theta 0.3 --device cuda -o cuda.asg >"$T/out" 2>"$T/err"
+rc=$?
+if [ $rc -eq 0 ]; then
+	echo "a CUDA device is here: the no-GPU error is not tested"
+	err_has "asg-build: device	cuda:0"
+	expect 0 "asg-info on the GPU's file" asg-info cuda.asg
+	out_has "n	1024"
+elif [ $rc -eq 1 ] && grep -q "no CUDA device on this machine\|this build has no CUDA backend" "$T/err"; then
+	ok "--device cuda without a GPU: exit 1, $(cat "$T/err")"
+	[ "$(wc -l < "$T/err")" -eq 1 ] && ok "one line" || bad "more than one line: $(cat "$T/err")"
+	err_has "asg-build: device cuda:0: "
+	[ ! -e cuda.asg ] && [ ! -e cuda.asg.tmp ] && ok "nothing written" || bad "cuda.asg written"
+else
+	bad "--device cuda: exit $rc: $(cat "$T/err")"
+fi
+expect 1 "a GPU number beyond the machine's" asg-build --model m --device cuda:4096 -o x.asg
+err_has "asg-build: device cuda:4096: "
+[ "$(wc -l < "$T/err")" -eq 1 ] && ok "one line" || bad "more than one line: $(cat "$T/err")"
 pcg-mkmodel --out m16 --dtype f16 --seed 3 >/dev/null
 expect 0 "f16 embeddings" asg-build --model m16 --theta 0.3 -o f.asg
 pcg-mkmodel --out m32 --dtype f32 --seed 3 >/dev/null
