@@ -22,6 +22,7 @@ extern "C" {
 #include "device.h"
 }
 #include "cuda/check.h"
+#include "cuda/reduce.cuh"
 #include "cuda/sampling.h"
 
 struct cuda_ctx {
@@ -119,28 +120,6 @@ static int reserve(pcg_backend *be, void **p, size_t *have, size_t bytes, const 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every
- * thread gets the result. sh: 32 floats of shared memory. */
-__device__ float block_sum(float v, float *sh)
-{
-	const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-
-	v = warp_sum(v);
-	__syncthreads(); /* sh may still be read from a previous call */
-	if (lane == 0)
-		sh[warp] = v;
-	__syncthreads();
-	v = lane < nw ? sh[lane] : 0.0f;
-	return warp_sum(v);
-}
 
 /* ----------------------------------------------------------------- embed */
 

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "cuda/check.h"
+#include "cuda/reduce.cuh"
 
 #define THREADS 256                   /* per block, every kernel: a multiple of 32 */
 #define MAX_BLOCKS (1u << 20)         /* elementwise kernels loop over the rest */
@@ -80,24 +81,6 @@ static unsigned blocks(size_t n)
 #define FOR_EACH(i, n) \
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
 	     i += (size_t)gridDim.x * blockDim.x)
-
-/* The sum of v over the block, the same bits in every thread; sh is 32
- * elements of shared memory, free for the next call on return. */
-template <typename F> static __device__ F block_sum(F v, F *sh)
-{
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	__syncthreads();                      /* the previous call's readers are done */
-	if (lane == 0)
-		sh[warp] = v;
-	__syncthreads();
-	v = lane < (int)(blockDim.x >> 5) ? sh[lane] : F(0);
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return __shfl_sync(0xffffffffu, v, 0); /* lanes summed in other orders: lane 0's */
-}
 
 static __device__ float block_max(float v, float *sh)
 {
