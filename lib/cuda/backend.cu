@@ -296,8 +296,7 @@ template <typename T>
 static void gemv(cudaStream_t s, float *y, int ldy, const float *x, int B, const void *W,
 		 int K, int nr)
 {
-	const int vec = K % 8 == 0 && (uintptr_t)W % 16 == 0 && (uintptr_t)x % 16 == 0 &&
-			((size_t)K * sizeof(T)) % 16 == 0;
+	const int vec = K % 8 == 0 && (uintptr_t)W % 16 == 0 && (uintptr_t)x % 16 == 0;
 	const unsigned grid = (unsigned)((nr + GEMV_WARPS - 1) / GEMV_WARPS);
 
 	gemv_kernel<T><<<grid, 32 * GEMV_WARPS, 0, s>>>(y, ldy, x, B, (const T *)W, K, nr, vec);
