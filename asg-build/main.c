@@ -205,8 +205,7 @@ int main(int argc, char **argv)
 	o.weights = strcmp(weights_s, "similarity") ? ASG_W_EQUAL : ASG_W_SIMILARITY;
 	o.token_offset = (uint32_t)a;
 	o.threads = threads;
-	o.cuda = device != PCG_DEVICE_CPU;
-	o.cuda_device = device;
+	o.device = device_s;
 	o.progress = on_progress;
 	o.progress_ctx = &pr;
 	if (a > UINT32_MAX) {

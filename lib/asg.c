@@ -570,17 +570,18 @@ static int similar_pairs_cpu(const float *E, int n, int d, const asg_build_opts 
 /* The one step whose backend varies: the similar pairs of the normalised
  * rows, on the CPU or on the CUDA device (asg_build has checked that the
  * device is there). Everything before and after is the same code. */
-static int similar_pairs(const float *E, int n, int d, const asg_build_opts *o, pairs *out,
-			 pcg_err *err)
+static int similar_pairs(const float *E, int n, int d, int device, const asg_build_opts *o,
+			 pairs *out, pcg_err *err)
 {
 #ifdef PCG_CUDA
-	if (o->cuda) {
-		int rc = asg_cuda_pairs(o->cuda_device, E, n, d, (float)o->theta, o->tile,
+	if (device != PCG_DEVICE_CPU) {
+		int rc = asg_cuda_pairs(device, E, n, d, (float)o->theta, o->tile,
 					o->progress, o->progress_ctx, &out->v, &out->n, err);
 		out->cap = out->n;
 		return rc;
 	}
 #endif
+	(void)device; /* the CPU: checked by asg_build */
 	return similar_pairs_cpu(E, n, d, o, out, err);
 }
 
@@ -605,10 +606,11 @@ asg *asg_build(float *E, int n, int d, const asg_build_opts *o, pcg_err *err)
 			 o->topk);
 		return NULL;
 	}
-	if (o->cuda && pcg_device_check(o->cuda_device, err) < 0)
+	int device;
+	if (pcg_device_parse(o->device, &device, err) < 0 || pcg_device_check(device, err) < 0)
 		return NULL;
 	pcg_set_threads(o->threads);
-	if (normalise(E, n, d, err) < 0 || similar_pairs(E, n, d, o, &P, err) < 0)
+	if (normalise(E, n, d, err) < 0 || similar_pairs(E, n, d, device, o, &P, err) < 0)
 		goto out;
 
 	/* Neighbour lists G(t) with cosines, CSR by row, each ascending by id. */

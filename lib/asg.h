@@ -97,8 +97,8 @@ typedef struct asg_build_opts {
 				  product; 0: 1024 (CPU), from free device memory (CUDA) */
 	asg_progress_fn *progress; /* may be NULL */
 	void *progress_ctx;
-	int cuda;              /* 0: the products on the CPU; 1: on CUDA device cuda_device */
-	int cuda_device;       /* a CUDA ordinal, as device.h numbers them */
+	const char *device;    /* where the products run: "cpu", "cuda", "cuda:N" (as
+				* llama_open_opts; lib/device.h); NULL: the CPU */
 } asg_build_opts;
 
 /* A similar pair of rows, i < j, with the f32 cosine the product gave: what
@@ -113,7 +113,7 @@ typedef struct asg_pair {
  * normalises in place. Never forms the n x n similarity matrix: tiles of
  * E E^T (upper triangle only, one single-threaded sgemm per thread) are
  * thresholded as they are computed, keeping O(n * mean |G(t)|) memory.
- * With o->cuda the same products are f32 cuBLAS GEMMs over row blocks,
+ * On a CUDA device the same products are f32 cuBLAS GEMMs over row blocks,
  * thresholded on the device (lib/cuda/asg.h); only the pairs found come
  * back, and the groups are assembled by the same code. The result equals
  * the CPU's except where a cosine lies within rounding of theta or of a

@@ -214,7 +214,7 @@ static asg *build(const rows *r, int cuda, prog *p)
 	const spec *s = r->s;
 	float *E = malloc((size_t)s->n * s->d * sizeof *E);
 	asg_build_opts o = { s->theta, s->topk, s->weights, 3, 0, cuda ? s->tile : 0,
-			     on_progress, p, cuda, 0 };
+			     on_progress, p, cuda ? "cuda" : NULL };
 	pcg_err err = { "" };
 	asg *a;
 

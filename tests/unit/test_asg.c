@@ -161,7 +161,7 @@ static asg *check_build(const char *what, const float *E0, int n, int d, double 
 			int weights, int tile, int threads)
 {
 	float *E = malloc((size_t)n * d * sizeof *E);
-	asg_build_opts o = { theta, topk, weights, 7, threads, tile, NULL, NULL, 0, 0 };
+	asg_build_opts o = { theta, topk, weights, 7, threads, tile, NULL, NULL, NULL };
 	brute b = brute_force(E0, n, d, theta, topk, weights == ASG_W_SIMILARITY);
 	pcg_err err = { "" };
 	asg *a;
@@ -251,7 +251,7 @@ static void test_build(void)
 
 	{
 		pcg_err err = { "" };
-		asg_build_opts o = { 1.0, 0, ASG_W_EQUAL, 0, 0, 0, NULL, NULL, 0, 0 };
+		asg_build_opts o = { 1.0, 0, ASG_W_EQUAL, 0, 0, 0, NULL, NULL, NULL };
 		float bad[4] = { 1, NAN, 0, 1 };
 		CHECK(asg_build(E1, N1, D1, &o, &err) == NULL && has(&err, "theta"));
 		o.theta = 0.4;
@@ -259,13 +259,12 @@ static void test_build(void)
 		/* A CUDA device that is not there (no GPU, or a build without
 		 * CUDA) is an error naming it, before any work; with a GPU
 		 * tests/cuda/test_asg.c compares the two backends. */
-		o.cuda = 1;
-		o.cuda_device = 0;
+		o.device = "cuda";
 		if (pcg_device_check(0, &err) < 0) {
 			CHECK(asg_build(E1, N1, D1, &o, &err) == NULL && has(&err, "cuda:0"));
 			printf("cuda:0 refused: %s\n", err.msg);
 		}
-		o.cuda_device = 1 << 20;
+		o.device = "cuda:1048576";
 		CHECK(asg_build(E1, N1, D1, &o, &err) == NULL && has(&err, "cuda:1048576"));
 	}
 	free(E1);
@@ -403,7 +402,7 @@ static void test_files(void)
 	snprintf(bad, sizeof bad, "%s/bad.asg", check_tmpdir());
 	{
 		float E[40 * 8];
-		asg_build_opts o = { 0.5, 0, ASG_W_SIMILARITY, 5, 0, 0, NULL, NULL, 0, 0 };
+		asg_build_opts o = { 0.5, 0, ASG_W_SIMILARITY, 5, 0, 0, NULL, NULL, NULL };
 		clustered(E, 40, 8, 4, 0.3, 1.8, 9);
 		a = asg_build(E, 40, 8, &o, &err);
 	}
