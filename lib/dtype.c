@@ -1,6 +1,8 @@
 /* dtype.c: f16/bf16 <-> f32 conversions used by the loaders and the engine. */
 #include "dtype.h"
 
+#include "quant.h"
+
 float pcg_f16_to_f32(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
@@ -71,12 +73,53 @@ size_t pcg_dtype_size(pcg_dtype t)
 	}
 }
 
+int pcg_dtype_block(pcg_dtype t)
+{
+	switch (t) {
+	case PCG_F32: case PCG_F16: case PCG_BF16: return 1;
+	case PCG_Q8_0: case PCG_Q4_0: return 32;
+	case PCG_Q4_K: case PCG_Q5_K: case PCG_Q6_K: return 256;
+	default: return 0;
+	}
+}
+
+size_t pcg_dtype_block_bytes(pcg_dtype t)
+{
+	switch (t) {
+	case PCG_Q8_0: return 34;  /* d (f16), qs[32] */
+	case PCG_Q4_0: return 18;  /* d (f16), qs[16] */
+	case PCG_Q4_K: return 144; /* d, dmin (f16), scales[12], qs[128] */
+	case PCG_Q5_K: return 176; /* d, dmin, scales[12], qh[32], qs[128] */
+	case PCG_Q6_K: return 210; /* ql[128], qh[64], scales[16], d (f16) */
+	default: return pcg_dtype_size(t);
+	}
+}
+
+size_t pcg_dtype_row_bytes(pcg_dtype t, int64_t n)
+{
+	const int b = pcg_dtype_block(t);
+
+	if (b == 0 || n < 0 || n % b != 0)
+		return 0;
+	return (size_t)(n / b) * pcg_dtype_block_bytes(t);
+}
+
+int pcg_dtype_is_quant(pcg_dtype t)
+{
+	return pcg_dtype_block(t) > 1;
+}
+
 const char *pcg_dtype_name(pcg_dtype t)
 {
 	switch (t) {
 	case PCG_F32: return "F32";
 	case PCG_F16: return "F16";
 	case PCG_BF16: return "BF16";
+	case PCG_Q8_0: return "Q8_0";
+	case PCG_Q4_0: return "Q4_0";
+	case PCG_Q4_K: return "Q4_K";
+	case PCG_Q5_K: return "Q5_K";
+	case PCG_Q6_K: return "Q6_K";
 	default: return "other";
 	}
 }
@@ -165,6 +208,8 @@ void pcg_to_f32(float *dst, const void *src, pcg_dtype t, size_t n)
 		}
 		break;
 	default:
+		if (pcg_dtype_is_quant(t))
+			pcg_dequantize(dst, src, t, n);
 		break;
 	}
 }
