@@ -37,6 +37,13 @@ tokenizer *tok_parse(const char *json, size_t len, pcg_err *err);
 /* Frees *t and sets it to NULL. */
 void tok_free(tokenizer **t);
 
+/* The tokenizer of a GGUF file's tokenizer.ggml.* metadata (model "gpt2",
+ * the byte-level BPE of Llama 3 and LLaSA, with its pre-tokenizer named by
+ * tokenizer.ggml.pre), giving the same ids as the tokenizer.json it was
+ * converted from. Another model or pre-tokenizer is an error naming it. */
+struct gguf_file;
+tokenizer *tok_from_gguf(const struct gguf_file *f, pcg_err *err);
+
 /* Encodes len bytes of UTF-8 text (NUL bytes allowed) as HF
  * encode(text, add_special_tokens=False): added tokens are matched as whole
  * strings first, then each run between them is pre-tokenized and BPE'd.
