@@ -85,6 +85,21 @@ void pcg_dequantize(float *dst, const void *src, pcg_dtype t, size_t n);
  * gguf.quants bytes exactly. Returns 0, or -1 when t is not a block type. */
 int pcg_quantize(void *dst, const float *src, pcg_dtype t, size_t n);
 
+/* ggml's per-tensor type choice of llama.cpp's quantiser for a Llama model
+ * and a file type: for "q4_k_m" the tensor name (GGUF names:
+ * token_embd.weight, output.weight, blk.N.attn_q.weight, attn_k, attn_v,
+ * attn_output, ffn_gate, ffn_up, ffn_down) with layer N of n_layers decides
+ * Q4_K / Q6_K (attn_v and ffn_down of some layers, output.weight Q6_K);
+ * "q8_0", "q4_0", "q6_k", "q5_k_m", "q5_k_s", "q4_k_s" likewise (any case).
+ * cols is the row length (GGUF ne[0]): a K-quant needs a multiple of 256 and
+ * falls back to Q8_0, a type needs a multiple of 32 or falls back to F16.
+ * Norms, rope_freqs and names not ending in "weight" stay PCG_F32. A model
+ * whose output shares token_embd (no output.weight) asks for its
+ * token_embd as "output.weight", as llama.cpp does. Returns the type, or
+ * PCG_DTYPE_OTHER for an unknown ftype name. */
+pcg_dtype pcg_quant_choose(const char *ftype, const char *tensor, int layer, int n_layers,
+			   int64_t cols);
+
 #ifdef __cplusplus
 }
 #endif
