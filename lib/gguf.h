@@ -11,10 +11,13 @@
  * Face matrix [rows, cols] is ne = {cols, rows}.
  *
  * Everything is validated before a tensor is handed out: magic, version,
- * counts and lengths bounded by the file size, value types, nested arrays,
- * keys and tensor names unique, dimensions positive with no overflow,
- * ne[0] a multiple of the type's block, offsets aligned and every tensor
- * within the file. A hostile file gives an error, never a crash.
+ * counts and lengths bounded by the file size, value types, nested arrays
+ * (at most 8 deep), bools 0 or 1, keys and tensor names non-empty without
+ * NUL bytes and unique, general.alignment a uint32 power of two, 0 to 4
+ * dimensions each positive with no overflow, a known ggml type with ne[0]
+ * a multiple of its block, offsets aligned, every tensor within the file
+ * and no two tensors sharing a byte. A hostile file gives an error, never
+ * a crash. Strings are not checked for UTF-8 (their users do that).
  */
 #ifndef PCG_GGUF_H
 #define PCG_GGUF_H
@@ -63,8 +66,8 @@ typedef struct gguf_tensor {
 	const char *type_name;  /* ggml's name for it: "Q8_0", "Q3_K", "IQ2_XXS", ... */
 	int ndim;
 	int64_t ne[GGUF_MAX_DIMS]; /* ne[0] innermost; unused dimensions are 1 */
-	const void *data;       /* into the mapping (NULL for a type of unknown size) */
-	size_t nbytes;
+	const void *data;       /* into the mapping; every type's size is known */
+	size_t nbytes;          /* ne[0] / block * block bytes * ne[1] * ne[2] * ne[3] */
 } gguf_tensor;
 
 typedef struct gguf_file gguf_file;
@@ -80,11 +83,17 @@ void gguf_close(gguf_file **f);
 int gguf_is_gguf(const char *path);
 
 uint32_t gguf_version(const gguf_file *f);
+/* The bytes mapped (0 for a file read into memory or gguf_from_memory). */
 size_t gguf_mapped_bytes(const gguf_file *f);
+/* general.alignment, or 32: tensor data offsets are multiples of it. */
+size_t gguf_alignment(const gguf_file *f);
 
-/* Metadata. gguf_find_key: the index of key, or -1. The typed getters
- * return 0, -1 with err when the key is absent (naming it) or has another
- * type; the integer getters accept any integer type whose value fits. */
+/* Metadata. gguf_find_key: the index of key, or -1 (keys are looked up by
+ * binary search). gguf_key: NULL when i is out of range; gguf_kv_type needs
+ * 0 <= i < gguf_n_kv. The typed getters return 0, -1 with err when the key
+ * is absent ("KEY: missing") or has another type; gguf_get_int accepts any
+ * integer type whose value fits in int64, gguf_get_float any integer or
+ * float type (converted to double). Strings point into the file. */
 int gguf_n_kv(const gguf_file *f);
 int gguf_find_key(const gguf_file *f, const char *key);
 const char *gguf_key(const gguf_file *f, int i);
@@ -96,23 +105,31 @@ int gguf_get_bool(const gguf_file *f, const char *key, int *v, pcg_err *err);
 int gguf_get_str(const gguf_file *f, const char *key, const char **s, size_t *len, pcg_err *err);
 /* An array value: its element type and count. */
 int gguf_get_arr(const gguf_file *f, const char *key, gguf_type *type, size_t *n, pcg_err *err);
-/* Element i of an array of strings / of numbers (any numeric element type,
- * converted). i must be below the count. */
+/* Element i of an array of strings / of numbers (any integer, float or bool
+ * element type, converted); i at or beyond the count is an error. Both take
+ * constant time (string arrays are indexed when the file is opened). */
 int gguf_arr_str(const gguf_file *f, const char *key, size_t i, const char **s, size_t *len,
 		 pcg_err *err);
 int gguf_arr_num(const gguf_file *f, const char *key, size_t i, double *v, pcg_err *err);
 
-/* Tensors, in file order. */
+/* Tensors, in file order (gguf_tensor_at: NULL when i is out of range);
+ * gguf_find_tensor: NULL when there is none of that name. The pointers live
+ * as long as the file. */
 int gguf_n_tensors(const gguf_file *f);
 const gguf_tensor *gguf_tensor_at(const gguf_file *f, int i);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
+/* ggml's name of a tensor type number ("Q3_K"), or NULL for an unknown one. */
+const char *gguf_ggml_type_name(int ggml_type);
 
 /* ---------------------------------------------------------------- writing */
 
 typedef struct gguf_writer gguf_writer;
 
-/* Starts a file (version 3, alignment 32); nothing is written to path until
- * gguf_writer_finish, which writes path.tmp and renames it. */
+/* Starts a file (version 3, alignment 32, or general.alignment when it is
+ * set with gguf_set_u32); nothing is written to path until
+ * gguf_writer_finish, which writes path.tmp and renames it. The setters
+ * copy what they are given; a key set twice, an empty key or an alignment
+ * that is not a power of two is an error. */
 gguf_writer *gguf_writer_new(pcg_err *err);
 void gguf_writer_free(gguf_writer **w);
 
@@ -136,7 +153,10 @@ int gguf_add_tensor(gguf_writer *w, const char *name, pcg_dtype dtype, int ndim,
 		    const int64_t *ne, gguf_fill_fn fill, void *ctx, int index, pcg_err *err);
 
 /* Writes everything to path.tmp, fsyncs and renames it to path; on failure
- * path is untouched and path.tmp removed. */
+ * path is untouched and path.tmp removed. Tensors are laid out in the order
+ * they were added, each padded to the alignment; one buffer as large as the
+ * largest tensor is held while writing (zeroed before each fill). The
+ * writer stays valid (free it with gguf_writer_free). */
 int gguf_writer_finish(gguf_writer *w, const char *path, pcg_err *err);
 
 #endif
