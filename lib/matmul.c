@@ -11,7 +11,10 @@
  */
 #include "matmul.h"
 
+#include "qmatmul.h"
+
 #include <cblas.h>
+#include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -298,7 +301,7 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr)
 {
 	const int K = W->cols;
-	const size_t es = pcg_dtype_size(W->dtype);
+	const size_t rb = pcg_dtype_row_bytes(W->dtype, K);
 	enum { TILE = 128 };
 	const int ntiles = (nr + TILE - 1) / TILE;
 	int failed = 0;
@@ -317,7 +320,7 @@ static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat 
 			if (W->dtype != PCG_F32) {
 				if (tile == NULL)
 					continue;
-				pcg_to_f32(tile, (const unsigned char *)W->data + (size_t)a * K * es,
+				pcg_to_f32(tile, (const unsigned char *)W->data + (size_t)a * rb,
 					   W->dtype, (size_t)n * K);
 				w = tile;
 			}
@@ -330,7 +333,13 @@ static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat 
 	if (failed)
 		for (int b = 0; b < B; b += PCG_MATMUL_SMALL) {
 			int nb = B - b < PCG_MATMUL_SMALL ? B - b : PCG_MATMUL_SMALL;
-			matmul_small(y + (size_t)b * ldy, ldy, x + (size_t)b * K, nb, W, r0, nr);
+			float *yb = y + (size_t)b * ldy;
+			if (!pcg_dtype_is_quant(W->dtype))
+				matmul_small(yb, ldy, x + (size_t)b * K, nb, W, r0, nr);
+			else if (pcg_qmatmul(yb, ldy, x + (size_t)b * K, nb, W, r0, nr) < 0)
+				for (int i = 0; i < nb; i++) /* no memory at all: a NaN row, */
+					for (int r = 0; r < nr; r++) /* which the samplers refuse */
+						yb[(size_t)i * ldy + r] = NAN;
 		}
 }
 
@@ -338,7 +347,10 @@ void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 {
 	if (B <= 0 || nr <= 0)
 		return;
-	if (B <= PCG_MATMUL_SMALL)
+	if (B <= PCG_MATMUL_SMALL && pcg_dtype_is_quant(W->dtype)) {
+		if (pcg_qmatmul(y, ldy, x, B, W, r0, nr) < 0) /* out of memory */
+			matmul_blas(y, ldy, x, B, W, r0, nr);
+	} else if (B <= PCG_MATMUL_SMALL)
 		matmul_small(y, ldy, x, B, W, r0, nr);
 	else
 		matmul_blas(y, ldy, x, B, W, r0, nr);

@@ -1,0 +1,536 @@
+/* qmatmul.c: f32 activations times ggml block-quantised weights (Q8_0,
+ * Q4_0, Q4_K, Q5_K, Q6_K) for small batches: decode (1 row) and
+ * verification blocks (up to PCG_MATMUL_SMALL rows).
+ *
+ * The activations are quantised first, per row, in blocks of 256 (the last
+ * block may be shorter, a multiple of 32): xq = nearest(x / dx) with
+ * dx = max |x| / 127, as ggml's Q8_K. Every weight format is then a set of
+ * sub-blocks s (32 elements; 16 for Q6_K) with small integers w and float
+ * coefficients a_s (and m_s for the K-quants' mins), so that
+ *
+ *   y = sum over activation blocks of dx * (sum_s a_s * I_s - m_s * S_s),
+ *   I_s = sum over s of w * xq  (exact, in int32),  S_s = sum over s of xq,
+ *
+ *   Q8_0: w = qs,      a = d          Q4_K: w = q,      a = d * sc, m = dmin * m
+ *   Q4_0: w = q - 8,   a = d          Q5_K: w = q | h,  a = d * sc, m = dmin * m
+ *   Q6_K: w = q - 32,  a = d * sc (per 16)
+ *
+ * which is ggml's dequantised weight times the quantised activation. The
+ * integer sums are exact on every path; only the float sums of the terms
+ * differ in order between paths (the test bounds that difference).
+ *
+ * Paths, chosen by CPUID at first use (or by pcg_matmul_set_isa):
+ *   avx512-vnni  64 weights a step: vpdpbusd on (xq + 128) as unsigned and w
+ *                as signed bytes, the accumulator started at -128 * sum(w)
+ *                (computed once per weight chunk for all activation rows),
+ *                so each activation row costs one vpdpbusd, one convert and
+ *                one FMA per 64 weights;
+ *   generic      the formula above in C, also the tests' reference.
+ * Each weight chunk is loaded and unpacked once for all activation rows of
+ * the batch, so a block of positions reads the weights once.
+ */
+#include "qmatmul.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define QB 256 /* activation block */
+
+/* ------------------------------------------------------- the activations */
+
+/* ggml's nearest_int: round half to even through the float adder. */
+static inline int nearest(float f)
+{
+	return (int)lrintf(f);
+}
+
+void pcg_qx_quantize(pcg_qx *q, const float *x, int B, int K)
+{
+	const int nb = (K + QB - 1) / QB;
+
+	q->B = B;
+	q->K = K;
+	q->nb = nb;
+	for (int b = 0; b < B; b++) {
+		const float *xr = x + (size_t)b * K;
+		int8_t *qr = q->q + (size_t)b * K;
+		for (int j = 0; j < nb; j++) {
+			const int k0 = j * QB, n = K - k0 < QB ? K - k0 : QB;
+			float amax = 0.0f;
+			for (int i = 0; i < n; i++) {
+				float a = fabsf(xr[k0 + i]);
+				amax = a > amax ? a : amax;
+			}
+			const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+			q->d[(size_t)b * nb + j] = d;
+			for (int i = 0; i < n; i++) {
+				int v = nearest(xr[k0 + i] * id);
+				qr[k0 + i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+			}
+			/* Sums per 32 for the K-quants' mins. */
+			for (int s = 0; s < QB / 32; s++) {
+				int sum = 0;
+				for (int i = 32 * s; i < 32 * s + 32 && i < n; i++)
+					sum += qr[k0 + i];
+				q->s[((size_t)b * nb + j) * 16 + s] = (float)sum;
+			}
+			for (int s = QB / 32; s < 16; s++)
+				q->s[((size_t)b * nb + j) * 16 + s] = 0.0f;
+		}
+	}
+}
+
+/* ------------------------------------------------------------ generic path */
+
+/* The integers w and coefficients of one weight row, sub-block by sub-block,
+ * for the reference path: w[K] and a[K / 16], m[K / 32] (per 16 elements a
+ * coefficient, repeated for 32-element sub-blocks). */
+static void unpack_row(const unsigned char *row, pcg_dtype t, int K, int8_t *w, float *a,
+		       float *m)
+{
+	const size_t bs = pcg_dtype_block_bytes(t);
+	const int qk = pcg_dtype_block(t);
+
+	for (int i = 0; i < K / qk; i++) {
+		const unsigned char *p = row + (size_t)i * bs;
+		int8_t *wi = w + (size_t)i * qk;
+		float *ai = a + (size_t)i * qk / 16, *mi = m + (size_t)i * qk / 32;
+		switch (t) {
+		case PCG_Q8_0: {
+			pcg_block_q8_0 b;
+			memcpy(&b, p, sizeof b);
+			memcpy(wi, b.qs, 32);
+			ai[0] = ai[1] = pcg_f16_to_f32(b.d);
+			mi[0] = 0.0f;
+			break;
+		}
+		case PCG_Q4_0: {
+			pcg_block_q4_0 b;
+			memcpy(&b, p, sizeof b);
+			for (int l = 0; l < 16; l++) {
+				wi[l] = (int8_t)((b.qs[l] & 15) - 8);
+				wi[l + 16] = (int8_t)((b.qs[l] >> 4) - 8);
+			}
+			ai[0] = ai[1] = pcg_f16_to_f32(b.d);
+			mi[0] = 0.0f;
+			break;
+		}
+		case PCG_Q4_K:
+		case PCG_Q5_K: {
+			pcg_block_q5_k b; /* Q4_K: the same fields but qh */
+			if (t == PCG_Q4_K) {
+				pcg_block_q4_k b4;
+				memcpy(&b4, p, sizeof b4);
+				b.d = b4.d;
+				b.dmin = b4.dmin;
+				memcpy(b.scales, b4.scales, 12);
+				memset(b.qh, 0, 32);
+				memcpy(b.qs, b4.qs, 128);
+			} else {
+				memcpy(&b, p, sizeof b);
+			}
+			const float d = pcg_f16_to_f32(b.d), dmin = pcg_f16_to_f32(b.dmin);
+			for (int s = 0; s < 8; s++) {
+				uint8_t sc, mn;
+				pcg_get_scale_min(s, b.scales, &sc, &mn);
+				ai[2 * s] = ai[2 * s + 1] = d * sc;
+				mi[s] = dmin * mn;
+			}
+			for (int j = 0; j < 4; j++)
+				for (int l = 0; l < 32; l++) {
+					wi[64 * j + l] = (int8_t)((b.qs[32 * j + l] & 15) |
+								  ((b.qh[l] >> (2 * j) & 1) << 4));
+					wi[64 * j + 32 + l] =
+						(int8_t)((b.qs[32 * j + l] >> 4) |
+							 ((b.qh[l] >> (2 * j + 1) & 1) << 4));
+				}
+			break;
+		}
+		case PCG_Q6_K: {
+			pcg_block_q6_k b;
+			memcpy(&b, p, sizeof b);
+			const float d = pcg_f16_to_f32(b.d);
+			for (int h = 0; h < 2; h++) {
+				const uint8_t *ql = b.ql + 64 * h, *qh = b.qh + 32 * h;
+				int8_t *o = wi + 128 * h;
+				for (int l = 0; l < 32; l++) {
+					o[l] = (int8_t)(((ql[l] & 15) | ((qh[l] & 3) << 4)) - 32);
+					o[l + 32] = (int8_t)(((ql[l + 32] & 15) |
+							      ((qh[l] >> 2 & 3) << 4)) - 32);
+					o[l + 64] = (int8_t)(((ql[l] >> 4) | ((qh[l] >> 4 & 3) << 4)) -
+							     32);
+					o[l + 96] = (int8_t)(((ql[l + 32] >> 4) |
+							      ((qh[l] >> 6 & 3) << 4)) - 32);
+				}
+			}
+			for (int s = 0; s < 16; s++)
+				ai[s] = d * (float)b.scales[s];
+			for (int s = 0; s < 8; s++)
+				mi[s] = 0.0f;
+			break;
+		}
+		default:
+			break;
+		}
+	}
+}
+
+void pcg_qdot_ref(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr)
+{
+	const int K = W->cols;
+	const size_t rb = pcg_dtype_row_bytes(W->dtype, K);
+	int8_t *w = malloc((size_t)K);
+	float *a = malloc((size_t)(K / 16) * sizeof *a), *m = malloc((size_t)(K / 32) * sizeof *m);
+
+	if (w == NULL || a == NULL || m == NULL)
+		abort(); /* K is at most a few 10^4: a few hundred KB */
+	for (int r = 0; r < nr; r++) {
+		unpack_row((const unsigned char *)W->data + (size_t)(r0 + r) * rb, W->dtype, K, w, a,
+			   m);
+		for (int b = 0; b < q->B; b++) {
+			const int8_t *xq = q->q + (size_t)b * K;
+			float y_b = 0.0f;
+			for (int j = 0; j < q->nb; j++) {
+				const int k0 = j * QB, n = K - k0 < QB ? K - k0 : QB;
+				float t = 0.0f;
+				for (int s = 0; s < n / 16; s++) {
+					int I = 0;
+					for (int i = k0 + 16 * s; i < k0 + 16 * s + 16; i++)
+						I += w[i] * xq[i];
+					t += a[k0 / 16 + s] * (float)I;
+				}
+				for (int s = 0; s < n / 32; s++)
+					t -= m[k0 / 32 + s] * q->s[((size_t)b * q->nb + j) * 16 + s];
+				y_b += q->d[(size_t)b * q->nb + j] * t;
+			}
+			y[(size_t)b * ldy + r] = y_b;
+		}
+	}
+	free(w);
+	free(a);
+	free(m);
+}
+
+/* ------------------------------------------------------- AVX-512 VNNI path */
+
+#if defined(__x86_64__)
+#define V512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c,fma")))
+
+/* The two 256-bit halves into one vector. */
+V512 static inline __m512i cat(__m256i lo, __m256i hi)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+V512 static inline __m512 cat_ps(float lo, float hi)
+{
+	return _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1);
+}
+
+V512 static inline float f16s(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+/* 32 unsigned nibbles: the low ones of 16 bytes, then the high ones. */
+V512 static inline __m256i nibbles(const uint8_t *p)
+{
+	const __m128i q = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(15);
+	return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+}
+
+/* One weight chunk of 64 (w as signed bytes, a per 4-element lane) against
+ * every activation row: t[b] += a * (sum of w * xq over each lane). */
+#define DOT_CHUNK(w, av, k) \
+	do { \
+		const __m512i nc_ = _mm512_sub_epi32(_mm512_setzero_si512(), \
+			_mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, (w))); \
+		for (int b_ = 0; b_ < NB; b_++) { \
+			const __m512i x_ = _mm512_loadu_si512(xu + (size_t)b_ * K + (k)); \
+			const __m512i i_ = _mm512_dpbusd_epi32(nc_, x_, (w)); \
+			t[b_] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i_), (av), t[b_]); \
+		} \
+	} while (0)
+
+/* Rows [r, r + nr) of W against NB activation rows (xu: xq + 128). */
+V512 static inline __attribute__((always_inline)) void
+rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *W, int r0,
+	  int nr, int yr0, const int NB)
+{
+	const int K = W->cols, nb = q->nb;
+	const pcg_dtype dt = W->dtype;
+	const size_t rb = pcg_dtype_row_bytes(dt, K);
+	const __m512i c128 = _mm512_set1_epi8((char)0x80);
+
+	for (int r = r0; r < r0 + nr; r++) {
+		const unsigned char *row = (const unsigned char *)W->data + (size_t)r * rb;
+		__m512 acc[8];
+		for (int b = 0; b < NB; b++)
+			acc[b] = _mm512_setzero_ps();
+		for (int j = 0; j < nb; j++) {
+			const int k0 = j * QB, n = K - k0 < QB ? K - k0 : QB;
+			__m512 t[8];
+			for (int b = 0; b < NB; b++)
+				t[b] = _mm512_setzero_ps();
+			__builtin_prefetch(row + 4096, 0, 1);
+			if (dt == PCG_Q8_0) {
+				const unsigned char *p = row + (size_t)(k0 / 32) * 34;
+				int k = 0;
+				for (; k + 64 <= n; k += 64, p += 68) {
+					uint16_t d0, d1;
+					memcpy(&d0, p, 2);
+					memcpy(&d1, p + 34, 2);
+					const __m512i w = cat(_mm256_loadu_si256((const void *)(p + 2)),
+							      _mm256_loadu_si256((const void *)(p + 36)));
+					const __m512 av = cat_ps(f16s(d0), f16s(d1));
+					DOT_CHUNK(w, av, k0 + k);
+				}
+				if (k < n) { /* one block of 32 left: the upper half zero */
+					uint16_t d0;
+					memcpy(&d0, p, 2);
+					const __m512i w = _mm512_castsi256_si512(
+						_mm256_loadu_si256((const void *)(p + 2)));
+					const __m512i wz = _mm512_inserti64x4(w, _mm256_setzero_si256(), 1);
+					const __m512 av = cat_ps(f16s(d0), 0.0f);
+					/* xu past n is the next block's or padding: w is 0 there,
+					 * and the correction of a 0 weight is 0. */
+					DOT_CHUNK(wz, av, k0 + k);
+				}
+			} else if (dt == PCG_Q4_0) {
+				const unsigned char *p = row + (size_t)(k0 / 32) * 18;
+				const __m512i c8 = _mm512_set1_epi8(8);
+				int k = 0;
+				for (; k + 64 <= n; k += 64, p += 36) {
+					uint16_t d0, d1;
+					memcpy(&d0, p, 2);
+					memcpy(&d1, p + 18, 2);
+					const __m512i w = _mm512_sub_epi8(cat(nibbles(p + 2), nibbles(p + 20)), c8);
+					const __m512 av = cat_ps(f16s(d0), f16s(d1));
+					DOT_CHUNK(w, av, k0 + k);
+				}
+				if (k < n) {
+					uint16_t d0;
+					memcpy(&d0, p, 2);
+					const __m512i w = cat(_mm256_sub_epi8(nibbles(p + 2), _mm256_set1_epi8(8)),
+							      _mm256_setzero_si256());
+					const __m512 av = cat_ps(f16s(d0), 0.0f);
+					DOT_CHUNK(w, av, k0 + k);
+				}
+			} else if (dt == PCG_Q4_K || dt == PCG_Q5_K) {
+				const int q5 = dt == PCG_Q5_K;
+				const unsigned char *p = row + (size_t)(k0 / 256) * (q5 ? 176 : 144);
+				const uint8_t *qs = p + (q5 ? 48 : 16), *qh = p + 16;
+				uint16_t dh, mh;
+				memcpy(&dh, p, 2);
+				memcpy(&mh, p + 2, 2);
+				const float d = f16s(dh), dmin = f16s(mh);
+				float sc[8], mn[16];
+				for (int s = 0; s < 8; s++) {
+					uint8_t a, m;
+					pcg_get_scale_min(s, p + 4, &a, &m);
+					sc[s] = d * a;
+					mn[s] = dmin * m;
+					mn[s + 8] = 0.0f;
+				}
+				const __m256i m15 = _mm256_set1_epi8(15);
+				const __m256i hv = q5 ? _mm256_loadu_si256((const void *)qh)
+						      : _mm256_setzero_si256();
+				for (int c = 0; c < 4; c++) {
+					const __m256i v = _mm256_loadu_si256((const void *)(qs + 32 * c));
+					__m256i lo = _mm256_and_si256(v, m15);
+					__m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+					if (q5) {
+						const __m256i b16 = _mm256_set1_epi8(16);
+						lo = _mm256_or_si256(lo, _mm256_and_si256(
+							_mm256_slli_epi16(_mm256_srli_epi16(hv, 2 * c), 4), b16));
+						hi = _mm256_or_si256(hi, _mm256_and_si256(
+							_mm256_slli_epi16(_mm256_srli_epi16(hv, 2 * c + 1), 4), b16));
+					}
+					const __m512 av = cat_ps(sc[2 * c], sc[2 * c + 1]);
+					DOT_CHUNK(cat(lo, hi), av, k0 + 64 * c);
+				}
+				const __m512 mv = _mm512_loadu_ps(mn);
+				for (int b = 0; b < NB; b++)
+					t[b] = _mm512_fnmadd_ps(
+						mv, _mm512_loadu_ps(q->s + ((size_t)b * nb + j) * 16), t[b]);
+			} else { /* Q6_K */
+				const unsigned char *p = row + (size_t)(k0 / 256) * 210;
+				uint16_t dh;
+				memcpy(&dh, p + 208, 2);
+				const float d = f16s(dh);
+				const __m128i scv = _mm_loadu_si128((const void *)(p + 192));
+				const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+				const __m512i c32 = _mm512_set1_epi8(32);
+				for (int h = 0; h < 2; h++) {
+					const uint8_t *ql = p + 64 * h, *qh = p + 128 + 32 * h;
+					const __m256i la = _mm256_loadu_si256((const void *)ql);
+					const __m256i lb = _mm256_loadu_si256((const void *)(ql + 32));
+					const __m256i hv = _mm256_loadu_si256((const void *)qh);
+#define Q6(l, sh) _mm256_or_si256(l, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, sh), m3), 4))
+					const __m256i q1 = Q6(_mm256_and_si256(la, m15), 0);
+					const __m256i q2 = Q6(_mm256_and_si256(lb, m15), 2);
+					const __m256i q3 = Q6(_mm256_and_si256(_mm256_srli_epi16(la, 4), m15), 4);
+					const __m256i q4 = Q6(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m15), 6);
+#undef Q6
+					for (int c = 0; c < 2; c++) {
+						/* scales 8h + 4c .. + 3, each over 4 lanes (16 weights) */
+						const __m128i idx = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2,
+										  2, 2, 3, 3, 3, 3);
+						const __m128i s4 = _mm_shuffle_epi8(
+							_mm_srli_si128(scv, 0), _mm_add_epi8(idx,
+							_mm_set1_epi8((char)(8 * h + 4 * c))));
+						const __m512 av = _mm512_mul_ps(
+							_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s4)),
+							_mm512_set1_ps(d));
+						const __m512i w = _mm512_sub_epi8(
+							c ? cat(q3, q4) : cat(q1, q2), c32);
+						DOT_CHUNK(w, av, k0 + 128 * h + 64 * c);
+					}
+				}
+			}
+			for (int b = 0; b < NB; b++)
+				acc[b] = _mm512_fmadd_ps(t[b], _mm512_set1_ps(q->d[(size_t)b * nb + j]),
+							 acc[b]);
+		}
+		for (int b = 0; b < NB; b++)
+			y[(size_t)b * ldy + (r - yr0)] = _mm512_reduce_add_ps(acc[b]);
+	}
+}
+#undef DOT_CHUNK
+
+V512 static void rows_vnni_any(float *y, int ldy, const pcg_qx *q, const uint8_t *xu,
+			       const pcg_mat *W, int r0, int nr, int yr0)
+{
+	switch (q->B) {
+	case 1: rows_vnni(y, ldy, q, xu, W, r0, nr, yr0, 1); break;
+	case 2: rows_vnni(y, ldy, q, xu, W, r0, nr, yr0, 2); break;
+	case 3: rows_vnni(y, ldy, q, xu, W, r0, nr, yr0, 3); break;
+	case 4: rows_vnni(y, ldy, q, xu, W, r0, nr, yr0, 4); break;
+	case 5: rows_vnni(y, ldy, q, xu, W, r0, nr, yr0, 5); break;
+	case 6: rows_vnni(y, ldy, q, xu, W, r0, nr, yr0, 6); break;
+	case 7: rows_vnni(y, ldy, q, xu, W, r0, nr, yr0, 7); break;
+	default: rows_vnni(y, ldy, q, xu, W, r0, nr, yr0, 8); break;
+	}
+}
+
+static int have_vnni(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+	       __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c") &&
+	       __builtin_cpu_supports("fma");
+}
+#else
+static int have_vnni(void) { return 0; }
+#endif
+
+/* ------------------------------------------------------------- dispatch */
+
+static const char *const paths[] = { "avx512-vnni", "generic" };
+static int path = -1;
+
+static int path_ok(int i)
+{
+	return i == 0 ? have_vnni() : 1;
+}
+
+const char *pcg_qmatmul_path(void)
+{
+	if (path < 0) {
+		const char *e = getenv("PCG_QPATH");
+		path = 0;
+		while (!path_ok(path))
+			path++;
+		if (e != NULL && *e != '\0' && pcg_qmatmul_set_path(e) < 0)
+			path = path < 0 ? 1 : path;
+	}
+	return paths[path];
+}
+
+int pcg_qmatmul_set_path(const char *name)
+{
+	for (int i = 0; i < (int)(sizeof paths / sizeof paths[0]); i++)
+		if (!strcmp(paths[i], name) && path_ok(i)) {
+			path = i;
+			return 0;
+		}
+	return -1;
+}
+
+int pcg_qx_alloc(pcg_qx *q, int B, int K)
+{
+	const int nb = (K + QB - 1) / QB;
+
+	memset(q, 0, sizeof *q);
+	/* 64 bytes of slack after each row: the last chunk of a short block
+	 * reads a full vector (its weights are zero there). */
+	q->q = aligned_alloc(64, ((size_t)B * K + 64 + 63) / 64 * 64);
+	q->d = malloc((size_t)B * nb * sizeof *q->d);
+	q->s = malloc((size_t)B * nb * 16 * sizeof *q->s);
+	if (q->q == NULL || q->d == NULL || q->s == NULL) {
+		pcg_qx_free(q);
+		return -1;
+	}
+	return 0;
+}
+
+void pcg_qx_free(pcg_qx *q)
+{
+	free(q->q);
+	free(q->d);
+	free(q->s);
+	memset(q, 0, sizeof *q);
+}
+
+int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr)
+{
+	const int K = W->cols;
+	pcg_qx q;
+
+	if (pcg_qx_alloc(&q, B, K) < 0)
+		return -1;
+	pcg_qx_quantize(&q, x, B, K);
+	const char *p = pcg_qmatmul_path();
+#if defined(__x86_64__)
+	if (!strcmp(p, "avx512-vnni")) {
+		uint8_t *xu = aligned_alloc(64, ((size_t)B * K + 64 + 63) / 64 * 64);
+		if (xu == NULL) {
+			pcg_qx_free(&q);
+			return -1;
+		}
+		for (size_t i = 0; i < (size_t)B * K; i++)
+			xu[i] = (uint8_t)(q.q[i] + 128);
+		memset(xu + (size_t)B * K, 128, 64);
+		const int chunk = 16, nchunks = (nr + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+		for (int c = 0; c < nchunks; c++) {
+			const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
+			rows_vnni_any(y, ldy, &q, xu, W, a, n, r0);
+		}
+		free(xu);
+		pcg_qx_free(&q);
+		return 0;
+	}
+#endif
+	(void)p;
+	const int chunk = 64, nchunks = (nr + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+	for (int c = 0; c < nchunks; c++) {
+		const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
+		pcg_qdot_ref(y + (a - r0), ldy, &q, W, a, n);
+	}
+	pcg_qx_free(&q);
+	return 0;
+}
