@@ -4,6 +4,8 @@
  * The product cycles over COPIES copies of the matrix (384 MB in bf16), more
  * than the last-level cache, so that the weights come from memory as they
  * do in a real model.
+ * The block-quantised formats (GGUF's Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) go through
+ * lib/qmatmul.c; their rows name the path taken (avx512-vnni or generic).
  * Usage: bench-matmul [--threads N] [--reps N]
  */
 #include <cblas.h>
@@ -14,6 +16,8 @@
 
 #include "dtype.h"
 #include "matmul.h"
+#include "qmatmul.h"
+#include "quant.h"
 
 static double now(void)
 {
@@ -44,7 +48,8 @@ int main(int argc, char **argv)
 {
 	int threads = 2, reps = 10;
 	const int N = 8192, K = 2048; /* gate/up projection of LLaSA-1B */
-	const pcg_dtype dts[] = { PCG_BF16, PCG_F16, PCG_F32 };
+	const pcg_dtype dts[] = { PCG_BF16, PCG_F16, PCG_F32, PCG_Q8_0,
+				  PCG_Q4_0, PCG_Q4_K, PCG_Q5_K, PCG_Q6_K };
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc)
@@ -57,8 +62,8 @@ int main(int argc, char **argv)
 		}
 	}
 	pcg_set_threads(threads);
-	printf("matmul: W [%d x %d], threads %d, kernel isa %s, best of %d\n", N, K, threads,
-	       pcg_matmul_isa(), reps);
+	printf("matmul: W [%d x %d], threads %d, kernel isa %s, quantised path %s, best of %d\n",
+	       N, K, threads, pcg_matmul_isa(), pcg_qmatmul_path(), reps);
 
 	float *x = malloc((size_t)64 * K * sizeof *x);
 	float *y = malloc((size_t)64 * N * sizeof *y);
@@ -74,14 +79,30 @@ int main(int argc, char **argv)
 
 	for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
 		pcg_mat W[COPIES];
-		for (size_t i = 0; i < (size_t)COPIES * N * K; i++)
-			wh[i] = dts[d] == PCG_BF16 ? pcg_f32_to_bf16(wf[i]) : pcg_f32_to_f16(wf[i]);
+		const size_t mb = pcg_dtype_row_bytes(dts[d], K) * N;
+		if (pcg_dtype_is_quant(dts[d])) {
+			/* Random blocks with small f16 scales at every scale field: the
+			 * values do not change the time. */
+			unsigned char *q = (unsigned char *)wh;
+			const size_t bs = pcg_dtype_block_bytes(dts[d]);
+			for (size_t i = 0; i < (size_t)COPIES * mb; i++)
+				q[i] = (unsigned char)rand();
+			for (size_t i = 0; i < (size_t)COPIES * mb; i += bs) {
+				uint16_t h = pcg_f32_to_f16(0.01f);
+				memcpy(q + i + (dts[d] == PCG_Q6_K ? 208 : 0), &h, 2);
+				if (dts[d] == PCG_Q4_K || dts[d] == PCG_Q5_K)
+					memcpy(q + i + 2, &h, 2);
+			}
+		} else {
+			for (size_t i = 0; i < (size_t)COPIES * N * K; i++)
+				wh[i] = dts[d] == PCG_BF16 ? pcg_f32_to_bf16(wf[i]) : pcg_f32_to_f16(wf[i]);
+		}
 		for (int c = 0; c < COPIES; c++) {
 			W[c] = (pcg_mat){ wf + (size_t)c * N * K, dts[d], N, K };
 			if (dts[d] != PCG_F32)
-				W[c].data = wh + (size_t)c * N * K;
+				W[c].data = (unsigned char *)wh + (size_t)c * mb;
 		}
-		double bytes = (double)N * K * pcg_dtype_size(dts[d]);
+		double bytes = (double)mb;
 		double t1 = time_matmul(y, x, 1, W, reps);
 		double t4 = time_matmul(y, x, 4, W, reps);
 		double t8 = time_matmul(y, x, 8, W, reps);
