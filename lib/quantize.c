@@ -3,9 +3,11 @@
  * importance matrix), and llama.cpp's choice of a type per tensor.
  *
  * The arithmetic is written in the order ggml's source writes it, one
- * rounding per float operation (C11 mode does not fuse a * b + c): Q8_0 and
- * Q4_0 give gguf-py's gguf.quants bytes exactly; a ggml built with FMA
- * contraction may differ from both in the last bit of a few quants. */
+ * rounding per float operation (gcc in C11 mode fuses no a * b + c, nor
+ * does any compiler for x86-64 without -mfma): the bytes equal ggml's
+ * reference functions built the same way, and for Q8_0 and Q4_0 gguf-py's
+ * gguf.quants. A ggml built with -march=native fuses, and then differs in
+ * one quant or scale of a few K-quant blocks in a hundred. */
 #include "quant.h"
 
 #include <math.h>
