@@ -49,14 +49,14 @@ static int cpu_copy(pcg_backend *be, void *dst, const void *src, size_t bytes, p
 static int cpu_embed(pcg_backend *be, float *x, const pcg_mat *E, const int *tokens, int n,
 		     pcg_err *err)
 {
-	const size_t es = pcg_dtype_size(E->dtype);
+	const size_t rb = pcg_dtype_row_bytes(E->dtype, E->cols);
 
 	(void)be;
 	(void)err;
 	for (int t = 0; t < n; t++)
 		pcg_to_f32(x + (size_t)t * E->cols,
-			   (const unsigned char *)E->data + (size_t)tokens[t] * E->cols * es,
-			   E->dtype, (size_t)E->cols);
+			   (const unsigned char *)E->data + (size_t)tokens[t] * rb, E->dtype,
+			   (size_t)E->cols);
 	return 0;
 }
 
@@ -239,13 +239,17 @@ void pcg_backend_close(pcg_backend **bep)
 int pcg_backend_upload_mat(pcg_backend *be, pcg_mat *dst, const pcg_mat *src, void **owned,
 			   const char *what, pcg_err *err)
 {
-	size_t bytes = (size_t)src->rows * src->cols * pcg_dtype_size(src->dtype);
+	size_t bytes = (size_t)src->rows * pcg_dtype_row_bytes(src->dtype, src->cols);
 	void *p;
 
 	*owned = NULL;
 	*dst = *src;
 	if (be->host)
 		return 0;
+	if (pcg_dtype_is_quant(src->dtype))
+		return pcg_fail(err, "%s: %s weights run on the CPU only (--device cpu), or "
+				"use the safetensors checkpoint on a GPU", what,
+				pcg_dtype_name(src->dtype));
 	if (be->ops->alloc(be, &p, bytes, what, err) < 0)
 		return -1;
 	if (be->ops->upload(be, p, src->data, bytes, err) < 0) {

@@ -15,8 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "backend.h"
 #include "device.h"
+#include "gguf.h"
 #include "safetensors.h"
 #include "weights.h"
 
@@ -32,7 +36,8 @@ struct layer {
 
 struct llama_model {
 	llama_config cfg;
-	st_ckpt *ck;
+	st_ckpt *ck;      /* a Hugging Face checkpoint, or */
+	gguf_file *gg;    /* a GGUF file (tensors by llama.cpp's names) */
 	pcg_mat embed;    /* (vocab, hidden) */
 	pcg_mat lm_head;  /* (vocab, hidden); embed when tied */
 	float *norm;      /* (hidden) */
@@ -79,6 +84,129 @@ static void rope_init(float *inv_freq, const llama_config *c)
 		}
 		inv_freq[i] = f;
 	}
+}
+
+/* ------------------------------------------------------- tensors by name
+ *
+ * The engine names tensors as Hugging Face does; a GGUF file names them as
+ * llama.cpp's converter does, stores a matrix [rows, cols] as ne = {cols,
+ * rows}, and permutes the rows of the Q and K projections for its own RoPE
+ * (convert_hf_to_gguf.py LlamaModel.permute), which is undone here. */
+
+/* The GGUF name of a Hugging Face tensor name, into buf. */
+static const char *gguf_name(const char *hf, char *buf, size_t size)
+{
+	static const char *const map[][2] = {
+		{ "input_layernorm.weight", "attn_norm.weight" },
+		{ "self_attn.q_proj.weight", "attn_q.weight" },
+		{ "self_attn.k_proj.weight", "attn_k.weight" },
+		{ "self_attn.v_proj.weight", "attn_v.weight" },
+		{ "self_attn.o_proj.weight", "attn_output.weight" },
+		{ "post_attention_layernorm.weight", "ffn_norm.weight" },
+		{ "mlp.gate_proj.weight", "ffn_gate.weight" },
+		{ "mlp.up_proj.weight", "ffn_up.weight" },
+		{ "mlp.down_proj.weight", "ffn_down.weight" },
+	};
+	int layer, off = 0;
+
+	if (!strcmp(hf, "model.embed_tokens.weight"))
+		return "token_embd.weight";
+	if (!strcmp(hf, "model.norm.weight"))
+		return "output_norm.weight";
+	if (!strcmp(hf, "lm_head.weight"))
+		return "output.weight";
+	if (sscanf(hf, "model.layers.%d.%n", &layer, &off) == 1 && off > 0)
+		for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+			if (!strcmp(hf + off, map[i][0])) {
+				snprintf(buf, size, "blk.%d.%s", layer, map[i][1]);
+				return buf;
+			}
+	return hf;
+}
+
+/* The GGUF tensor for hf, checked to be [rows, cols] (cols < 0: a vector of
+ * rows) of a type the engine computes with. */
+static const gguf_tensor *gguf_need(const llama_model *m, const char *hf, int64_t rows,
+				    int64_t cols, pcg_err *err)
+{
+	char buf[128];
+	const char *name = gguf_name(hf, buf, sizeof buf);
+	const gguf_tensor *t = gguf_find_tensor(m->gg, name);
+
+	if (t == NULL)
+		return pcg_fail(err, "tensor '%s' missing from the GGUF file", name), NULL;
+	if (t->dtype == PCG_DTYPE_OTHER)
+		return pcg_fail(err, "tensor '%s' has type %s, which pcg-tts cannot use (F32, F16, "
+				"BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K); requantise it, e.g. with "
+				"pcg-quantize --type q4_k_m", name, t->type_name), NULL;
+	const int ndim = cols < 0 ? 1 : 2;
+	const int64_t want0 = cols < 0 ? rows : cols, want1 = cols < 0 ? 1 : rows;
+	if (t->ndim != ndim || t->ne[0] != want0 || t->ne[1] != want1)
+		return pcg_fail(err, "tensor '%s': ne [%lld, %lld] (ndim %d), the metadata wants "
+				"[%lld, %lld]", name, (long long)t->ne[0], (long long)t->ne[1],
+				t->ndim, (long long)want0, (long long)want1), NULL;
+	if (ndim == 1 && pcg_dtype_is_quant(t->dtype))
+		return pcg_fail(err, "tensor '%s': a quantised vector (%s); norms must be F32, F16 "
+				"or BF16", name, t->type_name), NULL;
+	return t;
+}
+
+/* Drops the mapped pages of [p, p + n) from memory (they are file pages,
+ * read again if touched): what was copied out of the mapping is not kept
+ * twice. */
+static void unmap_pages(const void *p, size_t n)
+{
+	const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1), e = ((uintptr_t)p + n) & ~(pg - 1);
+
+	if (e > a)
+		madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
+/* Matrix hf [rows, cols] in place; heads > 0: a Q or K projection of that
+ * many heads, whose GGUF rows are un-permuted into owned memory (GGUF row
+ * 2j + c of a head is Hugging Face row c * head_dim / 2 + j). */
+static int get_mat(llama_model *m, pcg_mat *out, const char *hf, int64_t rows, int64_t cols,
+		   int heads, pcg_err *err)
+{
+	if (m->gg == NULL)
+		return wt_mat(&m->w, out, hf, rows, cols, -1, err);
+	const gguf_tensor *t = gguf_need(m, hf, rows, cols, err);
+	if (t == NULL)
+		return -1;
+	*out = (pcg_mat){ t->data, t->dtype, (int)rows, (int)cols };
+	if (heads > 0) {
+		const size_t rb = pcg_dtype_row_bytes(t->dtype, cols);
+		const int hd = (int)(rows / heads), half = hd / 2;
+		unsigned char *p = wt_alloc(&m->w, t->nbytes);
+		if (p == NULL)
+			return pcg_fail(err, "tensor '%s': out of memory", t->name);
+		for (int h = 0; h < heads; h++)
+			for (int c = 0; c < 2; c++)
+				for (int j = 0; j < half; j++)
+					memcpy(p + (size_t)(h * hd + c * half + j) * rb,
+					       (const unsigned char *)t->data +
+						       (size_t)(h * hd + 2 * j + c) * rb, rb);
+		unmap_pages(t->data, t->nbytes);
+		out->data = p;
+	} else if (t->dtype == PCG_F32 && ((uintptr_t)t->data & 3u) != 0) {
+		return pcg_fail(err, "tensor '%s': misaligned F32 data", t->name);
+	}
+	return 0;
+}
+
+/* Vector hf of n values widened to f32 (owned by the model). */
+static float *get_vec(llama_model *m, const char *hf, int64_t n, pcg_err *err)
+{
+	if (m->gg == NULL)
+		return wt_vec(&m->w, hf, n, err);
+	const gguf_tensor *t = gguf_need(m, hf, n, -1, err);
+	float *p = t ? wt_alloc(&m->w, (size_t)n * sizeof *p) : NULL;
+	if (t != NULL && p == NULL)
+		pcg_fail(err, "tensor '%s': out of memory", t->name);
+	if (p != NULL)
+		pcg_to_f32(p, t->data, t->dtype, (size_t)n);
+	return p;
 }
 
 /* Keeps p to free with the model. */
@@ -168,13 +296,19 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 		return NULL;
 	}
 	c = &m->cfg;
-	snprintf(path, sizeof path, "%s/config.json", dir);
-	if (llama_config_load(path, c, err) < 0)
-		goto fail;
-	m->ck = st_open(dir, err);
-	m->w.ck = m->ck;
-	if (m->ck == NULL)
-		goto fail;
+	if (gguf_is_gguf(dir)) {
+		m->gg = gguf_open(dir, err);
+		if (m->gg == NULL || llama_config_from_gguf(m->gg, c, err) < 0)
+			goto fail_named;
+	} else {
+		snprintf(path, sizeof path, "%s/config.json", dir);
+		if (llama_config_load(path, c, err) < 0)
+			goto fail;
+		m->ck = st_open(dir, err);
+		m->w.ck = m->ck;
+		if (m->ck == NULL)
+			goto fail;
+	}
 
 	m->n_layers = opts && opts->layers ? opts->n_layers : c->n_layers;
 	if (m->n_layers < 1) {
@@ -188,17 +322,32 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 		goto fail_named;
 	}
 	rope_init(m->inv_freq, c);
+	/* A GGUF file carries llama3 rope scaling as per-frequency factors
+	 * (llama.cpp's converter computes them from the same formula). */
+	if (m->gg != NULL && gguf_find_tensor(m->gg, "rope_freqs.weight") != NULL) {
+		float *f = get_vec(m, "rope_freqs.weight", c->head_dim / 2, err);
+		if (f == NULL)
+			goto fail_named;
+		for (int i = 0; i < c->head_dim / 2; i++) {
+			if (!(f[i] > 0.0f) || !isfinite(f[i])) {
+				pcg_fail(err, "rope_freqs.weight[%d] = %g is not a positive factor", i,
+					 f[i]);
+				goto fail_named;
+			}
+			m->inv_freq[i] /= f[i];
+		}
+	}
 
 	const int H = c->hidden, q_dim = c->n_heads * c->head_dim;
 	const int kv_dim = c->n_kv_heads * c->head_dim;
-	if (wt_mat(&m->w, &m->embed, "model.embed_tokens.weight", c->vocab, H, -1, err) < 0)
+	if (get_mat(m, &m->embed, "model.embed_tokens.weight", c->vocab, H, 0, err) < 0)
 		goto fail_named;
-	m->norm = wt_vec(&m->w, "model.norm.weight", H, err);
+	m->norm = get_vec(m, "model.norm.weight", H, err);
 	if (m->norm == NULL)
 		goto fail_named;
 	if (c->tie)
 		m->lm_head = m->embed; /* as transformers: the flag wins over a stored lm_head */
-	else if (wt_mat(&m->w, &m->lm_head, "lm_head.weight", c->vocab, H, -1, err) < 0)
+	else if (get_mat(m, &m->lm_head, "lm_head.weight", c->vocab, H, 0, err) < 0)
 		goto fail_named;
 
 	for (int i = 0; i < m->n_layers; i++) {
@@ -209,23 +358,24 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 				 c->n_layers);
 			goto fail_named;
 		}
-#define MAT(field, suffix, r, k) \
+#define MAT(field, suffix, r, k, heads) \
 		snprintf(name, sizeof name, "model.layers.%d.%s", li, suffix); \
-		if (wt_mat(&m->w, &L->field, name, r, k, -1, err) < 0) \
+		if (get_mat(m, &L->field, name, r, k, heads, err) < 0) \
 			goto fail_named;
 #define VEC(field, suffix, n) \
 		snprintf(name, sizeof name, "model.layers.%d.%s", li, suffix); \
-		if ((L->field = wt_vec(&m->w, name, n, err)) == NULL) \
+		if ((L->field = get_vec(m, name, n, err)) == NULL) \
 			goto fail_named;
+		const int qh = m->gg ? c->n_heads : 0, kh = m->gg ? c->n_kv_heads : 0;
 		VEC(attn_norm, "input_layernorm.weight", H)
-		MAT(wq, "self_attn.q_proj.weight", q_dim, H)
-		MAT(wk, "self_attn.k_proj.weight", kv_dim, H)
-		MAT(wv, "self_attn.v_proj.weight", kv_dim, H)
-		MAT(wo, "self_attn.o_proj.weight", H, q_dim)
+		MAT(wq, "self_attn.q_proj.weight", q_dim, H, qh)
+		MAT(wk, "self_attn.k_proj.weight", kv_dim, H, kh)
+		MAT(wv, "self_attn.v_proj.weight", kv_dim, H, 0)
+		MAT(wo, "self_attn.o_proj.weight", H, q_dim, 0)
 		VEC(ffn_norm, "post_attention_layernorm.weight", H)
-		MAT(gate, "mlp.gate_proj.weight", c->ffn, H)
-		MAT(up, "mlp.up_proj.weight", c->ffn, H)
-		MAT(down, "mlp.down_proj.weight", H, c->ffn)
+		MAT(gate, "mlp.gate_proj.weight", c->ffn, H, 0)
+		MAT(up, "mlp.up_proj.weight", c->ffn, H, 0)
+		MAT(down, "mlp.down_proj.weight", H, c->ffn, 0)
 #undef MAT
 #undef VEC
 	}
@@ -257,13 +407,17 @@ void llama_close(llama_model **mp)
 	wt_release(&m->w);
 	free(m->layers);
 	st_close(&m->ck);
+	gguf_close(&m->gg);
 	free(m);
 	*mp = NULL;
 }
 
 const llama_config *llama_get_config(const llama_model *m) { return &m->cfg; }
 int llama_n_layers(const llama_model *m) { return m->n_layers; }
-size_t llama_mapped_bytes(const llama_model *m) { return st_mapped_bytes(m->ck); }
+size_t llama_mapped_bytes(const llama_model *m)
+{
+	return m->gg ? gguf_mapped_bytes(m->gg) : st_mapped_bytes(m->ck);
+}
 
 int llama_rows_count(const llama_model *m, const llama_rows *rows)
 {
