@@ -20,11 +20,13 @@
  * differ in order between paths (the test bounds that difference).
  *
  * Paths, chosen by CPUID at first use (or by pcg_matmul_set_isa):
- *   avx512-vnni  64 weights a step: vpdpbusd on (xq + 128) as unsigned and w
- *                as signed bytes, the accumulator started at -128 * sum(w)
- *                (computed once per weight chunk for all activation rows),
- *                so each activation row costs one vpdpbusd, one convert and
- *                one FMA per 64 weights;
+ *   avx512-vnni  64 weights a step, each activation row one vpdpbusd, one
+ *                convert and one FMA per step. vpdpbusd multiplies unsigned
+ *                by signed bytes: the K-quants' q are unsigned (their mins
+ *                and Q6_K's offset of 32 come off per 16 against the sums of
+ *                xq); Q8_0 and Q4_0 take w signed against xq + 128 unsigned,
+ *                the accumulator started at -128 * sum(w), which is computed
+ *                once per step for all activation rows;
  *   generic      the formula above in C, also the tests' reference.
  * Each weight chunk is loaded and unpacked once for all activation rows of
  * the batch, so a block of positions reads the weights once.
@@ -78,15 +80,13 @@ void pcg_qx_quantize(pcg_qx *q, const float *x, int B, int K)
 				int v = nearest(xr[k0 + i] * id);
 				qr[k0 + i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
 			}
-			/* Sums per 32 for the K-quants' mins. */
-			for (int s = 0; s < QB / 32; s++) {
+			/* Sums per 16 for the K-quants' mins and Q6_K's offset. */
+			for (int s = 0; s < 16; s++) {
 				int sum = 0;
-				for (int i = 32 * s; i < 32 * s + 32 && i < n; i++)
+				for (int i = 16 * s; i < 16 * s + 16 && i < n; i++)
 					sum += qr[k0 + i];
 				q->s[((size_t)b * nb + j) * 16 + s] = (float)sum;
 			}
-			for (int s = QB / 32; s < 16; s++)
-				q->s[((size_t)b * nb + j) * 16 + s] = 0.0f;
 		}
 	}
 }
@@ -210,8 +210,9 @@ void pcg_qdot_ref(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, 
 						I += w[i] * xq[i];
 					t += a[k0 / 16 + s] * (float)I;
 				}
+				const float *S = q->s + ((size_t)b * q->nb + j) * 16;
 				for (int s = 0; s < n / 32; s++)
-					t -= m[k0 / 32 + s] * q->s[((size_t)b * q->nb + j) * 16 + s];
+					t -= m[k0 / 32 + s] * (S[2 * s] + S[2 * s + 1]);
 				y_b += q->d[(size_t)b * q->nb + j] * t;
 			}
 			y[(size_t)b * ldy + r] = y_b;
@@ -256,9 +257,21 @@ V512 static inline __m256i nibbles(const uint8_t *p)
 	do { \
 		const __m512i nc_ = _mm512_sub_epi32(_mm512_setzero_si512(), \
 			_mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, (w))); \
+		_Pragma("GCC unroll 8") \
 		for (int b_ = 0; b_ < NB; b_++) { \
 			const __m512i x_ = _mm512_loadu_si512(xu + (size_t)b_ * K + (k)); \
 			const __m512i i_ = _mm512_dpbusd_epi32(nc_, x_, (w)); \
+			t[b_] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i_), (av), t[b_]); \
+		} \
+	} while (0)
+
+/* The same with w unsigned (0 to 63) against xq signed: no correction. */
+#define DOT_U(w, av, k) \
+	do { \
+		_Pragma("GCC unroll 8") \
+		for (int b_ = 0; b_ < NB; b_++) { \
+			const __m512i x_ = _mm512_loadu_si512(q->q + (size_t)b_ * K + (k)); \
+			const __m512i i_ = _mm512_dpbusd_epi32(_mm512_setzero_si512(), (w), x_); \
 			t[b_] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i_), (av), t[b_]); \
 		} \
 	} while (0)
@@ -276,11 +289,13 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 	for (int r = r0; r < r0 + nr; r++) {
 		const unsigned char *row = (const unsigned char *)W->data + (size_t)r * rb;
 		__m512 acc[8];
+		#pragma GCC unroll 8
 		for (int b = 0; b < NB; b++)
 			acc[b] = _mm512_setzero_ps();
 		for (int j = 0; j < nb; j++) {
 			const int k0 = j * QB, n = K - k0 < QB ? K - k0 : QB;
 			__m512 t[8];
+			#pragma GCC unroll 8
 			for (int b = 0; b < NB; b++)
 				t[b] = _mm512_setzero_ps();
 			__builtin_prefetch(row + 4096, 0, 1);
@@ -328,21 +343,26 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 					DOT_CHUNK(w, av, k0 + k);
 				}
 			} else if (dt == PCG_Q4_K || dt == PCG_Q5_K) {
+				/* q unsigned against xq signed: no correction; the mins
+				 * come off per 16 (each min twice) against the sums. */
 				const int q5 = dt == PCG_Q5_K;
 				const unsigned char *p = row + (size_t)(k0 / 256) * (q5 ? 176 : 144);
 				const uint8_t *qs = p + (q5 ? 48 : 16), *qh = p + 16;
 				uint16_t dh, mh;
+				uint32_t u[3];
 				memcpy(&dh, p, 2);
 				memcpy(&mh, p + 2, 2);
-				const float d = f16s(dh), dmin = f16s(mh);
-				float sc[8], mn[16];
-				for (int s = 0; s < 8; s++) {
-					uint8_t a, m;
-					pcg_get_scale_min(s, p + 4, &a, &m);
-					sc[s] = d * a;
-					mn[s] = dmin * m;
-					mn[s + 8] = 0.0f;
-				}
+				memcpy(u, p + 4, 12);
+				/* pcg_get_scale_min on four sub-blocks at once, one per byte */
+				const uint32_t sc03 = u[0] & 0x3f3f3f3fu, m03 = u[1] & 0x3f3f3f3fu;
+				const uint32_t sc47 = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6 & 0x03030303u) << 4);
+				const uint32_t m47 = (u[2] >> 4 & 0x0f0f0f0fu) | ((u[1] >> 6 & 0x03030303u) << 4);
+				const __m128i sm = _mm_setr_epi32((int)sc03, (int)sc47, (int)m03, (int)m47);
+				/* lanes 0-7: d * sc[s]; 8-15: dmin * m[s] */
+				const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm)),
+					_mm512_insertf32x8(_mm512_set1_ps(f16s(dh)), _mm256_set1_ps(f16s(mh)), 1));
+				const __m512 mv = _mm512_permutexvar_ps(
+					_mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), f);
 				const __m256i m15 = _mm256_set1_epi8(15);
 				const __m256i hv = q5 ? _mm256_loadu_si256((const void *)qh)
 						      : _mm256_setzero_si256();
@@ -357,21 +377,24 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 						hi = _mm256_or_si256(hi, _mm256_and_si256(
 							_mm256_slli_epi16(_mm256_srli_epi16(hv, 2 * c + 1), 4), b16));
 					}
-					const __m512 av = cat_ps(sc[2 * c], sc[2 * c + 1]);
-					DOT_CHUNK(cat(lo, hi), av, k0 + 64 * c);
+					const __m512 av = _mm512_permutexvar_ps(
+						_mm512_inserti64x4(_mm512_set1_epi32(2 * c),
+								   _mm256_set1_epi32(2 * c + 1), 1), f);
+					DOT_U(cat(lo, hi), av, k0 + 64 * c);
 				}
-				const __m512 mv = _mm512_loadu_ps(mn);
+				#pragma GCC unroll 8
 				for (int b = 0; b < NB; b++)
 					t[b] = _mm512_fnmadd_ps(
 						mv, _mm512_loadu_ps(q->s + ((size_t)b * nb + j) * 16), t[b]);
-			} else { /* Q6_K */
+			} else { /* Q6_K: q unsigned, the offset 32 off per 16 against the sums */
 				const unsigned char *p = row + (size_t)(k0 / 256) * 210;
 				uint16_t dh;
 				memcpy(&dh, p + 208, 2);
-				const float d = f16s(dh);
-				const __m128i scv = _mm_loadu_si128((const void *)(p + 192));
+				const __m512 sf = _mm512_mul_ps(
+					_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+						_mm_loadu_si128((const void *)(p + 192)))),
+					_mm512_set1_ps(f16s(dh))); /* d * sc[s], s < 16 */
 				const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
-				const __m512i c32 = _mm512_set1_epi8(32);
 				for (int h = 0; h < 2; h++) {
 					const uint8_t *ql = p + 64 * h, *qh = p + 128 + 32 * h;
 					const __m256i la = _mm256_loadu_si256((const void *)ql);
@@ -385,29 +408,30 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 #undef Q6
 					for (int c = 0; c < 2; c++) {
 						/* scales 8h + 4c .. + 3, each over 4 lanes (16 weights) */
-						const __m128i idx = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2,
-										  2, 2, 3, 3, 3, 3);
-						const __m128i s4 = _mm_shuffle_epi8(
-							_mm_srli_si128(scv, 0), _mm_add_epi8(idx,
-							_mm_set1_epi8((char)(8 * h + 4 * c))));
-						const __m512 av = _mm512_mul_ps(
-							_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s4)),
-							_mm512_set1_ps(d));
-						const __m512i w = _mm512_sub_epi8(
-							c ? cat(q3, q4) : cat(q1, q2), c32);
-						DOT_CHUNK(w, av, k0 + 128 * h + 64 * c);
+						const int k = 8 * h + 4 * c;
+						const __m512 av = _mm512_permutexvar_ps(
+							_mm512_add_epi32(_mm512_set1_epi32(k), _mm512_setr_epi32(
+								0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)), sf);
+						DOT_U(c ? cat(q3, q4) : cat(q1, q2), av, k0 + 128 * h + 64 * c);
 					}
 				}
+				const __m512 mv = _mm512_mul_ps(sf, _mm512_set1_ps(32.0f));
+				#pragma GCC unroll 8
+				for (int b = 0; b < NB; b++)
+					t[b] = _mm512_fnmadd_ps(
+						mv, _mm512_loadu_ps(q->s + ((size_t)b * nb + j) * 16), t[b]);
 			}
 			for (int b = 0; b < NB; b++)
 				acc[b] = _mm512_fmadd_ps(t[b], _mm512_set1_ps(q->d[(size_t)b * nb + j]),
 							 acc[b]);
 		}
+		#pragma GCC unroll 8
 		for (int b = 0; b < NB; b++)
 			y[(size_t)b * ldy + (r - yr0)] = _mm512_reduce_add_ps(acc[b]);
 	}
 }
 #undef DOT_CHUNK
+#undef DOT_U
 
 V512 static void rows_vnni_any(float *y, int ldy, const pcg_qx *q, const uint8_t *xu,
 			       const pcg_mat *W, int r0, int nr, int yr0)

@@ -15,7 +15,7 @@ typedef struct pcg_qx {
 	int B, K, nb; /* nb = blocks per row */
 	int8_t *q;    /* [B][K] */
 	float *d;     /* [B][nb] scales: x ~ d * q */
-	float *s;     /* [B][nb][16] sums of q per 32 (8 used) */
+	float *s;     /* [B][nb][16] sums of q per 16 */
 } pcg_qx;
 
 int pcg_qx_alloc(pcg_qx *q, int B, int K);

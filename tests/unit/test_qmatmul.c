@@ -187,7 +187,7 @@ static void check_case(pcg_dtype t, int N, int K, int B, int r0, int nr)
 }
 
 /* The activations' int8 form: within half a step of x, the largest at
- * +-127, zero blocks zero, sums per 32 right. */
+ * +-127, zero blocks zero, sums per 16 right. */
 static void check_qx(void)
 {
 	const int K = 544; /* two full blocks and a short one of 32 */
@@ -216,9 +216,9 @@ static void check_qx(void)
 				CHECK(d == 0.0f && amax == 0);
 			else
 				CHECKF(amax == 127, "block %d of row %d: largest |q| %d", j, b, amax);
-			for (int s = 0; s < 8; s++) {
+			for (int s = 0; s < 16; s++) {
 				int sum = 0;
-				for (int k = 256 * j + 32 * s; k < K && k < 256 * j + 32 * s + 32; k++)
+				for (int k = 256 * j + 16 * s; k < K && k < 256 * j + 16 * s + 16; k++)
 					sum += q.q[b * K + k];
 				if (q.s[(b * 3 + j) * 16 + s] != (float)sum)
 					bad++;
