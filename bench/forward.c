@@ -16,7 +16,9 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "matmul.h"
 #include "model.h"
+#include "qmatmul.h"
 #include "opts.h"
 
 static const char *model_dir, *device;
@@ -45,6 +47,24 @@ static double now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The CPU's model name, for the record of every benchmark row. */
+static const char *cpu_name(void)
+{
+	static char name[128] = "unknown";
+	char line[256];
+	FILE *f = fopen("/proc/cpuinfo", "r");
+
+	while (f && fgets(line, sizeof line, f))
+		if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+			snprintf(name, sizeof name, "%s", strchr(line, ':') + 2);
+			name[strcspn(name, "\n")] = '\0';
+			break;
+		}
+	if (f)
+		fclose(f);
+	return name;
 }
 
 static void die(const char *what, const pcg_err *err)
@@ -148,8 +168,9 @@ int main(int argc, char **argv)
 	printf("model %s: hidden %d, layers %d, heads %d/%d, ffn %d, vocab %d, %.2f GB mapped\n",
 	       model_dir, c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn, c->vocab,
 	       file_gb);
-	printf("threads %d, kernels %s, load %.2f s, prefill %d positions %.2f s (%.1f pos/s)\n",
-	       threads, pcg_matmul_isa(), t_load, ctx, t_prefill, ctx / t_prefill);
+	printf("cpu %s; threads %d, kernels %s (float) %s (quantised), load %.2f s, prefill %d "
+	       "positions %.2f s (%.1f pos/s)\n", cpu_name(), threads, pcg_matmul_isa(),
+	       pcg_qmatmul_path(), t_load, ctx, t_prefill, ctx / t_prefill);
 	printf("decode full lm_head (%d rows):   %6.2f tokens/s (%.1f ms/token)\n", c->vocab,
 	       1 / full, full * 1e3);
 	printf("decode speech range (%d rows): %6.2f tokens/s (%.1f ms/token), %.2fx full\n",
