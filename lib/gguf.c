@@ -420,8 +420,10 @@ static int read_tensor_info(gguf_file *f, cursor *c, int i, uint64_t *offset)
 		if (__builtin_mul_overflow(nrows, (uint64_t)t->ne[d], &nrows))
 			nrows = UINT64_MAX;
 	{
-		uint64_t row = (uint64_t)(t->ne[0] / ti->block) * (uint64_t)ti->bytes, nbytes, numel;
-		if (nrows == UINT64_MAX || __builtin_mul_overflow(row, nrows, &nbytes) ||
+		uint64_t row, nbytes, numel;
+		if (nrows == UINT64_MAX ||
+		    __builtin_mul_overflow((uint64_t)(t->ne[0] / ti->block), (uint64_t)ti->bytes, &row) ||
+		    __builtin_mul_overflow(row, nrows, &nbytes) ||
 		    __builtin_mul_overflow((uint64_t)t->ne[0], nrows, &numel) || numel > INT64_MAX ||
 		    nbytes > SIZE_MAX)
 			return pcg_fail(c->err, "%s: shape %lld x %lld x %lld x %lld overflows", what,
