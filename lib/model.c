@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "device.h"
 #include "gguf.h"
+#include "quant.h"
 #include "safetensors.h"
 #include "weights.h"
 
@@ -38,6 +39,7 @@ struct llama_model {
 	llama_config cfg;
 	st_ckpt *ck;      /* a Hugging Face checkpoint, or */
 	gguf_file *gg;    /* a GGUF file (tensors by llama.cpp's names) */
+	int dequantize;   /* llama_open_opts.dequantize */
 	pcg_mat embed;    /* (vocab, hidden) */
 	pcg_mat lm_head;  /* (vocab, hidden); embed when tied */
 	float *norm;      /* (hidden) */
@@ -189,6 +191,13 @@ static int get_mat(llama_model *m, pcg_mat *out, const char *hf, int64_t rows, i
 						       (size_t)(h * hd + 2 * j + c) * rb, rb);
 		unmap_pages(t->data, t->nbytes);
 		out->data = p;
+	}
+	if (m->dequantize && pcg_dtype_is_quant(out->dtype)) {
+		float *f = wt_alloc(&m->w, (size_t)rows * cols * sizeof *f);
+		if (f == NULL)
+			return pcg_fail(err, "tensor '%s': out of memory", t->name);
+		pcg_dequantize(f, out->data, out->dtype, (size_t)rows * cols);
+		*out = (pcg_mat){ f, PCG_F32, (int)rows, (int)cols };
 	} else if (t->dtype == PCG_F32 && ((uintptr_t)t->data & 3u) != 0) {
 		return pcg_fail(err, "tensor '%s': misaligned F32 data", t->name);
 	}
@@ -296,6 +305,7 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 		return NULL;
 	}
 	c = &m->cfg;
+	m->dequantize = opts && opts->dequantize;
 	if (gguf_is_gguf(dir)) {
 		m->gg = gguf_open(dir, err);
 		if (m->gg == NULL || llama_config_from_gguf(m->gg, c, err) < 0)

@@ -29,10 +29,15 @@ typedef struct llama_open_opts {
 	/* Where the forward runs: "cpu", "cuda" or "cuda:N" (lib/device.h);
 	 * NULL: the CPU. A CUDA model runs one forward at a time. */
 	const char *device;
+	/* 1: block-quantised matrices of a GGUF file are dequantised to f32 when
+	 * the model opens (lib/quant.c; 4 bytes a weight): the same weights
+	 * through the float kernels, a reference for the quantised ones. */
+	int dequantize;
 } llama_open_opts;
 
 /* Opens the model directory dir (config.json plus model.safetensors or an
- * index with shards). opts may be NULL. Returns NULL with err naming the
+ * index with shards), or a GGUF file (llama.cpp's format: its llama.*
+ * metadata, F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K tensors). opts may be NULL. Returns NULL with err naming the
  * file, tensor or field on failure. */
 llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *err);
 void llama_close(llama_model **m);

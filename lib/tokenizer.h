@@ -44,6 +44,11 @@ void tok_free(tokenizer **t);
 struct gguf_file;
 tokenizer *tok_from_gguf(const struct gguf_file *f, pcg_err *err);
 
+/* The tokenizer of a model as a user names it: a tokenizer.json, a GGUF
+ * file (its tokenizer.json twin beside it when there is one, else its
+ * metadata), or a model directory (its tokenizer.json). */
+tokenizer *tok_open(const char *path, pcg_err *err);
+
 /* Encodes len bytes of UTF-8 text (NUL bytes allowed) as HF
  * encode(text, add_special_tokens=False): added tokens are matched as whole
  * strings first, then each run between them is pre-tokenized and BPE'd.

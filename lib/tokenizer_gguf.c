@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gguf.h"
 
@@ -238,5 +240,27 @@ tokenizer *tok_from_gguf(const struct gguf_file *f, pcg_err *err)
 			pcg_err_prefix(err, "tokenizer.ggml.* (as a tokenizer.json)");
 	}
 	free(b.p);
+	return t;
+}
+
+tokenizer *tok_open(const char *path, pcg_err *err)
+{
+	char buf[4096];
+	struct stat st;
+
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(buf, sizeof buf, "%s/tokenizer.json", path);
+		return tok_load(buf, err);
+	}
+	if (!gguf_is_gguf(path))
+		return tok_load(path, err);
+	/* FILE.gguf: a tokenizer.json in the same directory is the original */
+	const char *slash = strrchr(path, '/');
+	snprintf(buf, sizeof buf, "%.*stokenizer.json", slash ? (int)(slash - path + 1) : 0, path);
+	if (access(buf, R_OK) == 0)
+		return tok_load(buf, err);
+	gguf_file *g = gguf_open(path, err);
+	tokenizer *t = g ? tok_from_gguf(g, err) : NULL;
+	gguf_close(&g);
 	return t;
 }

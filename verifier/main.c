@@ -44,7 +44,7 @@ static int timeout_ms, tries;
 
 static const pcg_opt opts[] = {
 	{ "tokenizer", PCG_OPT_STR, &tok_path, NULL, 1, 0, "FILE",
-	  "the target's tokenizer.json (the speech vocabulary and the prompt)" },
+	  "the target's tokenizer.json or GGUF file (the speech vocabulary and the prompt)" },
 	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
 	  "ASG file for the pcg policy (- reads standard input)" },
 	{ "voice", PCG_OPT_STR, &voice_path, NULL, 1, 0, "FILE",
@@ -681,11 +681,8 @@ int main(int argc, char **argv)
 		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);
 		return 0;
 	}
-	static char local_tok[4200];
-	if (first >= 0 && tok_path == NULL && local_dir) {
-		snprintf(local_tok, sizeof local_tok, "%s/tokenizer.json", local_dir);
-		tok_path = local_tok;
-	}
+	if (first >= 0 && tok_path == NULL && local_dir)
+		tok_path = local_dir; /* its tokenizer.json, or a GGUF's own (tok_open) */
 	if (first < 0 || first != argc || tok_path == NULL) {
 		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg
 			: first != argc ? "unexpected argument" : "--tokenizer FILE is required");
@@ -719,7 +716,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s: %s\n", prog, err.msg);
 			return 2;
 		}
-	v.tok = tok_load(tok_path, &err);
+	v.tok = tok_open(tok_path, &err);
 	if (v.tok == NULL || llasa_vocab_init(v.tok, &v.voc, &err) < 0)
 		goto fail;
 	if (asg_path && (v.groups = asg_open(asg_path, &err)) == NULL)
