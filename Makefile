@@ -44,7 +44,7 @@ BINS     := $(PROGS:%=bin/%)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS    := $(TEST_SRC:tests/unit/%.c=build/tests/%)
 # Tests of parsers of untrusted input also run under AddressSanitizer and UBSan.
-ASAN_TESTS := $(patsubst tests/unit/%.c,build/tests/asan-%,$(wildcard tests/unit/test_safetensors*.c tests/unit/test_config*.c tests/unit/test_tokenizer*.c tests/unit/test_proto*.c tests/unit/test_codes*.c tests/unit/test_asg*.c tests/unit/test_tm*.c tests/unit/test_kmeans*.c tests/unit/test_mtp.c tests/unit/test_mcd*.c))
+ASAN_TESTS := $(patsubst tests/unit/%.c,build/tests/asan-%,$(wildcard tests/unit/test_safetensors*.c tests/unit/test_config*.c tests/unit/test_tokenizer*.c tests/unit/test_proto*.c tests/unit/test_codes*.c tests/unit/test_asg*.c tests/unit/test_tm*.c tests/unit/test_kmeans*.c tests/unit/test_mtp.c tests/unit/test_mcd*.c tests/unit/test_gguf*.c))
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES  := $(BENCH_SRC:bench/%.c=bin/bench-%)
 SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -112,6 +112,9 @@ FUZZERS  := $(if $(FUZZ_OK),$(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard te
 build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/proto.c lib/err.c lib/dtype.c lib/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -Ilib $^ -lmsgpackc -lm -o $@
+build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/gguf.c lib/config_gguf.c lib/tokenizer_gguf.c lib/tokenizer.c lib/fileio.c lib/err.c lib/dtype.c lib/quant.c | $(DEPS_OK)
+	@mkdir -p build/fuzz
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lpcre2-8 -lm -o $@
 
 test: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS) $(FUZZERS)
 	@tests/run
