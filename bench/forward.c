@@ -25,7 +25,7 @@ static const char *model_dir, *device;
 static double bandwidth;
 static int threads, ctx, steps, block, speech_begin, speech_end, end_token;
 static const pcg_opt opts[] = {
-	{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "DIR", "model directory" },
+	{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "PATH", "model directory or GGUF file" },
 	{ "threads", PCG_OPT_INT, &threads, "2", 0, 1024, "N", "threads" },
 	{ "ctx", PCG_OPT_INT, &ctx, "64", 1, 100000, "N", "prompt positions before decoding" },
 	{ "steps", PCG_OPT_INT, &steps, "16", 1, 100000, "N", "decode steps per measurement" },

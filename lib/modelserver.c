@@ -168,6 +168,14 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Whether the sampler leaves zeros: then the reply is worth sending as the
+ * nonzero entries alone (proto decides per vector by size; either way the
+ * client reads the same vector). */
+static int truncates(const pcg_sampling *s, int width)
+{
+	return s->temperature == 0 || (s->top_k > 0 && s->top_k < width) || s->top_p < 1;
+}
+
 /* Serves one parsed request into rep; errors become error replies. */
 static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 {
@@ -238,6 +246,7 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 	rep->type = PROTO_PROBS;
 	rep->width = width;
 	rep->f16 = q->f16;
+	rep->sparse = truncates(&q->samp, width);
 	rep->probs = sv->probs;
 	rep->n_x = 0;
 	if (q->type == PROTO_SCORE && nh == 0) {
@@ -385,7 +394,7 @@ int modelserver_main(int argc, char **argv, ms_role role)
 {
 	const char *prog = role == MS_DRAFT ? "draftd" : "targetd";
 	const pcg_opt opts[] = {
-		{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "DIR", "model directory" },
+		{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "PATH", "model directory or GGUF file" },
 		{ "listen", PCG_OPT_STR, &listen_url,
 		  role == MS_DRAFT ? "tcp://127.0.0.1:7601" : "tcp://127.0.0.1:7602", 1, 0, "URL",
 		  "endpoint to bind (inproc://, ipc://PATH, tcp://127.0.0.1:PORT)" },

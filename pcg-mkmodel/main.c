@@ -2,7 +2,9 @@
  * layout (config.json, model.safetensors, tokenizer.json) whose vocabulary
  * has the LLaSA layout: byte-level BPE text tokens, the Llama-3 special
  * tokens, the 8 LLaSA tags and S speech tokens <|s_N|>. Tests, benchmarks
- * and the demo use it; --preset llasa-1b gives LLaSA-1B's exact shape.
+ * and the demo use it; --preset llasa-1b, llasa-3b and llasa-8b give the
+ * exact shapes of LLaSA-1B, 3B and 8B (Llama 3.2 1B, 3B and Llama 3.1 8B
+ * bodies with LLaSA's 193,800-token vocabulary).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -25,12 +27,12 @@ static const char *prog = "pcg-mkmodel";
 static const char *out_dir, *preset, *dtype_s, *rope_s;
 static int hidden, layers, heads, kv_heads, head_dim, ffn, text_vocab, speech, untied,
 	seed_i, max_pos;
-static double rope_theta, stdev;
+static double rope_theta, stdev, rope_factor = 32.0;
 
 static const pcg_opt opts[] = {
 	{ "out", PCG_OPT_STR, &out_dir, NULL, 1, 0, "DIR", "output directory (created)" },
 	{ "preset", PCG_OPT_STR, &preset, "tiny", 1, 0, "NAME",
-	  "tiny or llasa-1b (sets the sizes below; flags given override it)" },
+	  "tiny, llasa-1b, llasa-3b or llasa-8b (sets the sizes below; flags given override it)" },
 	{ "hidden", PCG_OPT_INT, &hidden, "64", 8, 65536, "N", "hidden_size" },
 	{ "layers", PCG_OPT_INT, &layers, "2", 1, 1024, "N", "num_hidden_layers" },
 	{ "heads", PCG_OPT_INT, &heads, "4", 1, 1024, "N", "num_attention_heads" },
@@ -45,7 +47,7 @@ static const pcg_opt opts[] = {
 	  "store a separate lm_head (default: tied to embed_tokens)" },
 	{ "rope-theta", PCG_OPT_FLOAT, &rope_theta, "500000", 1, 1e12, "X", "rope_theta" },
 	{ "rope-scaling", PCG_OPT_STR, &rope_s, "llama3", 1, 0, "S",
-	  "llama3 (factor 32, low 1, high 4, original 8192) or none" },
+	  "llama3 (factor 32, 8 for llasa-8b; low 1, high 4, original 8192) or none" },
 	{ "max-pos", PCG_OPT_INT, &max_pos, "131072", 16, 1 << 30, "N", "max_position_embeddings" },
 	{ "std", PCG_OPT_FLOAT, &stdev, "0.02", 0, 100, "X", "std of the random weights" },
 	{ "seed", PCG_OPT_INT, &seed_i, "1", 0, 2147483647, "N", "random seed" },
@@ -262,7 +264,7 @@ static int write_config(const char *path, int n_special, int vocab, pcg_err *err
 		return pcg_fail(err, "config.json: cannot build the JSON");
 	if (!strcmp(rope_s, "llama3"))
 		json_object_set_new(j, "rope_scaling",
-				    json_pack("{s:f, s:f, s:f, s:i, s:s}", "factor", 32.0,
+				    json_pack("{s:f, s:f, s:f, s:i, s:s}", "factor", rope_factor,
 					      "high_freq_factor", 4.0, "low_freq_factor", 1.0,
 					      "original_max_position_embeddings", 8192, "rope_type",
 					      "llama3"));
@@ -364,20 +366,39 @@ out:
 	return rc;
 }
 
-static void apply_preset(void)
+/* The presets: LLaSA's three sizes (their config.json on Hugging Face). */
+static const struct {
+	const char *name;
+	int hidden, layers, heads, kv_heads, head_dim, ffn, untied;
+	double rope_factor;
+} presets[] = {
+	{ "llasa-1b", 2048, 16, 32, 8, 64, 8192, 0, 32.0 },  /* Llama 3.2 1B body */
+	{ "llasa-3b", 3072, 28, 24, 8, 128, 8192, 0, 32.0 }, /* Llama 3.2 3B body */
+	{ "llasa-8b", 4096, 32, 32, 8, 128, 14336, 1, 8.0 }, /* Llama 3.1 8B body */
+};
+
+static int apply_preset(void)
 {
-	if (strcmp(preset, "llasa-1b") != 0)
-		return;
+	if (!strcmp(preset, "tiny"))
+		return 0;
+	for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+		if (strcmp(preset, presets[i].name))
+			continue;
 #define SET(flag, var, val) if (!pcg_opts_given(opts, flag)) var = val
-	SET("hidden", hidden, 2048);
-	SET("layers", layers, 16);
-	SET("heads", heads, 32);
-	SET("kv-heads", kv_heads, 8);
-	SET("head-dim", head_dim, 64);
-	SET("ffn", ffn, 8192);
-	SET("text-vocab", text_vocab, 128256);
-	SET("speech", speech, 65536);
+		SET("hidden", hidden, presets[i].hidden);
+		SET("layers", layers, presets[i].layers);
+		SET("heads", heads, presets[i].heads);
+		SET("kv-heads", kv_heads, presets[i].kv_heads);
+		SET("head-dim", head_dim, presets[i].head_dim);
+		SET("ffn", ffn, presets[i].ffn);
+		SET("text-vocab", text_vocab, 128256);
+		SET("speech", speech, 65536);
+		SET("untied", untied, presets[i].untied);
 #undef SET
+		rope_factor = presets[i].rope_factor;
+		return 0;
+	}
+	return -1;
 }
 
 int main(int argc, char **argv)
@@ -397,11 +418,11 @@ int main(int argc, char **argv)
 		pcg_opts_usage(stderr, prog, "--out DIR [options]", opts);
 		return 2;
 	}
-	if (strcmp(preset, "tiny") && strcmp(preset, "llasa-1b")) {
-		fprintf(stderr, "%s: --preset: unknown preset '%s' (tiny, llasa-1b)\n", prog, preset);
+	if (apply_preset() < 0) {
+		fprintf(stderr, "%s: --preset: unknown preset '%s' (tiny, llasa-1b, llasa-3b, "
+			"llasa-8b)\n", prog, preset);
 		return 2;
 	}
-	apply_preset();
 	if (!strcmp(dtype_s, "f32")) dt = PCG_F32;
 	else if (!strcmp(dtype_s, "f16")) dt = PCG_F16;
 	else if (!strcmp(dtype_s, "bf16")) dt = PCG_BF16;

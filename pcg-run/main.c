@@ -20,8 +20,8 @@ static const char *model_dir, *tokens_s, *dump_path;
 static int generate, threads;
 
 static const pcg_opt opts[] = {
-	{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "DIR",
-	  "Hugging Face model directory (config.json, *.safetensors)" },
+	{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "PATH",
+	  "Hugging Face model directory (config.json, *.safetensors) or GGUF file" },
 	{ "tokens", PCG_OPT_STR, &tokens_s, NULL, 1, 0, "IDS", "token ids, comma-separated" },
 	{ "dump-logits", PCG_OPT_STR, &dump_path, NULL, 1, 0, "FILE",
 	  "write the logits of every position as raw little-endian f32 [positions x vocab]" },

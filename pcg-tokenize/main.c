@@ -22,7 +22,7 @@ static const char *tok_path, *text, *prompt_text, *codes_path, *date;
 static int bos, decode, skip_special, llasa;
 
 static const pcg_opt opts[] = {
-	{ "tokenizer", PCG_OPT_STR, &tok_path, NULL, 1, 0, "FILE", "a Hugging Face tokenizer.json" },
+	{ "tokenizer", PCG_OPT_STR, &tok_path, NULL, 1, 0, "FILE", "a Hugging Face tokenizer.json, or a GGUF file (its tokenizer)" },
 	{ "bos", PCG_OPT_FLAG, &bos, NULL, 1, 0, NULL, "put <|begin_of_text|> before the text's ids" },
 	{ "decode", PCG_OPT_FLAG, &decode, NULL, 1, 0, NULL, "print the text of the ids given" },
 	{ "skip-special", PCG_OPT_FLAG, &skip_special, NULL, 1, 0, NULL,
@@ -251,7 +251,7 @@ int main(int argc, char **argv)
 		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
 		return 2;
 	}
-	t = tok_load(tok_path, &err);
+	t = tok_open(tok_path, &err);
 	if (t == NULL)
 		rc = -1;
 	else if (decode)
