@@ -538,7 +538,7 @@ static int parse(gguf_file *f, pcg_err *err)
 		return -1;
 	if (f->version != 2 && f->version != 3)
 		return pcg_fail(err, "version %u is not supported (2 and 3 are)%s", f->version,
-				f->version == 1 ? "" : (f->version & 0xffff) == 0 ?
+				f->version > 0xffff && (f->version & 0xffff) == 0 ?
 				" (a big-endian file?)" : "");
 	if (rd_u64(&c, &n_t, "the tensor count") < 0 || rd_u64(&c, &n_kv, "the key count") < 0)
 		return -1;
@@ -1247,7 +1247,7 @@ int gguf_writer_finish(gguf_writer *w, const char *path, pcg_err *err)
 	unsigned char *buf = NULL;
 	size_t cap = 0;
 	char *tmp = NULL;
-	int fd = -1, rc = -1;
+	int fd = -1, rc = -1, i_close;
 
 	if (build_header(w, &h, err) < 0)
 		goto out;
@@ -1295,17 +1295,15 @@ int gguf_writer_finish(gguf_writer *w, const char *path, pcg_err *err)
 	}
 	if (fsync(fd) < 0)
 		goto io_fail;
-	rc = close(fd);
+	i_close = close(fd);
 	fd = -1;
-	if (rc < 0) {
-		rc = -1;
+	if (i_close < 0)
 		goto io_fail;
-	}
 	if (rename(tmp, path) < 0) {
-		rc = -1;
 		pcg_fail(err, "%s: rename: %s", path, strerror(errno));
 		goto out;
 	}
+	rc = 0;
 	goto out;
 io_fail:
 	pcg_fail(err, "%s: write: %s", tmp, strerror(errno));
