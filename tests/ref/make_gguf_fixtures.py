@@ -2,7 +2,8 @@
 """make_gguf_fixtures.py: GGUF files written by gguf-py (llama.cpp's own
 Python package) for tests/unit/test_gguf.c and test_tokenizer_gguf.c.
 
-Writes, under tests/fixtures/gguf/:
+Writes, under tests/fixtures/gguf/ (beside the files of make_gguf_models.py,
+which it leaves alone):
 
   types.gguf       one tensor of each type the engine computes with (F32,
                    F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K), tensors of
@@ -44,13 +45,13 @@ import gzip
 import importlib.metadata
 import json
 import os
-import shutil
 import tempfile
 
 import gguf
 import numpy as np
 
 OUT = "tests/fixtures/gguf"
+MINE = ["types.gguf", "types.f32", "tiny-llama.gguf", "mkmodel-tokenizer.gguf", "tokenizers.json"]
 TOK = "tests/fixtures/tokenizer"
 Q = gguf.GGMLQuantizationType
 
@@ -224,9 +225,9 @@ def file_sum(path):
 
 
 def main():
-    if os.path.isdir(OUT):
-        shutil.rmtree(OUT)
-    os.makedirs(OUT)
+    # The directory is shared with make_gguf_models.py: only this script's
+    # files are rewritten.
+    os.makedirs(OUT, exist_ok=True)
     rng = np.random.default_rng(20240607)
     make_types(rng)
     make_tiny_llama(rng)
@@ -245,7 +246,7 @@ def main():
     with open(os.path.join(OUT, "tokenizers.json"), "w") as f:
         json.dump(sums, f, indent=1)
         f.write("\n")
-    for name in sorted(os.listdir(OUT)):
+    for name in MINE:
         print("%-28s %8d bytes" % (name, os.path.getsize(os.path.join(OUT, name))))
 
 
