@@ -27,6 +27,8 @@
  *                xq); Q8_0 and Q4_0 take w signed against xq + 128 unsigned,
  *                the accumulator started at -128 * sum(w), which is computed
  *                once per step for all activation rows;
+ *   avx-vnni,    32 weights a step in 256-bit vectors, with vpdpbusd (AVX-VNNI)
+ *   avx2         or vpmaddubsw + vpmaddwd (AVX2), for CPUs without AVX-512;
  *   generic      the formula above in C, also the tests' reference.
  * Each weight chunk is loaded and unpacked once for all activation rows of
  * the batch, so a block of positions reads the weights once.
@@ -42,6 +44,7 @@
 #include "quant.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -448,6 +451,205 @@ V512 static void rows_vnni_any(float *y, int ldy, const pcg_qx *q, const uint8_t
 	}
 }
 
+/* ------------------------------------------------- AVX2 and AVX-VNNI paths
+ *
+ * 32 weights a step in 256-bit vectors, for CPUs without AVX-512. The
+ * product of unsigned by signed bytes summed per 4 is vpdpbusd with
+ * AVX-VNNI; with AVX2 alone it is vpmaddubsw (pairs into int16) and
+ * vpmaddwd by ones, exact because no pair can saturate: the K-quants' q are
+ * at most 63 (63 * 127 * 2 < 32767), and Q8_0 / Q4_0 take |w| <= 128 against
+ * xq with w's sign (128 * 127 * 2 < 32767). */
+#define V256 "avx2,fma,f16c"
+
+#define BODY256(NAME, ATTR, DOT) \
+ATTR static inline __attribute__((always_inline)) void \
+NAME(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr, int yr0, const int NB) \
+{ \
+	const int K = W->cols, nb = q->nb; \
+	const pcg_dtype dt = W->dtype; \
+	const size_t rb = pcg_dtype_row_bytes(dt, K); \
+	const __m256i m15 = _mm256_set1_epi8(15); \
+	for (int r = r0; r < r0 + nr; r++) { \
+		const unsigned char *row = (const unsigned char *)W->data + (size_t)r * rb; \
+		__m256 acc[8]; \
+		_Pragma("GCC unroll 8") \
+		for (int b = 0; b < NB; b++) \
+			acc[b] = _mm256_setzero_ps(); \
+		for (int j = 0; j < nb; j++) { \
+			const int k0 = j * QB, n = K - k0 < QB ? K - k0 : QB; \
+			__m256 t[8]; \
+			_Pragma("GCC unroll 8") \
+			for (int b = 0; b < NB; b++) \
+				t[b] = _mm256_setzero_ps(); \
+			if (dt == PCG_Q8_0 || dt == PCG_Q4_0) { \
+				const int q8 = dt == PCG_Q8_0; \
+				const unsigned char *p = row + (size_t)(k0 / 32) * (q8 ? 34 : 18); \
+				for (int k = 0; k < n; k += 32, p += q8 ? 34 : 18) { \
+					uint16_t dh; \
+					memcpy(&dh, p, 2); \
+					__m256i w; \
+					if (q8) { \
+						w = _mm256_loadu_si256((const void *)(p + 2)); \
+					} else { \
+						const __m128i v = _mm_loadu_si128((const void *)(p + 2)); \
+						w = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i( \
+							_mm_srli_epi16(v, 4), v), m15), _mm256_set1_epi8(8)); \
+					} \
+					const __m256i aw = _mm256_abs_epi8(w); \
+					const __m256 av = _mm256_set1_ps(_cvtsh_ss(dh)); \
+					_Pragma("GCC unroll 8") \
+					for (int b = 0; b < NB; b++) { \
+						const __m256i x = _mm256_loadu_si256( \
+							(const void *)(q->q + (size_t)b * K + k0 + k)); \
+						t[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps( \
+							DOT(aw, _mm256_sign_epi8(x, w))), av, t[b]); \
+					} \
+				} \
+			} else if (dt == PCG_Q4_K || dt == PCG_Q5_K) { \
+				const int q5 = dt == PCG_Q5_K; \
+				const unsigned char *p = row + (size_t)(k0 / 256) * (q5 ? 176 : 144); \
+				const uint8_t *qs = p + (q5 ? 48 : 16); \
+				uint16_t dh, mh; \
+				memcpy(&dh, p, 2); \
+				memcpy(&mh, p + 2, 2); \
+				const float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh); \
+				float sc[8], mv[16]; \
+				for (int s = 0; s < 8; s++) { \
+					uint8_t a, m; \
+					pcg_get_scale_min(s, p + 4, &a, &m); \
+					sc[s] = d * a; \
+					mv[2 * s] = mv[2 * s + 1] = dmin * m; \
+				} \
+				const __m256i hv = q5 ? _mm256_loadu_si256((const void *)(p + 16)) \
+						      : _mm256_setzero_si256(); \
+				for (int c = 0; c < 4; c++) { \
+					const __m256i v = _mm256_loadu_si256((const void *)(qs + 32 * c)); \
+					__m256i wq[2] = { _mm256_and_si256(v, m15), \
+							  _mm256_and_si256(_mm256_srli_epi16(v, 4), m15) }; \
+					for (int h = 0; h < 2 && q5; h++) \
+						wq[h] = _mm256_or_si256(wq[h], _mm256_and_si256(_mm256_slli_epi16( \
+							_mm256_srli_epi16(hv, 2 * c + h), 4), _mm256_set1_epi8(16))); \
+					for (int h = 0; h < 2; h++) { \
+						const __m256 av = _mm256_set1_ps(sc[2 * c + h]); \
+						_Pragma("GCC unroll 8") \
+						for (int b = 0; b < NB; b++) { \
+							const __m256i x = _mm256_loadu_si256((const void *)( \
+								q->q + (size_t)b * K + k0 + 64 * c + 32 * h)); \
+							t[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(wq[h], x)), \
+									       av, t[b]); \
+						} \
+					} \
+				} \
+				_Pragma("GCC unroll 8") \
+				for (int b = 0; b < NB; b++) { \
+					const float *S = q->s + ((size_t)b * nb + j) * 16; \
+					t[b] = _mm256_fnmadd_ps(_mm256_loadu_ps(mv), _mm256_loadu_ps(S), t[b]); \
+					t[b] = _mm256_fnmadd_ps(_mm256_loadu_ps(mv + 8), _mm256_loadu_ps(S + 8), \
+								t[b]); \
+				} \
+			} else { /* Q6_K */ \
+				const unsigned char *p = row + (size_t)(k0 / 256) * 210; \
+				uint16_t dh; \
+				memcpy(&dh, p + 208, 2); \
+				const float d = _cvtsh_ss(dh); \
+				float sf[16], mv[16]; \
+				for (int s = 0; s < 16; s++) { \
+					sf[s] = d * (float)(int8_t)p[192 + s]; \
+					mv[s] = 32.0f * sf[s]; \
+				} \
+				const __m256i m3 = _mm256_set1_epi8(3); \
+				for (int h = 0; h < 2; h++) { \
+					const uint8_t *ql = p + 64 * h, *qh = p + 128 + 32 * h; \
+					const __m256i la = _mm256_loadu_si256((const void *)ql); \
+					const __m256i lb = _mm256_loadu_si256((const void *)(ql + 32)); \
+					const __m256i hv = _mm256_loadu_si256((const void *)qh); \
+					const __m256i lo4[4] = { _mm256_and_si256(la, m15), _mm256_and_si256(lb, m15), \
+						_mm256_and_si256(_mm256_srli_epi16(la, 4), m15), \
+						_mm256_and_si256(_mm256_srli_epi16(lb, 4), m15) }; \
+					for (int c = 0; c < 4; c++) { \
+						const __m256i wq = _mm256_or_si256(lo4[c], _mm256_slli_epi16( \
+							_mm256_and_si256(_mm256_srli_epi16(hv, 2 * c), m3), 4)); \
+						const int s0 = 8 * h + 2 * c; \
+						const __m256 av = _mm256_set_m128(_mm_set1_ps(sf[s0 + 1]), \
+										  _mm_set1_ps(sf[s0])); \
+						_Pragma("GCC unroll 8") \
+						for (int b = 0; b < NB; b++) { \
+							const __m256i x = _mm256_loadu_si256((const void *)( \
+								q->q + (size_t)b * K + k0 + 128 * h + 32 * c)); \
+							t[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(wq, x)), av, \
+									       t[b]); \
+						} \
+					} \
+				} \
+				_Pragma("GCC unroll 8") \
+				for (int b = 0; b < NB; b++) { \
+					const float *S = q->s + ((size_t)b * nb + j) * 16; \
+					t[b] = _mm256_fnmadd_ps(_mm256_loadu_ps(mv), _mm256_loadu_ps(S), t[b]); \
+					t[b] = _mm256_fnmadd_ps(_mm256_loadu_ps(mv + 8), _mm256_loadu_ps(S + 8), \
+								t[b]); \
+				} \
+			} \
+			_Pragma("GCC unroll 8") \
+			for (int b = 0; b < NB; b++) \
+				acc[b] = _mm256_fmadd_ps(t[b], _mm256_set1_ps(q->d[(size_t)b * nb + j]), \
+							 acc[b]); \
+		} \
+		_Pragma("GCC unroll 8") \
+		for (int b = 0; b < NB; b++) { \
+			const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[b]), \
+						    _mm256_extractf128_ps(acc[b], 1)); \
+			const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h)); \
+			y[(size_t)b * ldy + (r - yr0)] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))); \
+		} \
+	} \
+}
+
+/* u8 x s8 summed per 4 into int32 lanes. */
+__attribute__((target(V256))) static inline __m256i dot_avx2(__m256i u, __m256i s)
+{
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+__attribute__((target(V256 ",avxvnni"))) static inline __m256i dot_avxvnni(__m256i u, __m256i s)
+{
+	return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+}
+
+BODY256(rows_avx2, __attribute__((target(V256))), dot_avx2)
+BODY256(rows_avxvnni, __attribute__((target(V256 ",avxvnni"))), dot_avxvnni)
+
+#define ANY256(NAME, ATTR, BODY) \
+ATTR static void NAME(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr, \
+		      int yr0) \
+{ \
+	switch (q->B) { \
+	case 1: BODY(y, ldy, q, W, r0, nr, yr0, 1); break; \
+	case 2: BODY(y, ldy, q, W, r0, nr, yr0, 2); break; \
+	case 3: BODY(y, ldy, q, W, r0, nr, yr0, 3); break; \
+	case 4: BODY(y, ldy, q, W, r0, nr, yr0, 4); break; \
+	case 5: BODY(y, ldy, q, W, r0, nr, yr0, 5); break; \
+	case 6: BODY(y, ldy, q, W, r0, nr, yr0, 6); break; \
+	case 7: BODY(y, ldy, q, W, r0, nr, yr0, 7); break; \
+	default: BODY(y, ldy, q, W, r0, nr, yr0, 8); break; \
+	} \
+}
+ANY256(rows_avx2_any, __attribute__((target(V256))), rows_avx2)
+ANY256(rows_avxvnni_any, __attribute__((target(V256 ",avxvnni"))), rows_avxvnni)
+
+static int have_avx2(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+}
+
+static int have_avxvnni(void)
+{
+	unsigned a, b, c, d;
+	/* CPUID leaf 7 subleaf 1, EAX bit 4: AVX-VNNI (GCC 12's
+	 * __builtin_cpu_supports does not know it) */
+	return have_avx2() && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 4 & 1);
+}
+
 static int have_vnni(void)
 {
 	__builtin_cpu_init();
@@ -458,16 +660,18 @@ static int have_vnni(void)
 }
 #else
 static int have_vnni(void) { return 0; }
+static int have_avxvnni(void) { return 0; }
+static int have_avx2(void) { return 0; }
 #endif
 
 /* ------------------------------------------------------------- dispatch */
 
-static const char *const paths[] = { "avx512-vnni", "generic" };
+static const char *const paths[] = { "avx512-vnni", "avx-vnni", "avx2", "generic" };
 static int path = -1;
 
 static int path_ok(int i)
 {
-	return i == 0 ? have_vnni() : 1;
+	return i == 0 ? have_vnni() : i == 1 ? have_avxvnni() : i == 2 ? have_avx2() : 1;
 }
 
 const char *pcg_qmatmul_path(void)
@@ -544,6 +748,20 @@ int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 			rows_vnni_any(y, ldy, &q, xu, W, a, n, r0);
 		}
 		free(xu);
+		pcg_qx_free(&q);
+		return 0;
+	}
+	if (!strcmp(p, "avx-vnni") || !strcmp(p, "avx2")) {
+		const int vnni = !strcmp(p, "avx-vnni");
+		const int chunk = 16, nchunks = (nr + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static) if (nchunks > 1)
+		for (int c = 0; c < nchunks; c++) {
+			const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
+			if (vnni)
+				rows_avxvnni_any(y, ldy, &q, W, a, n, r0);
+			else
+				rows_avx2_any(y, ldy, &q, W, a, n, r0);
+		}
 		pcg_qx_free(&q);
 		return 0;
 	}

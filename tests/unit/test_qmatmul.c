@@ -106,7 +106,7 @@ static void check_case(pcg_dtype t, int N, int K, int B, int r0, int nr)
 	float *x = malloc((size_t)B * K * sizeof *x), *xd = malloc((size_t)B * K * sizeof *xd);
 	float *y = malloc((size_t)B * (nr + 3) * sizeof *y), *yref = malloc((size_t)B * nr * sizeof *yref);
 	float *y1 = malloc((size_t)(nr + 3) * sizeof *y1);
-	const char *paths[] = { "avx512-vnni", "generic" };
+	const char *paths[] = { "avx512-vnni", "avx-vnni", "avx2", "generic" };
 	pcg_qx q;
 	int bad = 0, bad_ref = 0, bad_block = 0;
 
