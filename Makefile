@@ -5,6 +5,8 @@
 #   make demo       runs the demo job on the embedded tiny model
 #   make install    PREFIX=/usr/local (bin/, share/man/)
 #   make eval-deps  pip-installs what pcg-eval's WER needs (tools/eval/requirements.txt)
+#   make test-deps  pip-installs gguf-py and numpy, for the tests that check our GGUF
+#                   files with llama.cpp's own reader (they skip loudly without it)
 #   make clean
 # CUDA sources (lib/cuda/*.cu) build when nvcc is found; CUDA=0 turns that off.
 
@@ -51,7 +53,7 @@ SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 
 DEPS_OK  := build/.deps-ok
 
-.PHONY: all test test-gpu demo voice install clean bench deps eval-deps
+.PHONY: all test test-gpu demo voice install clean bench deps eval-deps test-deps
 # Keep the objects of tests and benches: they are intermediates of pattern rules.
 .SECONDARY:
 all: $(BINS) $(BENCHES) $(CUDA_LIB)
@@ -138,6 +140,11 @@ bench: all
 PYTHON ?= python3
 eval-deps:
 	$(PYTHON) -m pip install --break-system-packages -r tools/eval/requirements.txt
+
+# gguf-py (llama.cpp's own GGUF package) for tests/gguf.sh, tests/quant.sh and
+# tests/quantize.sh; make test runs without it.
+test-deps:
+	$(PYTHON) -m pip install --break-system-packages 'gguf>=0.17' numpy
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
