@@ -5,9 +5,13 @@
  * token), as f32 and as f16, over inproc://, ipc:// and tcp:// loopback.
  * The servers run as threads of this process on a model small enough that
  * the messaging shows; each round's overhead is its wall time minus the
- * compute time the servers report. Prints the median over the rounds.
- * Usage: bench-messaging --model DIR [--rounds N]   (DIR: a model whose
- * vocabulary ends with 65,536 speech tokens, e.g. pcg-mkmodel --speech 65536)
+ * compute time the servers report. Prints the median and p90 over the
+ * rounds and the bytes of the replies. Sampling is temperature 1 with no
+ * truncation (dense vectors) unless --top-k or --top-p truncate it (then
+ * the servers send the kept entries alone).
+ * Usage: bench-messaging --model DIR [--rounds N] [--top-k K] [--top-p P]
+ * (DIR: a model whose vocabulary ends with 65,536 speech tokens, e.g.
+ * pcg-mkmodel --speech 65536)
  */
 #include <pthread.h>
 #include <signal.h>
@@ -24,13 +28,17 @@
 #include "opts.h"
 #include "proto.h"
 
-static const char *model_dir;
-static int rounds, width;
+static const char *model_dir, *transport;
+static int rounds, width, top_k;
+static double top_p;
 static const pcg_opt opts[] = {
 	{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "DIR", "model directory" },
 	{ "rounds", PCG_OPT_INT, &rounds, "100", 5, 100000, "N", "rounds per configuration" },
 	{ "width", PCG_OPT_INT, &width, "65537", 2, 65537, "N",
 	  "rows per distribution (65,537: LLaSA's; small: the latency of a round alone)" },
+	{ "top-k", PCG_OPT_INT, &top_k, "0", 0, 65537, "K", "sampling's top-k (0: off)" },
+	{ "top-p", PCG_OPT_FLOAT, &top_p, "1", 1e-6, 1, "P", "sampling's top-p (1: off)" },
+	{ "transport", PCG_OPT_STR, &transport, "all", 1, 0, "T", "inproc, ipc, tcp or all" },
 	{ NULL },
 };
 
@@ -69,7 +77,7 @@ int main(int argc, char **argv)
 
 	if (first < 0 || first == PCG_OPTS_HELP || model_dir == NULL) {
 		pcg_opts_usage(first == PCG_OPTS_HELP ? stdout : stderr, "bench-messaging",
-			       "--model DIR [--rounds N]", opts);
+			       "--model DIR [--rounds N] [--top-k K] [--top-p P] [--transport T]", opts);
 		return first == PCG_OPTS_HELP ? 0 : 2;
 	}
 	llama_model *m = llama_open(model_dir, NULL, &err);
@@ -90,9 +98,11 @@ int main(int argc, char **argv)
 	snprintf(ipc[0], sizeof ipc[0], "/tmp/pcg-bench-msg-%d-d.sock", (int)getpid());
 	snprintf(ipc[1], sizeof ipc[1], "/tmp/pcg-bench-msg-%d-t.sock", (int)getpid());
 	pcg_set_threads(1);
-	printf("messaging per round (propose L=3 + score 4 positions, V=%d), median of %d rounds\n",
-	       width, rounds);
+	printf("messaging per round (propose L=3 + score 4 positions, V=%d, top-k %d, top-p %g), "
+	       "median of %d rounds\n", width, top_k, top_p, rounds);
 	for (int tr = 0; tr < 3; tr++) {
+		if (strcmp(transport, "all") && strcmp(transport, transports[tr]))
+			continue;
 		char d_url[300], t_url[300];
 		if (tr == 0) {
 			snprintf(d_url, sizeof d_url, "inproc://d");
@@ -116,16 +126,18 @@ int main(int argc, char **argv)
 		double *over = malloc((size_t)rounds * sizeof *over);
 		for (int f16 = 0; f16 < 2; f16++) {
 			int ctxlen = 8, ok = 1;
+			double bytes = 0;
 			for (int k = -3; k < rounds && ok; k++) { /* 3 warm-up rounds */
 				double t0 = now(), compute = 0;
 				*q = (proto_msg){ .type = PROTO_PROPOSE, .session = 1 + f16, .pos = 0,
-						  .n = 3, .samp = { 1, 0, 1 }, .seed = 5, .rows = rows,
-						  .f16 = f16 };
+						  .n = 3, .samp = { 1, top_k, (float)top_p }, .seed = 5,
+						  .rows = rows, .f16 = f16 };
 				q->n_append = ctxlen;
 				for (int i = 0; i < ctxlen; i++)
 					q->append[i] = 1 + i % 200;
 				ok &= client_call(d, q, r, &err) == 0 && r->type == PROTO_PROBS;
 				compute += r->n_stats ? r->stats[0] : 0;
+				bytes += k >= 0 ? (double)r->len : 0;
 				int x[3] = { r->x[0], r->x[1], r->x[2] };
 				q->type = PROTO_SCORE;
 				q->n = 4;
@@ -133,6 +145,7 @@ int main(int argc, char **argv)
 					q->append[q->n_append++] = x[i];
 				ok &= client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS;
 				compute += r->n_stats ? r->stats[0] : 0;
+				bytes += k >= 0 ? (double)r->len : 0;
 				if (k >= 0)
 					over[k] = now() - t0 - compute;
 			}
@@ -141,9 +154,9 @@ int main(int argc, char **argv)
 				return 1;
 			}
 			qsort(over, (size_t)rounds, sizeof *over, cmp);
-			printf("%-6s %s: %7.3f ms per round (p90 %.3f ms), %.2f MB per round\n",
+			printf("%-6s %s: %7.3f ms per round (p90 %.3f ms), replies of %.4f MB per round\n",
 			       transports[tr], f16 ? "f16" : "f32", over[rounds / 2] * 1e3,
-			       over[rounds * 9 / 10] * 1e3, (3.0 + 4.0) * width * (f16 ? 2 : 4) / 1e6);
+			       over[rounds * 9 / 10] * 1e3, bytes / rounds / 1e6);
 		}
 		client_free(&d);
 		client_free(&t);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <zmq.h>
 
 #include "net.h"
 
@@ -12,7 +13,9 @@ struct pcg_client {
 	char *url;
 	int timeout_ms, tries;
 	uint64_t next_id;
-	void *buf;       /* the last reply; rep->probs points into it */
+	proto_buf req;   /* requests are packed here, reused */
+	zmq_msg_t last;  /* the last reply, as received: rep->probs points into it */
+	int have_last;
 	unsigned long resent, stale;
 };
 
@@ -53,19 +56,22 @@ void client_free(pcg_client **cp)
 		return;
 	net_close(&c->sock);
 	free(c->url);
-	free(c->buf);
+	proto_buf_free(&c->req);
+	if (c->have_last)
+		zmq_msg_close(&c->last);
 	free(c);
 	*cp = NULL;
 }
 
 int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 {
-	void *out;
-	size_t len;
-
 	req->id = c->next_id++;
-	if (proto_pack(req, &out, &len, err) < 0)
+	if (proto_pack_buf(req, &c->req, err) < 0)
 		return -1;
+	if (c->have_last) { /* the previous reply, which rep may still point into */
+		zmq_msg_close(&c->last);
+		c->have_last = 0;
+	}
 	for (int t = 0; t < c->tries; t++) {
 		if (t > 0) {
 			/* Reopen: drops whatever the old socket still queues. */
@@ -75,32 +81,31 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 			if (c->sock == NULL)
 				break;
 		}
-		if (net_send(c->sock, out, len, err) < 0)
+		if (net_send(c->sock, c->req.data, c->req.len, err) < 0)
 			continue;
 		for (;;) {
-			void *body;
-			size_t blen;
-			int got = net_recv(c->sock, &body, &blen, c->timeout_ms, err);
+			zmq_msg_t m;
+			int got = net_recv(c->sock, &m, c->timeout_ms, err);
 			if (got <= 0)
 				break; /* timeout or error: next try */
-			if (proto_parse(body, blen, rep, err) < 0) {
-				free(body);
-				free(out);
+			/* Parsed where libzmq received it: no copy of the payload. */
+			if (proto_parse(zmq_msg_data(&m), zmq_msg_size(&m), rep, err) < 0) {
+				zmq_msg_close(&m);
 				pcg_err_prefix(err, c->url);
 				return -1;
 			}
 			if (rep->id != req->id) { /* a late reply to an abandoned request */
 				c->stale++;
-				free(body);
+				zmq_msg_close(&m);
 				continue;
 			}
-			free(c->buf);
-			c->buf = body;
-			free(out);
+			zmq_msg_init(&c->last);
+			zmq_msg_move(&c->last, &m);
+			zmq_msg_close(&m);
+			c->have_last = 1;
 			return 0;
 		}
 	}
-	free(out);
 	return pcg_fail(err, "%s: no reply after %d tries of %d ms", c->url, c->tries,
 			c->timeout_ms);
 }

@@ -17,8 +17,9 @@ typedef struct pcg_client pcg_client;
 pcg_client *client_new(void *ctx, const char *url, int timeout_ms, int tries, pcg_err *err);
 void client_free(pcg_client **c);
 
-/* Sends req (its id is set here) and parses the reply into rep. rep->probs
- * points into a buffer owned by the client, valid until the next call.
+/* Sends req (its id is set here) and parses the reply into rep, in the
+ * message as received (no copy): rep->probs points into it, valid until
+ * the next call or client_free.
  * Returns 0; -1 with err on timeout after all tries, on a transport error,
  * on an unparsable reply. An error reply is returned as 0 with
  * rep->type == PROTO_ERROR: the caller decides (e.g. resend the context on

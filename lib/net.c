@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -364,17 +365,6 @@ static void close_frames(zmq_msg_t *f, int n)
 		zmq_msg_close(&f[i]);
 }
 
-static unsigned char *copy_body(zmq_msg_t *m, size_t *len)
-{
-	unsigned char *b;
-
-	*len = zmq_msg_size(m);
-	b = malloc(*len ? *len : 1);
-	if (b)
-		memcpy(b, zmq_msg_data(m), *len);
-	return b;
-}
-
 int net_recv_req(void *sock, net_req *r, int timeout_ms, pcg_err *err)
 {
 	zmq_msg_t f[MAX_FRAMES];
@@ -396,48 +386,76 @@ int net_recv_req(void *sock, net_req *r, int timeout_ms, pcg_err *err)
 	r->route_len = zmq_msg_size(&f[0]);
 	memcpy(r->route, zmq_msg_data(&f[0]), r->route_len);
 	r->delim = n == 3;
-	r->body = copy_body(&f[n - 1], &r->len);
-	if (r->body == NULL) {
-		pcg_fail(err, "out of memory for a %zu-byte message", zmq_msg_size(&f[n - 1]));
-		goto out;
-	}
+	/* The body stays where libzmq received it. */
+	zmq_msg_init(&r->msg);
+	zmq_msg_move(&r->msg, &f[n - 1]);
+	r->body = zmq_msg_data(&r->msg);
+	r->len = zmq_msg_size(&r->msg);
 	rc = 1;
 out:
 	close_frames(f, n);
 	return rc;
 }
 
-static void free_body(void *data, void *hint)
+/* A reply buffer lent to libzmq without a copy until it has sent the
+ * message (ipc, tcp: its I/O thread) or the receiver has closed it
+ * (inproc); refs counts the server's hold and libzmq's, and whoever drops
+ * the last frees it, so a server may stop while a reply is still out. */
+typedef struct reply_buf {
+	atomic_int refs;
+	proto_buf b;
+} reply_buf;
+
+#define N_REPLY_BUFS 4 /* in flight at once: beyond, one-off buffers */
+
+static void reply_unref(void *data, void *hint)
 {
-	(void)hint;
-	free(data);
+	reply_buf *rb = hint;
+
+	(void)data;
+	if (atomic_fetch_sub(&rb->refs, 1) == 1) {
+		proto_buf_free(&rb->b);
+		free(rb);
+	}
 }
 
-/* The body is handed to libzmq without a copy and freed when it is sent. */
-static int send_owned(void *sock, void *body, size_t len)
+/* A buffer of the pool that libzmq no longer holds, or a new one (kept in
+ * the pool when there is room); NULL when out of memory. */
+static reply_buf *reply_get(reply_buf **pool)
+{
+	int slot = -1;
+
+	for (int i = 0; i < N_REPLY_BUFS; i++) {
+		if (pool[i] && atomic_load(&pool[i]->refs) == 1)
+			return pool[i];
+		if (pool[i] == NULL && slot < 0)
+			slot = i;
+	}
+	reply_buf *rb = calloc(1, sizeof *rb);
+	if (rb == NULL)
+		return NULL;
+	atomic_init(&rb->refs, 1); /* the pool's hold, or libzmq's for a one-off */
+	if (slot >= 0)
+		pool[slot] = rb;
+	return rb;
+}
+
+/* Sends rb->b's message to the peer of r; libzmq takes a hold of rb. */
+static int reply_send(void *sock, const net_req *r, reply_buf *rb, int pooled, pcg_err *err)
 {
 	zmq_msg_t m;
 
-	if (zmq_msg_init_data(&m, body, len, free_body, NULL) != 0) {
-		free(body);
-		return -1;
+	if (pooled)
+		atomic_fetch_add(&rb->refs, 1);
+	if (zmq_msg_init_data(&m, rb->b.data, rb->b.len, reply_unref, rb) != 0) {
+		reply_unref(NULL, rb);
+		return pcg_fail(err, "reply: %s", zmq_strerror(zmq_errno()));
 	}
-	if (zmq_msg_send(&m, sock, 0) < 0) {
-		zmq_msg_close(&m); /* frees body */
-		return -1;
-	}
-	return 0;
-}
-
-int net_reply_owned(void *sock, const net_req *r, void *body, size_t len, pcg_err *err)
-{
 	if (zmq_send(sock, r->route, r->route_len, ZMQ_SNDMORE) < 0 ||
-	    (r->delim && zmq_send(sock, "", 0, ZMQ_SNDMORE) < 0)) {
-		free(body);
+	    (r->delim && zmq_send(sock, "", 0, ZMQ_SNDMORE) < 0) || zmq_msg_send(&m, sock, 0) < 0) {
+		zmq_msg_close(&m); /* drops libzmq's hold */
 		return pcg_fail(err, "reply: %s", zmq_strerror(zmq_errno()));
 	}
-	if (send_owned(sock, body, len) < 0)
-		return pcg_fail(err, "reply: %s", zmq_strerror(zmq_errno()));
 	return 0;
 }
 
@@ -452,8 +470,10 @@ int net_reply(void *sock, const net_req *r, const void *body, size_t len, pcg_er
 
 void net_req_free(net_req *r)
 {
-	free(r->body);
-	r->body = NULL;
+	if (r->body) {
+		zmq_msg_close(&r->msg);
+		r->body = NULL;
+	}
 }
 
 int net_send(void *sock, const void *body, size_t len, pcg_err *err)
@@ -463,12 +483,11 @@ int net_send(void *sock, const void *body, size_t len, pcg_err *err)
 	return 0;
 }
 
-int net_recv(void *sock, void **body, size_t *len, int timeout_ms, pcg_err *err)
+int net_recv(void *sock, zmq_msg_t *msg, int timeout_ms, pcg_err *err)
 {
 	zmq_msg_t f[MAX_FRAMES];
 	int n, dropped, w;
 
-	*body = NULL;
 	w = wait_in(sock, timeout_ms);
 	if (w <= 0)
 		return w < 0 ? pcg_fail(err, "zmq_poll: %s", zmq_strerror(zmq_errno())) : 0;
@@ -479,9 +498,10 @@ int net_recv(void *sock, void **body, size_t *len, int timeout_ms, pcg_err *err)
 		close_frames(f, n);
 		return pcg_fail(err, "reply of %d frames, want 1", n + dropped);
 	}
-	*body = copy_body(&f[0], len);
-	close_frames(f, n);
-	return *body ? 1 : pcg_fail(err, "out of memory for a %zu-byte reply", *len);
+	zmq_msg_init(msg);
+	zmq_msg_move(msg, &f[0]);
+	zmq_msg_close(&f[0]);
+	return 1;
 }
 
 int net_serve(void *sock, const char *prog, net_handler *handle, void *ctx,
@@ -489,7 +509,9 @@ int net_serve(void *sock, const char *prog, net_handler *handle, void *ctx,
 {
 	net_counts local = { 0 };
 	proto_msg *q = malloc(sizeof *q), *rep = malloc(sizeof *rep);
+	reply_buf *pool[N_REPLY_BUFS] = { NULL };
 	pcg_err err = { "" };
+	int rc = 0;
 
 	if (counts == NULL)
 		counts = &local;
@@ -500,8 +522,6 @@ int net_serve(void *sock, const char *prog, net_handler *handle, void *ctx,
 	}
 	while (!*stop) {
 		net_req r;
-		void *out;
-		size_t len;
 		int got = net_recv_req(sock, &r, 250, &err);
 		if (got < 0) {
 			counts->dropped++;
@@ -521,12 +541,27 @@ int net_serve(void *sock, const char *prog, net_handler *handle, void *ctx,
 		} else {
 			counts->served++;
 		}
-		if (proto_pack(rep, &out, &len, &err) < 0 ||
-		    net_reply_owned(sock, &r, out, len, &err) < 0)
+		reply_buf *rb = reply_get(pool);
+		int pooled = 0;
+		for (int i = 0; i < N_REPLY_BUFS; i++)
+			pooled |= pool[i] == rb;
+		if (rb == NULL) {
+			rc = -1;
+		} else if (proto_pack_buf(rep, &rb->b, &err) < 0) {
 			fprintf(stderr, "%s: %s\n", prog, err.msg);
+			if (!pooled)
+				reply_unref(NULL, rb);
+		} else if (reply_send(sock, &r, rb, pooled, &err) < 0) {
+			fprintf(stderr, "%s: %s\n", prog, err.msg);
+		}
 		net_req_free(&r);
+		if (rc < 0)
+			break;
 	}
+	for (int i = 0; i < N_REPLY_BUFS; i++)
+		if (pool[i])
+			reply_unref(NULL, pool[i]); /* libzmq may still hold it */
 	free(q);
 	free(rep);
-	return 0;
+	return rc;
 }

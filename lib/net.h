@@ -13,6 +13,7 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <zmq.h>
 
 #include "err.h"
 #include "proto.h"
@@ -39,24 +40,24 @@ void net_close(void **sock);
  * endpoint, which libzmq may leave behind. */
 void net_server_close(void **sock, const char *url);
 
-/* A received request: the peer's routing frames and the body. */
+/* A received request: the peer's routing frames and the body, which stays
+ * in libzmq's message (no copy) until net_req_free. */
 typedef struct net_req {
 	unsigned char route[256];
 	size_t route_len;
 	int delim;            /* the peer is a REQ socket: an empty frame follows the route */
-	unsigned char *body;  /* malloc'd */
+	zmq_msg_t msg;        /* holds the body */
+	const unsigned char *body;
 	size_t len;
 } net_req;
 
-/* Server: waits up to timeout_ms for one request. Returns 1 with *r filled,
- * 0 on timeout or EINTR, -1 with err for a malformed one (too many frames,
- * bad routing): such a message is drained and counted, not answered. */
+/* Server: waits up to timeout_ms for one request. Returns 1 with *r filled
+ * (free it with net_req_free), 0 on timeout or EINTR, -1 with err for a
+ * malformed one (too many frames, bad routing): such a message is drained
+ * and counted, not answered. */
 int net_recv_req(void *sock, net_req *r, int timeout_ms, pcg_err *err);
-/* Server: sends body back to the peer of r. */
+/* Server: sends body back to the peer of r (a copy). */
 int net_reply(void *sock, const net_req *r, const void *body, size_t len, pcg_err *err);
-/* The same with a malloc'd body that libzmq takes over without a copy (it is
- * freed in every case). */
-int net_reply_owned(void *sock, const net_req *r, void *body, size_t len, pcg_err *err);
 void net_req_free(net_req *r);
 
 /* A server's handler: fills rep (a reply, or an error) for the parsed req. */
@@ -67,17 +68,21 @@ typedef struct net_counts {
 } net_counts;
 
 /* The poll loop of every server: until *stop is set, receive a request
- * (bad framing is dropped and counted), parse it (a parse error becomes a
- * bad-request reply naming the field), let handle fill the reply, send it
- * back, and log errors as "prog: ...". counts may be NULL. Returns 0, or -1
- * when out of memory. */
+ * (bad framing is dropped and counted), parse it in place (a parse error
+ * becomes a bad-request reply naming the field), let handle fill the reply,
+ * send it back, and log errors as "prog: ...". Replies are packed into a
+ * few buffers that are reused once libzmq is done with them (sent, or over
+ * inproc closed by the receiver), so that a reply of megabytes costs no
+ * fresh pages and no copy on this side. counts may be NULL. Returns 0, or
+ * -1 when out of memory. */
 int net_serve(void *sock, const char *prog, net_handler *handle, void *ctx,
 	      volatile sig_atomic_t *stop, net_counts *counts);
 
 /* Client: sends one message (a single frame). */
 int net_send(void *sock, const void *body, size_t len, pcg_err *err);
 /* Client: waits up to timeout_ms for one single-frame message; returns 1
- * with a malloc'd *body, 0 on timeout, -1 with err. */
-int net_recv(void *sock, void **body, size_t *len, int timeout_ms, pcg_err *err);
+ * with *msg holding it (read it in place; the caller closes it with
+ * zmq_msg_close), 0 on timeout, -1 with err (then *msg needs no close). */
+int net_recv(void *sock, zmq_msg_t *msg, int timeout_ms, pcg_err *err);
 
 #endif

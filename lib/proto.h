@@ -1,7 +1,7 @@
 /* proto.h: the messages between the stages of the pipeline, as msgpack.
  *
  * Every message is one ZeroMQ frame holding one msgpack map with the keys
- *   "v" (protocol version, 2), "type" (string), "id" (request id, echoed in
+ *   "v" (protocol version, 3), "type" (string), "id" (request id, echoed in
  *   the reply), and the fields of that type's schema, nothing else.
  * Requests to a model server (draftd, targetd):
  *   propose: session, pos, append, n (tokens to draft), temp, top_k, top_p,
@@ -26,15 +26,25 @@
  * A server brings the session's cache to `pos` tokens (truncate), appends
  * `append`, then proposes or scores. A session it does not hold gives the
  * error "unknown-session" unless pos is 0; the client then resends the
- * whole context. Probability vectors are one bin of n x width little-endian
- * f32 (or f16 when asked), over the output rows only (LLaSA: the speech
- * range plus the end token). Errors: type "error" with code and msg.
+ * whole context. Probability vectors cover the output rows only (LLaSA: the
+ * speech range plus the end token), little-endian f32 (or f16 when asked).
+ * A probs reply sends vector i either dense (nnz[i] = width: all its
+ * values) or sparse (nnz[i] < width: only its nonzero entries, as values
+ * and ascending row ids), whichever is smaller: the entries a top-k or
+ * top-p sampler removed are exactly 0, so both give the same vector to the
+ * bit. Its bin p holds the values of every vector in order, then, when a
+ * vector is sparse, zero to three zero bytes to a multiple of 4 and the
+ * u32 ids of the sparse vectors in order; pad (0 to 7 bytes) puts the
+ * values at a multiple of 8 bytes in the message. Errors: type "error"
+ * with code and msg.
  *
  * Parsing never trusts the peer: before msgpack-c sees the bytes, a scan
  * checks that every declared length fits in the bytes that remain (msgpack-c
  * would otherwise reserve memory for a count it cannot have), nesting is
- * bounded, and then each field is checked against its schema; an error names
- * the field. See man/pcg-protocol.7.
+ * bounded, and then each field is checked against its schema (sparse ids
+ * ascending and below width); an error names the field. Parsing copies no
+ * payload: probabilities are read where they lie in the received message.
+ * See man/pcg-protocol.7.
  */
 #ifndef PCG_PROTO_H
 #define PCG_PROTO_H
@@ -46,7 +56,7 @@
 #include "model.h"
 #include "sampling.h"
 
-#define PROTO_VERSION 2
+#define PROTO_VERSION 3
 #define PROTO_MAX_APPEND 8192 /* tokens per request: a whole LLaSA context fits */
 #define PROTO_MAX_N 16        /* lookahead + 1 */
 #define PROTO_MAX_HEADS 16    /* MTP heads a score may ask for */
@@ -94,7 +104,13 @@ typedef struct proto_msg {
 	int n_x;
 	int32_t x[PROTO_MAX_N];
 	int n_vec, width;      /* probs: n_vec vectors of width values */
-	const void *probs;     /* into the received buffer (parse) or caller's (pack) */
+	const void *probs;     /* pack: n_vec x width f32 (the caller's); parse: the
+				* values in the received buffer, read them with
+				* proto_vector */
+	int sparse;            /* probs, pack: send a vector as its nonzero entries
+				* when that is smaller (set it when a sampler
+				* truncated: else the scan is wasted); parse: some
+				* vector came so */
 	char code[32];
 	char msg[256];
 	/* synth: what to say and how; result: the stats */
@@ -108,18 +124,45 @@ typedef struct proto_msg {
 	int n_stats;
 	const void *asg;       /* synth: an ASG file image for this request (may be empty) */
 	size_t asg_len;
+	/* parse: where each probability vector lies */
+	int nnz[PROTO_MAX_VEC];    /* entries sent (width: dense) */
+	int n_nnz;
+	size_t voff[PROTO_MAX_VEC], ioff[PROTO_MAX_VEC]; /* its first value, first id */
+	const void *ids;       /* the u32 ids of the sparse vectors, in the buffer */
+	size_t len;            /* bytes of the parsed message */
 } proto_msg;
 
-/* Packs m into a malloc'd buffer (*out, *len). Returns 0 or -1. For
- * PROTO_PROBS with f16 set, probs holds f32 values that are converted. */
+/* A growable buffer that packing reuses from message to message, so that a
+ * payload of megabytes neither takes fresh pages nor grows by copies each
+ * time; zero-initialise it. data[0..len) is the last message packed. */
+typedef struct proto_buf {
+	unsigned char *data;
+	size_t len, cap;
+	uint32_t *ids;         /* scratch of sparse packing */
+	float *vals;
+	size_t scap;
+	int oom;               /* the last pack ran out of memory */
+} proto_buf;
+
+/* Packs m into b (b->data, b->len), reusing its memory. Returns 0 or -1
+ * (out of memory, an unknown type). For PROTO_PROBS with f16 set, probs
+ * holds f32 values that are converted. */
+int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err);
+void proto_buf_free(proto_buf *b);
+
+/* Packs m into a malloc'd buffer (*out, *len) that the caller frees.
+ * Returns 0 or -1. */
 int proto_pack(const proto_msg *m, void **out, size_t *len, pcg_err *err);
 
-/* Parses buf into m (whose probs then points into buf). Returns 0, or -1 with
- * err naming the problem; m->id is filled whenever it could be read, so the
- * error reply can carry it. */
+/* Parses buf into m (whose probs and ids then point into buf: keep buf while
+ * they are read; buf may have any alignment). Returns 0, or -1 with err
+ * naming the problem; m->id is filled whenever it could be read, so the
+ * error reply can carry it. A message of another protocol version gives an
+ * error naming both versions. */
 int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err);
 
-/* Reads vector i of a PROTO_PROBS message as f32 into out[width]. */
+/* Reads vector i of a parsed PROTO_PROBS message as f32 into out[width]
+ * (a sparse one: its entries, zero elsewhere). */
 void proto_vector(const proto_msg *m, int i, float *out);
 
 const char *proto_type_name(proto_type t);

@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "client.h"
+#include "dtype.h"
 #include "model.h"
 #include "net.h"
 #include "sampling.h"
@@ -117,6 +118,26 @@ int main(void)
 	CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg, r->msg);
 	direct(seq, 6, 4, &rows, &samp, want);
 	CHECK(r->n_vec == 4 && maxdiff(r, want, 4, W) == 0);
+	/* With top-k, the reply carries the kept entries alone (sparse), and
+	 * they read back as the engine's vectors to the bit, f32 and f16. */
+	const pcg_sampling topk = { 0.8f, 20, 1.0f };
+	float *dense = malloc((size_t)4 * W * sizeof *dense);
+	for (int f16 = 0; f16 < 2; f16++) {
+		*q = (proto_msg){ .type = PROTO_SCORE, .session = 7, .pos = 0, .n_append = 6,
+				  .append = { 1, 2, 3, x[0], x[1], x[2] }, .n = 4, .samp = topk,
+				  .rows = rows, .f16 = f16 };
+		CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg,
+		       r->msg);
+		direct(seq, 6, 4, &rows, &topk, want);
+		CHECK(r->sparse && r->nnz[0] == 20 && r->len < (size_t)4 * W);
+		if (f16) /* the dense f16 of the same values */
+			for (size_t i = 0; i < (size_t)4 * W; i++)
+				want[i] = pcg_f16_to_f32(pcg_f32_to_f16(want[i]));
+		CHECKF(maxdiff(r, want, 4, W) == 0, "f16=%d: sparse reply differs by %g", f16,
+		       maxdiff(r, want, 4, W));
+	}
+	free(dense);
+
 	/* Rollback: extend from position 4 with other tokens. */
 	*q = (proto_msg){ .type = PROTO_SCORE, .session = 7, .pos = 3, .n_append = 2,
 			  .append = { x[0], 200 }, .n = 2, .samp = samp, .rows = rows, .f16 = 1 };
@@ -145,6 +166,30 @@ int main(void)
 	zmq_send(raw, "b", 1, ZMQ_SNDMORE);
 	zmq_send(raw, "c", 1, ZMQ_SNDMORE);
 	zmq_send(raw, "d", 1, 0);
+	/* A peer of the previous protocol version: an error naming both. */
+	void *old;
+	size_t olen;
+	*q = (proto_msg){ .type = PROTO_PING, .id = 4242 };
+	CHECK(proto_pack(q, &old, &olen, &err) == 0 && ((unsigned char *)old)[0] == 0x83 &&
+	      ((unsigned char *)old)[2] == 'v' && ((unsigned char *)old)[3] == PROTO_VERSION);
+	((unsigned char *)old)[3] = PROTO_VERSION - 1;
+	zmq_send(raw, old, olen, 0);
+	free(old);
+	zmq_msg_t m;
+	zmq_msg_init(&m);
+	int rcvtimeo = 2000;
+	zmq_setsockopt(raw, ZMQ_RCVTIMEO, &rcvtimeo, sizeof rcvtimeo);
+	char want_v[96];
+	snprintf(want_v, sizeof want_v, "protocol version %d, this side version %d",
+		 PROTO_VERSION - 1, PROTO_VERSION);
+	r->id = 0;
+	for (int i = 0; i < 2 && r->id != 4242; i++) { /* first the garbage's reply */
+		CHECK(zmq_msg_recv(&m, raw, 0) > 0);
+		CHECKF(proto_parse(zmq_msg_data(&m), zmq_msg_size(&m), r, &err) == 0, "%s", err.msg);
+	}
+	CHECKF(r->id == 4242 && r->type == PROTO_ERROR && !strcmp(r->code, PROTO_E_BAD_REQUEST) &&
+	       strstr(r->msg, want_v) != NULL, "%s", r->msg);
+	zmq_msg_close(&m);
 	zmq_close(raw);
 	q->type = PROTO_PING;
 	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_PONG);

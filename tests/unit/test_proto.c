@@ -1,13 +1,21 @@
 /* test_proto.c: the pipeline's messages: every type round-trips, f16
- * vectors come back within f16 rounding, and hostile bytes give an error
- * that names the problem, never a crash or a large allocation (a mutation
- * loop over valid messages; this test also runs under ASan and UBSan). */
+ * vectors come back within f16 rounding, a sparse probs reply gives the
+ * vectors of the dense one to the bit (and the policies the same tokens for
+ * a seed), a peer of another protocol version gets an error naming both
+ * versions, and hostile bytes give an error that names the problem, never
+ * a crash or a large allocation (a mutation loop over valid messages; this
+ * test also runs under ASan and UBSan). */
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "policy.h"
 #include "proto.h"
+#include "rng.h"
+#include "sampling.h"
 
 static proto_msg *req(proto_type t)
 {
@@ -137,6 +145,118 @@ static void test_roundtrip(void)
 	free(e);
 }
 
+/* n vectors of width w from random logits, tempered by s (row i uses
+ * s[i % ns]): exact zeros wherever the sampler removed a token. */
+static void make_probs(float *out, int n, int w, const pcg_sampling *s, int ns, uint64_t seed)
+{
+	pcg_rng r;
+	float *lg = malloc((size_t)w * sizeof *lg);
+	pcg_err err;
+
+	pcg_rng_init(&r, seed, 0);
+	for (int i = 0; i < n; i++) {
+		for (int j = 0; j < w; j++)
+			lg[j] = (float)(4 * pcg_rng_uniform(&r));
+		CHECK(pcg_probs(lg, w, &s[i % ns], out + (size_t)i * w, &err) == 0);
+	}
+	free(lg);
+}
+
+/* Packs p (dense or sparse) and parses it back into o; *buf keeps the bytes. */
+static int pack_parse(proto_msg *p, int sparse, proto_msg *o, void **buf, size_t *len)
+{
+	pcg_err err = { "" };
+
+	p->sparse = sparse;
+	if (proto_pack(p, buf, len, &err) < 0 || proto_parse(*buf, *len, o, &err) < 0) {
+		fprintf(stderr, "pack_parse: %s\n", err.msg);
+		return -1;
+	}
+	return 0;
+}
+
+/* Sparse replies: the entries a sampler removed are not sent, and the
+ * vectors read back equal the dense reply's to the bit, in f32 and f16, so
+ * every policy draws the same tokens from the same seed. */
+static void test_sparse(void)
+{
+	enum { W = 2000, L = 3, NV = 2 * L + 1 };
+	const pcg_sampling s[] = { { 0.8f, 20, 1 }, { 1, 0, 0.3f }, { 0, 0, 1 }, { 1, 50, 0.9f },
+				   { 1, 0, 1 } /* dense: no truncation */ };
+	float *v = malloc((size_t)NV * W * sizeof *v);
+	make_probs(v, NV, W, s, 5, 7);
+	v[(size_t)6 * W + 3] = -0.0f; /* a negative zero travels too */
+	proto_msg *p = calloc(1, sizeof *p), *o[2] = { calloc(1, sizeof *o[0]), calloc(1, sizeof *o[1]) };
+	float *back = malloc((size_t)2 * NV * W * sizeof *back);
+
+	p->type = PROTO_PROBS;
+	p->id = 3;
+	p->n_vec = NV;
+	p->width = W;
+	p->probs = v;
+	for (int f16 = 0; f16 < 2; f16++) {
+		void *buf[2];
+		size_t len[2];
+		p->f16 = f16;
+		for (int sp = 0; sp < 2; sp++) {
+			CHECK(pack_parse(p, sp, o[sp], &buf[sp], &len[sp]) == 0);
+			/* the values lie at a multiple of 8 bytes in the message */
+			CHECK(((const unsigned char *)o[sp]->probs - (unsigned char *)buf[sp]) % 8 == 0);
+			for (int i = 0; i < NV; i++)
+				proto_vector(o[sp], i, back + ((size_t)sp * NV + i) * W);
+		}
+		CHECKF(!o[0]->sparse && o[1]->sparse, "f16=%d: sparse flags %d %d", f16, o[0]->sparse,
+		       o[1]->sparse);
+		CHECKF(len[1] < len[0] / 2, "f16=%d: sparse %zu bytes, dense %zu", f16, len[1], len[0]);
+		/* vector 4 is not truncated: it stays dense in the sparse reply */
+		CHECK(o[1]->nnz[4] == W && o[1]->nnz[0] == 20 && o[1]->nnz[2] == 1);
+		CHECKF(memcmp(back, back + (size_t)NV * W, (size_t)NV * W * sizeof *back) == 0,
+		       "f16=%d: sparse and dense vectors differ", f16);
+		if (!f16)
+			CHECK(memcmp(back, v, (size_t)NV * W * sizeof *v) == 0);
+		CHECK(signbit(back[(size_t)NV * W + 6 * W + 3]));
+
+		/* The policies on both: same tokens for each seed. */
+		for (int kind = POLICY_SD; kind <= POLICY_GREEDY; kind++) {
+			policy_params pp = { .kind = (policy_kind)kind, .beta = 0.4, .end_token = -1 };
+			pcg_err err = { "" };
+			policy *pol = policy_new(&pp, W, &err);
+			int same = 1, runs = 0;
+			CHECKF(pol != NULL, "%s", err.msg);
+			for (uint64_t seed = 1; pol && seed <= 200; seed++) {
+				policy_result res[2];
+				for (int sp = 0; sp < 2; sp++) {
+					const float *pv[L], *qv[L + 1];
+					const float *b = back + (size_t)sp * NV * W;
+					int x[L];
+					pcg_rng r;
+					pcg_rng_init(&r, seed, 1);
+					for (int i = 0; i < L; i++) {
+						pv[i] = b + (size_t)i * W;
+						x[i] = pcg_sample(pv[i], W, pcg_rng_uniform(&r));
+					}
+					for (int i = 0; i <= L; i++)
+						qv[i] = b + (size_t)(L + i) * W;
+					runs += policy_run(pol, L, x, pv, qv, &r, &res[sp], &err) == 0;
+				}
+				same &= res[0].n_tokens == res[1].n_tokens &&
+					!memcmp(res[0].tokens, res[1].tokens,
+						(size_t)res[0].n_tokens * sizeof res[0].tokens[0]);
+			}
+			CHECKF(same && runs == 400, "f16=%d %s: sparse and dense give other tokens (%d runs)",
+			       f16, policy_kind_name((policy_kind)kind), runs);
+			policy_free(&pol);
+		}
+		free(buf[0]);
+		free(buf[1]);
+	}
+	free(v);
+	free(back);
+	free(p);
+	free(o[0]);
+	free(o[1]);
+}
+
 /* A raw message must fail with err containing want. */
 static void bad(const char *what, const void *buf, size_t len, const char *want)
 {
@@ -188,7 +308,18 @@ static void test_hostile(void)
 			cp[i + 2] = PROTO_VERSION + 1;
 			break;
 		}
-	bad("a later version", cp, len, "protocol version 3");
+	char want[128];
+	snprintf(want, sizeof want, "the peer speaks protocol version %d, this side version %d",
+		 PROTO_VERSION + 1, PROTO_VERSION);
+	bad("a later version", cp, len, want);
+	for (size_t i = 0; i + 2 < len; i++)
+		if (cp[i] == 0xa1 && cp[i + 1] == 'v') {
+			cp[i + 2] = PROTO_VERSION - 1;
+			break;
+		}
+	snprintf(want, sizeof want, "the peer speaks protocol version %d, this side version %d",
+		 PROTO_VERSION - 1, PROTO_VERSION);
+	bad("an earlier version", cp, len, want);
 	memcpy(cp, b, len);
 	for (size_t i = 0; i + 6 < len; i++) /* "top_k" -> "top_x": an unknown field */
 		if (!memcmp(cp + i, "top_k", 5)) {
@@ -212,14 +343,55 @@ static void test_hostile(void)
 	free(m);
 }
 
+/* A sparse reply that lies: ids out of order or beyond the width, counts
+ * that do not add up. */
+static void test_sparse_hostile(void)
+{
+	const pcg_sampling s = { 1, 5, 1 };
+	float v[2 * 100];
+	proto_msg *p = calloc(1, sizeof *p), *o = calloc(1, sizeof *o);
+	void *buf;
+	size_t len;
+
+	make_probs(v, 2, 100, &s, 1, 9);
+	*p = (proto_msg){ .type = PROTO_PROBS, .n_vec = 2, .width = 100, .probs = v };
+	CHECK(pack_parse(p, 1, o, &buf, &len) == 0 && o->sparse && o->nnz[0] == 5);
+	unsigned char *b = buf, *c = malloc(len);
+	const size_t ids = (size_t)((const unsigned char *)o->ids - b);
+	size_t nnz = 0;
+	for (size_t i = 0; i + 6 < len; i++)
+		if (!memcmp(b + i, "\xa3nnz\x92", 5))
+			nnz = i + 5; /* the first count */
+	CHECK(nnz > 0 && b[nnz] == 5);
+
+	memcpy(c, b, len);
+	memcpy(c + ids + 4, c + ids, 4); /* the second id repeats the first */
+	bad("ids not ascending", c, len, "ascending");
+	memcpy(c, b, len);
+	c[ids + 4 * 9] = 100; /* vector 1's last id: the width */
+	c[ids + 4 * 9 + 1] = c[ids + 4 * 9 + 2] = c[ids + 4 * 9 + 3] = 0;
+	bad("id beyond the width", c, len, "below 100");
+	memcpy(c, b, len);
+	c[nnz] = 0x7f;
+	bad("count beyond the width", c, len, "127 entries in a vector of 100");
+	memcpy(c, b, len);
+	c[nnz] = 4;
+	bad("counts and p disagree", c, len, "field 'p'");
+	free(c);
+	free(buf);
+	free(p);
+	free(o);
+}
+
 /* Mutations of valid messages: parse must return 0 or -1, never crash. */
 static void test_mutations(void)
 {
 	proto_msg *m = req(PROTO_SCORE), *o = calloc(1, sizeof *o);
-	float v[3 * 4] = { 0 };
+	float v[3 * 4] = { 0 }, w[3 * 40];
+	const pcg_sampling s = { 1, 3, 1 };
 	proto_msg *p = calloc(1, sizeof *p);
-	void *bufs[2];
-	size_t lens[2];
+	void *bufs[3];
+	size_t lens[3];
 	pcg_err err;
 	unsigned seed = 12345;
 	int parsed = 0;
@@ -231,8 +403,12 @@ static void test_mutations(void)
 	p->probs = v;
 	CHECK(proto_pack(m, &bufs[0], &lens[0], &err) == 0);
 	CHECK(proto_pack(p, &bufs[1], &lens[1], &err) == 0);
-	for (int it = 0; it < 20000; it++) {
-		int which = it & 1;
+	make_probs(w, 3, 40, &s, 1, 5); /* and a sparse one */
+	*p = (proto_msg){ .type = PROTO_PROBS, .n_x = 1, .n_vec = 3, .width = 40, .probs = w,
+			  .sparse = 1 };
+	CHECK(proto_pack(p, &bufs[2], &lens[2], &err) == 0);
+	for (int it = 0; it < 30000; it++) {
+		int which = it % 3;
 		size_t len = lens[which];
 		unsigned char *c = malloc(len);
 		memcpy(c, bufs[which], len);
@@ -255,10 +431,10 @@ static void test_mutations(void)
 		}
 		free(c);
 	}
-	printf("mutations: %d of 20000 still parsed\n", parsed);
-	CHECK(parsed < 20000);
-	free(bufs[0]);
-	free(bufs[1]);
+	printf("mutations: %d of 30000 still parsed\n", parsed);
+	CHECK(parsed < 30000);
+	for (int i = 0; i < 3; i++)
+		free(bufs[i]);
 	free(m);
 	free(o);
 	free(p);
@@ -267,7 +443,9 @@ static void test_mutations(void)
 int main(void)
 {
 	test_roundtrip();
+	test_sparse();
 	test_hostile();
+	test_sparse_hostile();
 	test_mutations();
 	return check_done("test_proto");
 }
