@@ -1,54 +1,84 @@
 #!/bin/sh
-# bench/llasa1b.sh: the engine on LLaSA-1B's exact shape (random bf16 weights
-# from pcg-mkmodel --preset llasa-1b, 2.74 GB), and, when a llama.cpp build is
-# given, llama.cpp's llama-bench on a GGUF of the same shape and dtype, run
-# side by side as ours, llama.cpp, ours again, so that drift of a shared
-# machine shows up as a difference between our two runs.
+# bench/llasa1b.sh: the engine on LLaSA-1B's exact shape (random weights from
+# pcg-mkmodel --preset llasa-1b, or --preset llasa-3b / llasa-8b with PRESET)
+# in each file type users run, and, when a llama.cpp build is given,
+# llama.cpp's llama-bench on the very same GGUF files (written by our
+# pcg-quantize, so llama.cpp loading them is part of the check), run side
+# by side per type as ours, llama.cpp, ours again, so that the drift of a
+# shared machine shows as a difference between our two runs. Every row
+# names the CPU and the kernel paths taken; the read bandwidth of the
+# machine (bench-membw) gives the fraction of it each decode reaches.
 #
 # Usage: bench/llasa1b.sh            (from the repository root, after make)
 # Environment:
-#   BENCH_CACHE      where the 2.74 GB model is kept (default ${TMPDIR:-/tmp}/pcg-tts-bench)
+#   BENCH_CACHE      where the models are kept (default ${TMPDIR:-/tmp}/pcg-tts-bench)
+#   PRESET           llasa-1b (default), llasa-3b or llasa-8b
+#   FORMATS          file types (default "bf16 q8_0 q4_0 q4_k_m"); bf16 runs
+#                    ours on the safetensors directory and llama.cpp on its
+#                    bf16 GGUF
 #   THREADS          threads (default 2)
+#   STEPS            decode steps per measurement (default 16)
 #   LLAMA_CPP_BUILD  llama.cpp build dir (optional; see bench/README-llamacpp.md)
-#   LLAMACPP_GGUF    its model (optional; made by bench/make-gguf.py otherwise)
 set -eu
 cd "$(dirname "$0")/.."
 cache=${BENCH_CACHE:-${TMPDIR:-/tmp}/pcg-tts-bench}
+preset=${PRESET:-llasa-1b}
 threads=${THREADS:-2}
-model=$cache/llasa-1b-random-bf16
+steps=${STEPS:-16}
+formats=${FORMATS:-bf16 q8_0 q4_0 q4_k_m}
+model=$cache/$preset-random-bf16
+mkdir -p "$cache"
 if [ ! -f "$model/config.json" ]; then
-	mkdir -p "$cache"
-	echo "making $model (about 2.74 GB, a minute or two)" >&2
-	bin/pcg-mkmodel --preset llasa-1b --out "$model"
+	echo "making $model (a minute or more)" >&2
+	bin/pcg-mkmodel --preset "$preset" --out "$model"
 	sync
 fi
 
-ours() {
-	bin/bench-forward --model "$model" --threads "$threads" --ctx 64 --steps 16 | tee "$1"
-}
-echo "== pcg-tts, run 1"
-ours "$cache/ours1.txt"
-have_llama=0
-if [ -n "${LLAMA_CPP_BUILD:-}" ]; then
-	echo "== llama.cpp"
-	if THREADS=$threads bench/llamacpp.sh ${LLAMACPP_GGUF:+"$LLAMACPP_GGUF"} | tee "$cache/llama.txt"; then
-		have_llama=1
-	fi
-	echo "== pcg-tts, run 2"
-	ours "$cache/ours2.txt"
-fi
+bw=$(bin/bench-membw --threads "$threads" 2>/dev/null | sed -n 's/.*read_gbs=\([0-9.]*\).*/\1/p' | tail -n 1)
+bw=${bw:-0}
+echo "== $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $threads threads, read bandwidth ${bw} GB/s"
 
-# Summary: our best of the runs against llama.cpp's median.
-best() { sed -n "s/^$1[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p" "$cache"/ours*.txt | sort -g | tail -n 1; }
-full=$(best "decode full")
-speech=$(best "decode speech")
-echo "== summary ($threads threads)"
-echo "pcg-tts decode: $full tokens/s full lm_head, $speech tokens/s speech range only"
-grep -h "^block of" "$cache"/ours*.txt | sed 's/^/pcg-tts /'
-if [ $have_llama = 1 ]; then
-	tg=$(sed -n 's/.*tg_tok_s=\([0-9.]*\).*/\1/p' "$cache/llama.txt" | tail -n 1)
-	b4=$(sed -n 's/.*block4_over_one=\([0-9.]*\).*/\1/p' "$cache/llama.txt" | tail -n 1)
-	echo "llama.cpp decode: $tg tokens/s; its 4-token block (logits of the last position only) = ${b4}x one token"
-	awk -v f="$full" -v s="$speech" -v t="$tg" 'BEGIN {
-		printf "ratio pcg-tts / llama.cpp: %.2fx with the full lm_head, %.2fx with the speech range\n", f / t, s / t }'
-fi
+ours() { # ours FILE OUT
+	bin/bench-forward --model "$1" --threads "$threads" --ctx 64 --steps "$steps" \
+		--bandwidth "$bw" | tee "$2"
+}
+summary=$cache/summary.txt
+: >"$summary"
+for f in $formats; do
+	gguf=$cache/$preset-$f.gguf
+	if [ ! -s "$gguf" ]; then
+		bin/pcg-quantize --quiet --type "$f" "$model" -o "$gguf"
+		sync
+	fi
+	src=$gguf
+	[ "$f" != bf16 ] || src=$model
+	echo "== $f: pcg-tts, run 1"
+	ours "$src" "$cache/ours1-$f.txt"
+	have_llama=0
+	if [ -n "${LLAMA_CPP_BUILD:-}" ]; then
+		echo "== $f: llama.cpp"
+		if THREADS=$threads bench/llamacpp.sh "$gguf" | tee "$cache/llama-$f.txt"; then
+			have_llama=1
+		fi
+		echo "== $f: pcg-tts, run 2"
+		ours "$src" "$cache/ours2-$f.txt"
+	fi
+	# our best run against llama.cpp's median
+	best() { sed -n "s/^$1[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p" "$cache"/ours*-"$f".txt | sort -g | tail -n 1; }
+	full=$(best "decode full")
+	speech=$(best "decode speech")
+	b4=$(sed -n 's/^block of [0-9]* vs 1 position, speech range: .* = \([0-9.]*\)x/\1/p' "$cache"/ours*-"$f".txt | sort -g | head -n 1)
+	rss=$(sed -n 's/^peak RSS .* = \([0-9.]*\)x.*/\1/p' "$cache/ours1-$f.txt")
+	frac=$(sed -n 's/.*decode (speech range) [0-9.]* ms = \([0-9.]*\)x the bound.*/\1/p' "$cache/ours1-$f.txt")
+	path=$(sed -n 's/.*kernels \([a-z0-9-]*\) (float) \([a-z0-9-]*\) (quantised).*/\1 \/ \2/p' "$cache/ours1-$f.txt")
+	line="$f [$path]: pcg-tts $full tok/s full lm_head, $speech tok/s speech range; block of 4 ${b4}x; RSS ${rss}x the file"
+	[ -z "$frac" ] || line="$line; $(awk -v x="$frac" 'BEGIN { printf "%.0f%%", 100 / x }') of the read bandwidth"
+	if [ $have_llama = 1 ]; then
+		tg=$(sed -n 's/.*tg_tok_s=\([0-9.]*\).*/\1/p' "$cache/llama-$f.txt" | tail -n 1)
+		lb4=$(sed -n 's/.*block4_over_one=\([0-9.]*\).*/\1/p' "$cache/llama-$f.txt" | tail -n 1)
+		line="$line | llama.cpp $tg tok/s, 4-token batch ${lb4}x | ratio $(awk -v f="$full" -v s="$speech" -v t="$tg" 'BEGIN { printf "%.2fx full, %.2fx speech range", f / t, s / t }')"
+	fi
+	echo "$line" >>"$summary"
+done
+echo "== summary ($preset, $threads threads)"
+cat "$summary"
