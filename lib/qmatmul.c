@@ -51,6 +51,9 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 #define QB 256 /* activation block */
+#ifndef PF_AHEAD
+#define PF_AHEAD 2048 /* bytes */
+#endif
 
 /* ------------------------------------------------------- the activations */
 
@@ -301,7 +304,14 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 			#pragma GCC unroll 8
 			for (int b = 0; b < NB; b++)
 				t[b] = _mm512_setzero_ps();
-			__builtin_prefetch(row + 4096, 0, 1);
+			{ /* the block's weights, PF_AHEAD bytes ahead, a prefetch per line:
+			   * with several rows of activations between the loads, the
+			   * hardware prefetcher alone leaves bandwidth unused */
+				const size_t sb = rb * (size_t)n / (size_t)K;
+				const unsigned char *pf = row + rb * (size_t)k0 / (size_t)K + PF_AHEAD;
+				for (size_t o = 0; o < sb; o += 64)
+					__builtin_prefetch(pf + o, 0, 1);
+			}
 			if (dt == PCG_Q8_0) {
 				const unsigned char *p = row + (size_t)(k0 / 32) * 34;
 				int k = 0;
