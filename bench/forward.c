@@ -7,8 +7,8 @@
  * against the memory-bandwidth bound: the weight bytes one step reads (every
  * layer's matrices and the lm_head rows of the speech range) over the
  * bandwidth.
- * Usage: bench-forward --model DIR [--threads N] [--ctx N] [--steps N] [--block N]
- *        [--device DEV] [--bandwidth GBPS]
+ * Usage: bench-forward --model PATH [--threads N] [--ctx N] [--steps N] [--block N]
+ *        [--device DEV] [--bandwidth GBPS] [--layers LIST]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +21,7 @@
 #include "qmatmul.h"
 #include "opts.h"
 
-static const char *model_dir, *device;
+static const char *model_dir, *device, *layers_s;
 static double bandwidth;
 static int threads, ctx, steps, block, speech_begin, speech_end, end_token;
 static const pcg_opt opts[] = {
@@ -37,6 +37,8 @@ static const pcg_opt opts[] = {
 	{ "end-token", PCG_OPT_INT, &end_token, "-1", -1, 1 << 30, "ID",
 	  "end-of-speech token (-1: speech-begin - 3)" },
 	{ "device", PCG_OPT_STR, &device, "cpu", 1, 0, "DEV", "cpu, cuda or cuda:N" },
+	{ "layers", PCG_OPT_STR, &layers_s, NULL, 1, 0, "LIST",
+	  "run only these layers, e.g. 0,1 (a draft made of the target's first layers)" },
 	{ "bandwidth", PCG_OPT_FLOAT, &bandwidth, "0", 0, 1e6, "GBPS",
 	  "memory bandwidth for the bound (H100 SXM: 3350; 0: not shown)" },
 	{ NULL },
@@ -124,6 +126,11 @@ int main(int argc, char **argv)
 	pcg_set_threads(threads);
 	double t0 = now();
 	llama_open_opts oo = { .device = device };
+	if (layers_s && pcg_parse_ids(layers_s, (int **)&oo.layers, &oo.n_layers) < 0) {
+		fprintf(stderr, "bench-forward: --layers: '%s' is not a list of layer numbers\n",
+			layers_s);
+		return 2;
+	}
 	llama_model *m = llama_open(model_dir, &oo, &err);
 	if (m == NULL)
 		die("load", &err);
@@ -197,5 +204,6 @@ int main(int argc, char **argv)
 	llama_close(&m);
 	free(logits);
 	free(prompt);
+	free((int *)oo.layers);
 	return 0;
 }
