@@ -40,6 +40,8 @@ struct llama_model {
 	st_ckpt *ck;      /* a Hugging Face checkpoint, or */
 	gguf_file *gg;    /* a GGUF file (tensors by llama.cpp's names) */
 	int dequantize;   /* llama_open_opts.dequantize */
+	int qk_perm;      /* GGUF on the CPU: Q and K rows kept in llama.cpp's order,
+			   * their outputs put back in Hugging Face's (unpermute) */
 	pcg_mat embed;    /* (vocab, hidden) */
 	pcg_mat lm_head;  /* (vocab, hidden); embed when tied */
 	float *norm;      /* (hidden) */
@@ -167,7 +169,9 @@ static void unmap_pages(const void *p, size_t n)
 
 /* Matrix hf [rows, cols] in place; heads > 0: a Q or K projection of that
  * many heads, whose GGUF rows are un-permuted into owned memory (GGUF row
- * 2j + c of a head is Hugging Face row c * head_dim / 2 + j). */
+ * 2j + c of a head is Hugging Face row c * head_dim / 2 + j). On the CPU
+ * the rows stay in place and the projection's output is un-permuted
+ * instead (unpermute): the same dot products, no copy of the weights. */
 static int get_mat(llama_model *m, pcg_mat *out, const char *hf, int64_t rows, int64_t cols,
 		   int heads, pcg_err *err)
 {
@@ -202,6 +206,24 @@ static int get_mat(llama_model *m, pcg_mat *out, const char *hf, int64_t rows, i
 		return pcg_fail(err, "tensor '%s': misaligned F32 data", t->name);
 	}
 	return 0;
+}
+
+/* The outputs of T positions of a Q or K projection whose rows are in
+ * llama.cpp's order, put in Hugging Face's: within each head of hd values,
+ * element 2j + c goes to c * hd / 2 + j. */
+static void unpermute(float *x, int T, int heads, int hd)
+{
+	float tmp[hd];
+	const int half = hd / 2;
+
+	for (int i = 0; i < T * heads; i++) {
+		float *h = x + (size_t)i * hd;
+		for (int j = 0; j < half; j++) {
+			tmp[j] = h[2 * j];
+			tmp[half + j] = h[2 * j + 1];
+		}
+		memcpy(h, tmp, (size_t)hd * sizeof *h);
+	}
 }
 
 /* Vector hf of n values widened to f32 (owned by the model). */
@@ -306,7 +328,11 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 	}
 	c = &m->cfg;
 	m->dequantize = opts && opts->dequantize;
+	int dev;
+	if (pcg_device_parse(opts ? opts->device : NULL, &dev, err) < 0)
+		goto fail;
 	if (gguf_is_gguf(dir)) {
+		m->qk_perm = dev == PCG_DEVICE_CPU;
 		m->gg = gguf_open(dir, err);
 		if (m->gg == NULL || llama_config_from_gguf(m->gg, c, err) < 0)
 			goto fail_named;
@@ -376,7 +402,8 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 		snprintf(name, sizeof name, "model.layers.%d.%s", li, suffix); \
 		if ((L->field = get_vec(m, name, n, err)) == NULL) \
 			goto fail_named;
-		const int qh = m->gg ? c->n_heads : 0, kh = m->gg ? c->n_kv_heads : 0;
+		const int copy = m->gg && !m->qk_perm;
+		const int qh = copy ? c->n_heads : 0, kh = copy ? c->n_kv_heads : 0;
 		VEC(attn_norm, "input_layernorm.weight", H)
 		MAT(wq, "self_attn.q_proj.weight", q_dim, H, qh)
 		MAT(wk, "self_attn.k_proj.weight", kv_dim, H, kh)
@@ -664,6 +691,10 @@ static int forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n
 		OP(op->matmul(be, q, q_dim, xb, n, &L->wq, 0, q_dim, err));
 		OP(op->matmul(be, kc, kv_dim, xb, n, &L->wk, 0, kv_dim, err));
 		OP(op->matmul(be, vc, kv_dim, xb, n, &L->wv, 0, kv_dim, err));
+		if (m->qk_perm) { /* a GGUF file's row order (host memory) */
+			unpermute(q, n, c->n_heads, hd);
+			unpermute(kc, n, c->n_kv_heads, hd);
+		}
 		/* apply_rotary_pos_emb(q, k, cos, sin) */
 		OP(op->rope(be, q, n, c->n_heads, hd, pos0, m->inv_freq, err));
 		OP(op->rope(be, kc, n, c->n_kv_heads, hd, pos0, m->inv_freq, err));
