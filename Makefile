@@ -111,7 +111,7 @@ CLANG    ?= $(shell command -v clang 2>/dev/null)
 FUZZ_OK  := $(if $(CLANG),$(shell printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' | \
 		$(CLANG) -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo 1))
 FUZZERS  := $(if $(FUZZ_OK),$(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/*.c)))
-build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/proto.c lib/err.c lib/dtype.c lib/sampling.c | $(DEPS_OK)
+build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/proto.c lib/err.c lib/dtype.c lib/quant.c lib/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -Ilib $^ -lmsgpackc -lm -o $@
 build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/gguf.c lib/config_gguf.c lib/tokenizer_gguf.c lib/tokenizer.c lib/fileio.c lib/err.c lib/dtype.c lib/quant.c | $(DEPS_OK)
