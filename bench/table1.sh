@@ -17,6 +17,10 @@
 # a second per utterance here) the runs of the first EVAL_SEEDS seeds.
 # mtp-viterbi has no random draw: it runs one seed. MTP=0 leaves out the
 # Table II rows (the MTP heads), which roughly halves the run.
+# QUANT="q8_0 q4_k_m" adds the target quantised to those GGUF types
+# (pcg-quantize), alone, as rows target-q8_0 ...: what a quantised file
+# costs in quality. METHODS=0 leaves out the draft and every speculative
+# row (with MTP=0 and QUANT, a run of the target in each format only).
 # Needs: make, pcg-eval's Python packages (make eval-deps), gnuplot for the
 # plot. Results: $BENCH_CACHE/table1/ (default /tmp/pcg-tts-bench).
 set -eu
@@ -93,18 +97,23 @@ for f in config.json model.safetensors tokenizer.json; do
 	ln -sf "$root/$m/draft/$f" "$work/draftvoice/$f"
 done
 ln -sf "$root/$m/voice.json" "$work/draftvoice/voice.json"
-pcg-up --target "$work/draftvoice" --codec-weights "$m/codec" >/dev/null
-run draft none
-pcg-down >/dev/null
+methods=${METHODS:-1}
+if [ "$methods" != 0 ]; then
+	pcg-up --target "$work/draftvoice" --codec-weights "$m/codec" >/dev/null
+	run draft none
+	pcg-down >/dev/null
+fi
 pcg-up --target "$m" >/dev/null
 run target none
-run sd sd
-run ssd-0.2 ssd --beta 0.2
-run ssd-0.4 ssd --beta 0.4
-for th in 0.3 0.4 0.5; do
-	run "pcg-$th" pcg --asg "$work/asg/$th"
-done
-run pcg-0.4-k4 pcg --asg "$work/asg/0.4-k4"
+if [ "$methods" != 0 ]; then
+	run sd sd
+	run ssd-0.2 ssd --beta 0.2
+	run ssd-0.4 ssd --beta 0.4
+	for th in 0.3 0.4 0.5; do
+		run "pcg-$th" pcg --asg "$work/asg/$th"
+	done
+	run pcg-0.4-k4 pcg --asg "$work/asg/0.4-k4"
+fi
 # The MTP paper's Table II: n heads, top-k, Viterbi; and the heads
 # verified by sd and pcg (exact).
 if [ "${MTP:-1}" != 0 ]; then
@@ -117,6 +126,16 @@ if [ "${MTP:-1}" != 0 ]; then
 	run mtp-pcg-n3 mtp-pcg --asg "$work/asg/0.4"
 fi
 pcg-down >/dev/null
+# The target from a quantised GGUF file of itself, with the voice's own
+# draft, codec and voice.json beside it.
+for qt in ${QUANT:-}; do
+	q=$work/target-$qt.gguf
+	[ -s "$q" ] || pcg-quantize --quiet --type "$qt" "$m" -o "$q"
+	pcg-up --target "$q" --draft "$m/draft" --codec-weights "$m/codec" \
+		--voice "$m/voice.json" --tm "$m/tm" >/dev/null
+	run "target-$qt" none
+	pcg-down >/dev/null
+done
 trap - EXIT
 
 # Table 2: the target's tokens with every token of a multi-member group

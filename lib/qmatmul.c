@@ -52,7 +52,7 @@
 
 #define QB 256 /* activation block */
 #ifndef PF_AHEAD
-#define PF_AHEAD 2048 /* bytes */
+#define PF_AHEAD 4096 /* bytes */
 #endif
 
 /* ------------------------------------------------------- the activations */
@@ -63,6 +63,45 @@ static inline int nearest(float f)
 	return (int)lrintf(f);
 }
 
+#if defined(__x86_64__)
+/* One block of n (a multiple of 16) values, as the loop below quantises
+ * it, bit for bit: the same products, round half to even (vcvtps2dq under
+ * the default rounding mode is lrintf), the same clamp; a NaN is skipped by
+ * the maximum as there (vmaxps returns its second operand) and becomes 0. */
+__attribute__((target("avx512f,avx512bw,avx512dq"))) static void
+quantize_block512(const float *x, int n, int8_t *qr, float *d_out, float *s_out)
+{
+	__m512 mx = _mm512_setzero_ps();
+	for (int i = 0; i < n; i += 16)
+		mx = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), mx);
+	const float amax = _mm512_reduce_max_ps(mx);
+	const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+	const __m512 idv = _mm512_set1_ps(id);
+	const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+	*d_out = d;
+	for (int s = 0; s < 16; s++) {
+		if (16 * s >= n) {
+			s_out[s] = 0.0f;
+			continue;
+		}
+		const __m512 xv = _mm512_loadu_ps(x + 16 * s);
+		__m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(xv, idv));
+		/* a NaN is 0, as (int)lrintf gives it */
+		v = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(xv, xv, _CMP_ORD_Q),
+					   _mm512_min_epi32(_mm512_max_epi32(v, lo), hi));
+		_mm_storeu_si128((__m128i *)(qr + 16 * s), _mm512_cvtepi32_epi8(v));
+		s_out[s] = (float)_mm512_reduce_add_epi32(v);
+	}
+}
+
+static int have_avx512bw(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512dq");
+}
+#endif
+
 void pcg_qx_quantize(pcg_qx *q, const float *x, int B, int K)
 {
 	const int nb = (K + QB - 1) / QB;
@@ -70,6 +109,18 @@ void pcg_qx_quantize(pcg_qx *q, const float *x, int B, int K)
 	q->B = B;
 	q->K = K;
 	q->nb = nb;
+#if defined(__x86_64__)
+	if (K % 16 == 0 && strcmp(pcg_qmatmul_path(), "generic") && have_avx512bw()) {
+		for (int b = 0; b < B; b++)
+			for (int j = 0; j < nb; j++) {
+				const int k0 = j * QB, n = K - k0 < QB ? K - k0 : QB;
+				quantize_block512(x + (size_t)b * K + k0, n, q->q + (size_t)b * K + k0,
+						  q->d + (size_t)b * nb + j,
+						  q->s + ((size_t)b * nb + j) * 16);
+			}
+		return;
+	}
+#endif
 	for (int b = 0; b < B; b++) {
 		const float *xr = x + (size_t)b * K;
 		int8_t *qr = q->q + (size_t)b * K;
@@ -240,21 +291,30 @@ V512 static inline __m512i cat(__m256i lo, __m256i hi)
 	return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-V512 static inline __m512 cat_ps(float lo, float hi)
-{
-	return _mm512_insertf32x8(_mm512_set1_ps(lo), _mm256_set1_ps(hi), 1);
-}
-
 V512 static inline float f16s(uint16_t h)
 {
 	return _cvtsh_ss(h);
 }
 
-/* 32 unsigned nibbles: the low ones of 16 bytes, then the high ones. */
-V512 static inline __m256i nibbles(const uint8_t *p)
+/* The f16 scales at the start of n (<= 8) consecutive blocks of bs bytes
+ * (Q8_0: 34, Q4_0: 18) as f32 in lanes 0 to n - 1, zero above: one gather
+ * of 32-bit words (each within its block) instead of a conversion per
+ * scale. */
+V512 static inline __m512 scales8(const unsigned char *p, int bs, int n)
 {
-	const __m128i q = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(15);
-	return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+	const __m256i off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+					       _mm256_set1_epi32(bs));
+	const __mmask8 m = (__mmask8)((1u << n) - 1u);
+	const __m256i g = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), m, off,
+						       (const void *)p, 1);
+	return _mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(g)));
+}
+
+/* Scales of blocks 2c and 2c + 1 over the two halves of a 64-weight chunk. */
+V512 static inline __m512 pair_ps(__m512 d8, int c)
+{
+	return _mm512_permutexvar_ps(_mm512_inserti64x4(_mm512_set1_epi32(2 * c),
+							_mm256_set1_epi32(2 * c + 1), 1), d8);
 }
 
 /* One weight chunk of 64 (w as signed bytes, a per 4-element lane) against
@@ -312,48 +372,53 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 				for (size_t o = 0; o < sb; o += 64)
 					__builtin_prefetch(pf + o, 0, 1);
 			}
-			if (dt == PCG_Q8_0) {
-				const unsigned char *p = row + (size_t)(k0 / 32) * 34;
-				int k = 0;
-				for (; k + 64 <= n; k += 64, p += 68) {
-					uint16_t d0, d1;
-					memcpy(&d0, p, 2);
-					memcpy(&d1, p + 34, 2);
-					const __m512i w = cat(_mm256_loadu_si256((const void *)(p + 2)),
-							      _mm256_loadu_si256((const void *)(p + 36)));
-					const __m512 av = cat_ps(f16s(d0), f16s(d1));
-					DOT_CHUNK(w, av, k0 + k);
-				}
-				if (k < n) { /* one block of 32 left: the upper half zero */
-					uint16_t d0;
-					memcpy(&d0, p, 2);
-					const __m512i w = _mm512_castsi256_si512(
-						_mm256_loadu_si256((const void *)(p + 2)));
-					const __m512i wz = _mm512_inserti64x4(w, _mm256_setzero_si256(), 1);
-					const __m512 av = cat_ps(f16s(d0), 0.0f);
-					/* xu past n is the next block's or padding: w is 0 there,
-					 * and the correction of a 0 weight is 0. */
-					DOT_CHUNK(wz, av, k0 + k);
-				}
-			} else if (dt == PCG_Q4_0) {
-				const unsigned char *p = row + (size_t)(k0 / 32) * 18;
-				const __m512i c8 = _mm512_set1_epi8(8);
-				int k = 0;
-				for (; k + 64 <= n; k += 64, p += 36) {
-					uint16_t d0, d1;
-					memcpy(&d0, p, 2);
-					memcpy(&d1, p + 18, 2);
-					const __m512i w = _mm512_sub_epi8(cat(nibbles(p + 2), nibbles(p + 20)), c8);
-					const __m512 av = cat_ps(f16s(d0), f16s(d1));
-					DOT_CHUNK(w, av, k0 + k);
-				}
-				if (k < n) {
-					uint16_t d0;
-					memcpy(&d0, p, 2);
-					const __m512i w = cat(_mm256_sub_epi8(nibbles(p + 2), _mm256_set1_epi8(8)),
-							      _mm256_setzero_si256());
-					const __m512 av = cat_ps(f16s(d0), 0.0f);
-					DOT_CHUNK(w, av, k0 + k);
+			if (dt == PCG_Q8_0 || dt == PCG_Q4_0) {
+				const int q8 = dt == PCG_Q8_0, bs = q8 ? 34 : 18;
+				const unsigned char *p = row + (size_t)(k0 / 32) * bs;
+				const __m512 d8 = scales8(p, bs, n / 32);
+				if (q8) {
+					#pragma GCC unroll 4
+					for (int c = 0; c < 4; c++) {
+						if (64 * c >= n)
+							break;
+						const unsigned char *pc = p + 2 * c * 34;
+						/* a last lone block of 32: the upper half zero
+						 * (its scale is too: xu past n is padding) */
+						const __m256i hi = 64 * c + 32 < n
+							? _mm256_loadu_si256((const void *)(pc + 36))
+							: _mm256_setzero_si256();
+						const __m512i w = cat(_mm256_loadu_si256((const void *)(pc + 2)), hi);
+						DOT_CHUNK(w, pair_ps(d8, c), k0 + 64 * c);
+					}
+				} else {
+					/* q unsigned (0 to 15) against xq signed; the offset of
+					 * 8 comes off per 16 against the sums of xq */
+					const __m512i m15 = _mm512_set1_epi8(15);
+					#pragma GCC unroll 4
+					for (int c = 0; c < 4; c++) {
+						if (64 * c >= n)
+							break;
+						const unsigned char *pc = p + 2 * c * 18;
+						const __m128i b1 = 64 * c + 32 < n
+							? _mm_loadu_si128((const void *)(pc + 20))
+							: _mm_set1_epi8(0x00);
+						const __m256i v = _mm256_set_m128i(
+							b1, _mm_loadu_si128((const void *)(pc + 2)));
+						/* [lo 0, lo 1, hi 0, hi 1] of blocks 0 and 1, put in
+						 * the order of the weights: [lo 0, hi 0, lo 1, hi 1] */
+						const __m512i z = _mm512_and_si512(m15, _mm512_inserti64x4(
+							_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1));
+						const __m512i w = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+						DOT_U(w, pair_ps(d8, c), k0 + 64 * c);
+					}
+					/* 8 d per 16 weights: lane s of the sums is sub-block s / 2 */
+					const __m512 mv = _mm512_mul_ps(_mm512_permutexvar_ps(
+						_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), d8),
+						_mm512_set1_ps(8.0f));
+					#pragma GCC unroll 8
+					for (int b = 0; b < NB; b++)
+						t[b] = _mm512_fnmadd_ps(
+							mv, _mm512_loadu_ps(q->s + ((size_t)b * nb + j) * 16), t[b]);
 				}
 			} else if (dt == PCG_Q4_K || dt == PCG_Q5_K) {
 				/* q unsigned against xq signed: no correction; the mins
