@@ -297,11 +297,29 @@ V512 static inline float f16s(uint16_t h)
 }
 
 /* The f16 scales at the start of n (<= 8) consecutive blocks of bs bytes
- * (Q8_0: 34, Q4_0: 18) as f32 in lanes 0 to n - 1, zero above: one gather
- * of 32-bit words (each within its block) instead of a conversion per
- * scale. */
+ * (Q8_0: 34, Q4_0: 18) as f32 in lanes 0 to n - 1 (the upper lanes are
+ * garbage for n = 8, zero otherwise; only lanes < n are used): word permutes
+ * or a gather, instead of a conversion per scale. */
 V512 static inline __m512 scales8(const unsigned char *p, int bs, int n)
 {
+	if (n == 8) {
+		/* All 8: the 16-bit words at 0, bs / 2, 2 bs / 2, ... picked out of
+		 * 128-byte windows, which stay inside the 8 blocks (Q4_0: one
+		 * window; Q8_0: blocks 0-3 and 4-7) */
+		const int h = bs / 2;
+		const __m512i idx = _mm512_castsi128_si512(_mm_setr_epi16(
+			0, (short)h, (short)(2 * h), (short)(3 * h), (short)(4 * h), (short)(5 * h),
+			(short)(6 * h), (short)(7 * h)));
+		__m128i w = _mm512_castsi512_si128(_mm512_permutex2var_epi16(
+			_mm512_loadu_si512(p), idx, _mm512_loadu_si512(p + 64)));
+		if (8 * bs > 144) { /* Q8_0: blocks 4-7 from a second window */
+			const __m128i w2 = _mm512_castsi512_si128(_mm512_permutex2var_epi16(
+				_mm512_loadu_si512(p + 4 * bs), idx,
+				_mm512_loadu_si512(p + 4 * bs + 64)));
+			w = _mm_unpacklo_epi64(w, w2);
+		}
+		return _mm512_castps256_ps512(_mm256_cvtph_ps(w));
+	}
 	const __m256i off = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
 					       _mm256_set1_epi32(bs));
 	const __mmask8 m = (__mmask8)((1u << n) - 1u);
@@ -342,6 +360,19 @@ V512 static inline __m512 pair_ps(__m512 d8, int c)
 		} \
 	} while (0)
 
+/* The K-quants: w unsigned (0 to 63) against xq signed, pairs summed in
+ * int16 (vpmaddubsw; at most 2 * 63 * 127, no saturation) and multiplied by
+ * the sub-blocks' integer scales sv into ti[b] (vpdpwssd): one exact int32
+ * sum per lane for the whole block of 256, converted and scaled once. */
+#define DOT_I(w, sv, k) \
+	do { \
+		_Pragma("GCC unroll 8") \
+		for (int b_ = 0; b_ < NB; b_++) { \
+			const __m512i x_ = _mm512_loadu_si512(q->q + (size_t)b_ * K + (k)); \
+			ti[b_] = _mm512_dpwssd_epi32(ti[b_], _mm512_maddubs_epi16((w), x_), (sv)); \
+		} \
+	} while (0)
+
 /* Rows [r, r + nr) of W against NB activation rows (xu: xq + 128). */
 V512 static inline __attribute__((always_inline)) void
 rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *W, int r0,
@@ -361,9 +392,12 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 		for (int j = 0; j < nb; j++) {
 			const int k0 = j * QB, n = K - k0 < QB ? K - k0 : QB;
 			__m512 t[8];
+			__m512i ti[8];
 			#pragma GCC unroll 8
-			for (int b = 0; b < NB; b++)
+			for (int b = 0; b < NB; b++) {
 				t[b] = _mm512_setzero_ps();
+				ti[b] = _mm512_setzero_si512();
+			}
 			{ /* the block's weights, PF_AHEAD bytes ahead, a prefetch per line:
 			   * with several rows of activations between the loads, the
 			   * hardware prefetcher alone leaves bandwidth unused */
@@ -436,11 +470,12 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 				const uint32_t sc47 = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 6 & 0x03030303u) << 4);
 				const uint32_t m47 = (u[2] >> 4 & 0x0f0f0f0fu) | ((u[1] >> 6 & 0x03030303u) << 4);
 				const __m128i sm = _mm_setr_epi32((int)sc03, (int)sc47, (int)m03, (int)m47);
-				/* lanes 0-7: d * sc[s]; 8-15: dmin * m[s] */
-				const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm)),
-					_mm512_insertf32x8(_mm512_set1_ps(f16s(dh)), _mm256_set1_ps(f16s(mh)), 1));
-				const __m512 mv = _mm512_permutexvar_ps(
-					_mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), f);
+				/* the scales as int16, and per 16 weights dmin * m[s] */
+				const __m128i sc16 = _mm_cvtepu8_epi16(sm);
+				const __m512 mv = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+					_mm_shuffle_epi8(sm, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12,
+									   13, 13, 14, 14, 15, 15)))),
+					_mm512_set1_ps(f16s(mh)));
 				const __m256i m15 = _mm256_set1_epi8(15);
 				const __m256i hv = q5 ? _mm256_loadu_si256((const void *)qh)
 						      : _mm256_setzero_si256();
@@ -455,23 +490,28 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 						hi = _mm256_or_si256(hi, _mm256_and_si256(
 							_mm256_slli_epi16(_mm256_srli_epi16(hv, 2 * c + 1), 4), b16));
 					}
-					const __m512 av = _mm512_permutexvar_ps(
-						_mm512_inserti64x4(_mm512_set1_epi32(2 * c),
-								   _mm256_set1_epi32(2 * c + 1), 1), f);
-					DOT_U(cat(lo, hi), av, k0 + 64 * c);
+					/* int16 lanes 0-15: sc[2c], 16-31: sc[2c + 1] */
+					const __m512i sv = _mm512_permutexvar_epi16(
+						_mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)),
+								   _mm256_set1_epi16((short)(2 * c + 1)), 1),
+						_mm512_castsi128_si512(sc16));
+					DOT_I(cat(lo, hi), sv, k0 + 64 * c);
 				}
+				const __m512 dv = _mm512_set1_ps(f16s(dh));
 				#pragma GCC unroll 8
 				for (int b = 0; b < NB; b++)
 					t[b] = _mm512_fnmadd_ps(
-						mv, _mm512_loadu_ps(q->s + ((size_t)b * nb + j) * 16), t[b]);
+						mv, _mm512_loadu_ps(q->s + ((size_t)b * nb + j) * 16),
+						_mm512_mul_ps(_mm512_cvtepi32_ps(ti[b]), dv));
 			} else { /* Q6_K: q unsigned, the offset 32 off per 16 against the sums */
 				const unsigned char *p = row + (size_t)(k0 / 256) * 210;
 				uint16_t dh;
 				memcpy(&dh, p + 208, 2);
-				const __m512 sf = _mm512_mul_ps(
-					_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-						_mm_loadu_si128((const void *)(p + 192)))),
-					_mm512_set1_ps(f16s(dh))); /* d * sc[s], s < 16 */
+				const __m128i sc8 = _mm_loadu_si128((const void *)(p + 192));
+				const __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
+				const __m512 dv = _mm512_set1_ps(f16s(dh));
+				const __m512 sf = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)),
+								dv); /* d * sc[s], s < 16 */
 				const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
 				for (int h = 0; h < 2; h++) {
 					const uint8_t *ql = p + 64 * h, *qh = p + 128 + 32 * h;
@@ -487,17 +527,21 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 					for (int c = 0; c < 2; c++) {
 						/* scales 8h + 4c .. + 3, each over 4 lanes (16 weights) */
 						const int k = 8 * h + 4 * c;
-						const __m512 av = _mm512_permutexvar_ps(
-							_mm512_add_epi32(_mm512_set1_epi32(k), _mm512_setr_epi32(
-								0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)), sf);
-						DOT_U(c ? cat(q3, q4) : cat(q1, q2), av, k0 + 128 * h + 64 * c);
+						/* int16 lanes 8i to 8i + 7: sc[k + i] */
+						const __m512i sv = _mm512_permutexvar_epi16(_mm512_add_epi16(
+							_mm512_set1_epi16((short)k), _mm512_setr_epi64(
+								0, 0, 0x0001000100010001, 0x0001000100010001,
+								0x0002000200020002, 0x0002000200020002,
+								0x0003000300030003, 0x0003000300030003)), sc16);
+						DOT_I(c ? cat(q3, q4) : cat(q1, q2), sv, k0 + 128 * h + 64 * c);
 					}
 				}
 				const __m512 mv = _mm512_mul_ps(sf, _mm512_set1_ps(32.0f));
 				#pragma GCC unroll 8
 				for (int b = 0; b < NB; b++)
 					t[b] = _mm512_fnmadd_ps(
-						mv, _mm512_loadu_ps(q->s + ((size_t)b * nb + j) * 16), t[b]);
+						mv, _mm512_loadu_ps(q->s + ((size_t)b * nb + j) * 16),
+						_mm512_mul_ps(_mm512_cvtepi32_ps(ti[b]), dv));
 			}
 			for (int b = 0; b < NB; b++)
 				acc[b] = _mm512_fmadd_ps(t[b], _mm512_set1_ps(q->d[(size_t)b * nb + j]),
@@ -510,6 +554,7 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 }
 #undef DOT_CHUNK
 #undef DOT_U
+#undef DOT_I
 
 V512 static void rows_vnni_any(float *y, int ldy, const pcg_qx *q, const uint8_t *xu,
 			       const pcg_mat *W, int r0, int nr, int yr0)
