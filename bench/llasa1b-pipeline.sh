@@ -33,18 +33,26 @@ trap 'pcg-down >/dev/null 2>&1' EXIT
 text="The quick brown fox jumps over the lazy dog, twice."
 echo "== $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $threads threads per server, $tokens speech tokens"
 
-# run NAME POLICY pcg-up-args...: one utterance, one line of results
+# run NAME POLICY pcg-up-args...: one utterance, one line of results: the
+# whole request (prompt prefill included: the LLaSA prompt of this text is
+# about 60 positions), the first token alone (the same request cut to one
+# token: the prefill), and the steady rate after it,
+# (tokens - 1) / (whole - first), the real-time factor users hear once the
+# audio streams.
 run() {
 	name=$1 pol=$2
 	shift 2
 	pcg-up --threads "$threads" "$@" >/dev/null
 	# the first request pays the page faults of the mapped weights: warm up
 	pcg-synth --policy none --seed 9 --max-tokens 8 "Warm up." >/dev/null
-	pcg-synth --policy "$pol" --seed 1 --max-tokens "$tokens" "$text" | awk -v n="$name" '
+	first=$(pcg-synth --policy "$pol" --seed 1 --max-tokens 1 "$text" |
+		awk '/^tokens / { for (i = 1; i <= NF; i++) if ($i == "in") print $(i + 1) }')
+	pcg-synth --policy "$pol" --seed 1 --max-tokens "$tokens" "$text" | awk -v n="$name" -v f="$first" '
 		/^tokens / { tok = $2; for (i = 1; i <= NF; i++) if ($i == "in") sec = $(i + 1) }
 		/^rounds / { gsub(",", ""); a = $9; l = $13 }
-		END { printf "%-34s %8.1f tokens/s  %5.2fx real time  acceptance %-6s MAL %s\n",
-			n, tok / sec, tok / sec / 50, a == "" ? "-" : a, l == "" ? "-" : l }'
+		END { st = (tok - 1) / (sec - f)
+			printf "%-34s %6.1f tokens/s whole, first token %5.2f s, then %6.1f tokens/s = %5.2fx real time  acceptance %-6s MAL %s\n",
+			n, tok / sec, f, st, st / 50, a == "" ? "-" : a, l == "" ? "-" : l }'
 	pcg-down >/dev/null
 }
 for f in bf16 q8_0 q4_k_m q4_0; do

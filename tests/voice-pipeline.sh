@@ -66,5 +66,20 @@ expect 1 "an unknown mtp mode" pcg-synth --policy mtp-beam "$text"
 err_has "mtp-viterbi"
 expect 0 "still up" pcg-synth --ping
 pcg-down >/dev/null 2>&1
+
+# The voice's target from a Q8_0 GGUF of itself: a GGUF has no companions,
+# so pcg-up takes the voice, the matrix, the draft and the codec by flags;
+# the phonemes are forced the same way, so the length is espeak-ng's again.
+expect 0 "pcg-quantize the demo target" pcg-quantize --quiet --type q8_0 "$M" -o demo-q8_0.gguf
+expect 1 "pcg-up --voice of a missing file" pcg-up --target demo-q8_0.gguf --voice no-such.json
+err_has "no-such.json: no such file"
+expect 0 "pcg-up a GGUF target with --voice and --tm" pcg-up --target demo-q8_0.gguf \
+	--draft "$M/draft" --codec-weights "$M/codec" --voice "$M/voice.json" --tm "$M/tm"
+expect 0 "pcg on the Q8_0 target" pcg-synth --policy pcg --asg "$M/asg" --speaker 2 --seed 7 \
+	--tokens -o q8.wav "$text"
+n=$(tail -n 1 out | wc -w | tr -d ' ')
+[ "$n" = "$frames" ] && ok "Q8_0 target: $n speech tokens = espeak-ng's frames" ||
+	bad "Q8_0 target: $n tokens, want $frames"
+pcg-down >/dev/null 2>&1
 trap - EXIT INT TERM
 finish
