@@ -328,11 +328,17 @@ V512 static inline __m512 scales8(const unsigned char *p, int bs, int n)
 	return _mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(g)));
 }
 
-/* Scales of blocks 2c and 2c + 1 over the two halves of a 64-weight chunk. */
+/* Scales of blocks 2c and 2c + 1 over the two halves of a 64-weight chunk
+ * (the indices a load, not rebuilt in registers for every chunk). */
+static const int32_t pair_idx[4][16] __attribute__((aligned(64))) = {
+	{ 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1 },
+	{ 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3 },
+	{ 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5 },
+	{ 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7 },
+};
 V512 static inline __m512 pair_ps(__m512 d8, int c)
 {
-	return _mm512_permutexvar_ps(_mm512_inserti64x4(_mm512_set1_epi32(2 * c),
-							_mm256_set1_epi32(2 * c + 1), 1), d8);
+	return _mm512_permutexvar_ps(_mm512_load_si512((const void *)pair_idx[c]), d8);
 }
 
 /* One weight chunk of 64 (w as signed bytes, a per 4-element lane) against
@@ -381,7 +387,7 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 	const int K = W->cols, nb = q->nb;
 	const pcg_dtype dt = W->dtype;
 	const size_t rb = pcg_dtype_row_bytes(dt, K);
-	const __m512i c128 = _mm512_set1_epi8((char)0x80);
+	const __m512i c128 = _mm512_set1_epi8((char)0x80), m15x = _mm512_set1_epi8(15);
 
 	for (int r = r0; r < r0 + nr; r++) {
 		const unsigned char *row = (const unsigned char *)W->data + (size_t)r * rb;
@@ -410,7 +416,15 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 				const int q8 = dt == PCG_Q8_0, bs = q8 ? 34 : 18;
 				const unsigned char *p = row + (size_t)(k0 / 32) * bs;
 				const __m512 d8 = scales8(p, bs, n / 32);
-				if (q8) {
+				if (q8 && n == QB) { /* the common case, without the tests below */
+					#pragma GCC unroll 4
+					for (int c = 0; c < 4; c++) {
+						const unsigned char *pc = p + 2 * c * 34;
+						const __m512i w = cat(_mm256_loadu_si256((const void *)(pc + 2)),
+								      _mm256_loadu_si256((const void *)(pc + 36)));
+						DOT_CHUNK(w, pair_ps(d8, c), k0 + 64 * c);
+					}
+				} else if (q8) {
 					#pragma GCC unroll 4
 					for (int c = 0; c < 4; c++) {
 						if (64 * c >= n)
@@ -427,20 +441,20 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 				} else {
 					/* q unsigned (0 to 15) against xq signed; the offset of
 					 * 8 comes off per 16 against the sums of xq */
-					const __m512i m15 = _mm512_set1_epi8(15);
+					const int full = n == QB;
 					#pragma GCC unroll 4
 					for (int c = 0; c < 4; c++) {
-						if (64 * c >= n)
+						if (!full && 64 * c >= n)
 							break;
 						const unsigned char *pc = p + 2 * c * 18;
-						const __m128i b1 = 64 * c + 32 < n
+						const __m128i b1 = full || 64 * c + 32 < n
 							? _mm_loadu_si128((const void *)(pc + 20))
 							: _mm_set1_epi8(0x00);
 						const __m256i v = _mm256_set_m128i(
 							b1, _mm_loadu_si128((const void *)(pc + 2)));
 						/* [lo 0, lo 1, hi 0, hi 1] of blocks 0 and 1, put in
 						 * the order of the weights: [lo 0, hi 0, lo 1, hi 1] */
-						const __m512i z = _mm512_and_si512(m15, _mm512_inserti64x4(
+						const __m512i z = _mm512_and_si512(m15x, _mm512_inserti64x4(
 							_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1));
 						const __m512i w = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
 						DOT_U(w, pair_ps(d8, c), k0 + 64 * c);
