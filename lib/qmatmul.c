@@ -336,6 +336,14 @@ static const int32_t pair_idx[4][16] __attribute__((aligned(64))) = {
 	{ 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5 },
 	{ 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7 },
 };
+/* The same for Q4_0's nibble order: lanes of 16 weights from blocks 2c,
+ * 2c + 1, 2c, 2c + 1. */
+static const int32_t nib_idx[4][16] __attribute__((aligned(64))) = {
+	{ 0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1 },
+	{ 2, 2, 2, 2, 3, 3, 3, 3, 2, 2, 2, 2, 3, 3, 3, 3 },
+	{ 4, 4, 4, 4, 5, 5, 5, 5, 4, 4, 4, 4, 5, 5, 5, 5 },
+	{ 6, 6, 6, 6, 7, 7, 7, 7, 6, 6, 6, 6, 7, 7, 7, 7 },
+};
 V512 static inline __m512 pair_ps(__m512 d8, int c)
 {
 	return _mm512_permutexvar_ps(_mm512_load_si512((const void *)pair_idx[c]), d8);
@@ -349,7 +357,7 @@ V512 static inline __m512 pair_ps(__m512 d8, int c)
 			_mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, (w))); \
 		_Pragma("GCC unroll 8") \
 		for (int b_ = 0; b_ < NB; b_++) { \
-			const __m512i x_ = _mm512_loadu_si512(xu + (size_t)b_ * K + (k)); \
+			const __m512i x_ = _mm512_loadu_si512(xu + (size_t)b_ * Kp + (k)); \
 			const __m512i i_ = _mm512_dpbusd_epi32(nc_, x_, (w)); \
 			t[b_] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i_), (av), t[b_]); \
 		} \
@@ -361,6 +369,18 @@ V512 static inline __m512 pair_ps(__m512 d8, int c)
 		_Pragma("GCC unroll 8") \
 		for (int b_ = 0; b_ < NB; b_++) { \
 			const __m512i x_ = _mm512_loadu_si512(q->q + (size_t)b_ * K + (k)); \
+			const __m512i i_ = _mm512_dpbusd_epi32(_mm512_setzero_si512(), (w), x_); \
+			t[b_] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i_), (av), t[b_]); \
+		} \
+	} while (0)
+
+/* Q4_0: w unsigned (0 to 15) against xu, here xq signed in the order of
+ * the unpacked nibbles (see pcg_qmatmul): no correction. */
+#define DOT_P(w, av, k) \
+	do { \
+		_Pragma("GCC unroll 8") \
+		for (int b_ = 0; b_ < NB; b_++) { \
+			const __m512i x_ = _mm512_load_si512(xu + (size_t)b_ * Kp + (k)); \
 			const __m512i i_ = _mm512_dpbusd_epi32(_mm512_setzero_si512(), (w), x_); \
 			t[b_] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i_), (av), t[b_]); \
 		} \
@@ -384,7 +404,7 @@ V512 static inline __attribute__((always_inline)) void
 rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *W, int r0,
 	  int nr, int yr0, const int NB)
 {
-	const int K = W->cols, nb = q->nb;
+	const int K = W->cols, nb = q->nb, Kp = (K + 63) / 64 * 64;
 	const pcg_dtype dt = W->dtype;
 	const size_t rb = pcg_dtype_row_bytes(dt, K);
 	const __m512i c128 = _mm512_set1_epi8((char)0x80), m15x = _mm512_set1_epi8(15);
@@ -452,12 +472,12 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 							: _mm_set1_epi8(0x00);
 						const __m256i v = _mm256_set_m128i(
 							b1, _mm_loadu_si128((const void *)(pc + 2)));
-						/* [lo 0, lo 1, hi 0, hi 1] of blocks 0 and 1, put in
-						 * the order of the weights: [lo 0, hi 0, lo 1, hi 1] */
-						const __m512i z = _mm512_and_si512(m15x, _mm512_inserti64x4(
+						/* [lo 0, lo 1, hi 0, hi 1] of blocks 0 and 1: xu is
+						 * in this order, the scales follow it */
+						const __m512i w = _mm512_and_si512(m15x, _mm512_inserti64x4(
 							_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1));
-						const __m512i w = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-						DOT_U(w, pair_ps(d8, c), k0 + 64 * c);
+						DOT_P(w, _mm512_permutexvar_ps(
+							_mm512_load_si512((const void *)nib_idx[c]), d8), k0 + 64 * c);
 					}
 					/* 8 d per 16 weights: lane s of the sums is sub-block s / 2 */
 					const __m512 mv = _mm512_mul_ps(_mm512_permutexvar_ps(
@@ -569,6 +589,7 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 #undef DOT_CHUNK
 #undef DOT_U
 #undef DOT_I
+#undef DOT_P
 
 V512 static void rows_vnni_any(float *y, int ldy, const pcg_qx *q, const uint8_t *xu,
 			       const pcg_mat *W, int r0, int nr, int yr0)
@@ -867,14 +888,30 @@ int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 	const char *p = pcg_qmatmul_path();
 #if defined(__x86_64__)
 	if (!strcmp(p, "avx512-vnni")) {
-		uint8_t *xu = aligned_alloc(64, ((size_t)B * K + 64 + 63) / 64 * 64);
+		/* Rows of xq padded to Kp (a multiple of 64) with zeros: for
+		 * Q8_0 as xq + 128 (unsigned), for Q4_0 signed with each 64 in
+		 * the order its nibbles unpack in: 0-15, 32-47, 16-31, 48-63. */
+		const int Kp = (K + 63) / 64 * 64, q4 = W->dtype == PCG_Q4_0;
+		uint8_t *xu = aligned_alloc(64, (size_t)B * Kp);
 		if (xu == NULL) {
 			pcg_qx_free(&q);
 			return -1;
 		}
-		for (size_t i = 0; i < (size_t)B * K; i++)
-			xu[i] = (uint8_t)(q.q[i] + 128);
-		memset(xu + (size_t)B * K, 128, 64);
+		for (int b = 0; b < B; b++) {
+			const int8_t *src = q.q + (size_t)b * K;
+			uint8_t *dst = xu + (size_t)b * Kp;
+			if (q4) { /* K is a multiple of 32: whole groups of 16 */
+				memset(dst, 0, (size_t)Kp);
+				for (int k = 0; k < K; k += 16) {
+					const int g = k >> 4 & 3, to = (k & ~63) + 16 * (g == 1 ? 2 : g == 2 ? 1 : g);
+					memcpy(dst + to, src + k, 16);
+				}
+			} else {
+				for (int k = 0; k < K; k++)
+					dst[k] = (uint8_t)(src[k] + 128);
+				memset(dst + K, 128, (size_t)(Kp - K));
+			}
+		}
 		const int chunk = 16, nchunks = (nr + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static) if (nchunks > 1)
 		for (int c = 0; c < nchunks; c++) {
