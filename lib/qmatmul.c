@@ -407,6 +407,7 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 	const int K = W->cols, nb = q->nb, Kp = (K + 63) / 64 * 64;
 	const pcg_dtype dt = W->dtype;
 	const size_t rb = pcg_dtype_row_bytes(dt, K);
+	const size_t bpb = pcg_dtype_row_bytes(dt, QB); /* bytes per 256 weights */
 	const __m512i c128 = _mm512_set1_epi8((char)0x80), m15x = _mm512_set1_epi8(15);
 
 	for (int r = r0; r < r0 + nr; r++) {
@@ -427,8 +428,8 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 			{ /* the block's weights, PF_AHEAD bytes ahead, a prefetch per line:
 			   * with several rows of activations between the loads, the
 			   * hardware prefetcher alone leaves bandwidth unused */
-				const size_t sb = rb * (size_t)n / (size_t)K;
-				const unsigned char *pf = row + rb * (size_t)k0 / (size_t)K + PF_AHEAD;
+				const size_t sb = n == QB ? bpb : pcg_dtype_row_bytes(dt, n);
+				const unsigned char *pf = row + bpb * (size_t)j + PF_AHEAD;
 				for (size_t o = 0; o < sb; o += 64)
 					__builtin_prefetch(pf + o, 0, 1);
 			}
