@@ -28,29 +28,82 @@ static int write_fd(int fd, const void *data, size_t n)
 
 int pcg_write_file(const char *path, const void *data, size_t n, mode_t mode, pcg_err *err)
 {
-	char tmp[4200];
-	int fd;
+	pcg_out o;
 
 	if (!strcmp(path, "-"))
 		return fflush(stdout) == 0 && write_fd(STDOUT_FILENO, data, n) == 0
 			? 0 : pcg_fail(err, "stdout: %s", strerror(errno));
-	if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-		return pcg_fail(err, "%s: path too long", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-	if (fd < 0)
-		return pcg_fail(err, "%s: %s", tmp, strerror(errno));
-	if (write_fd(fd, data, n) < 0 || fsync(fd) != 0) {
-		pcg_fail(err, "%s: %s", tmp, strerror(errno));
-		close(fd);
-		unlink(tmp);
+	if (pcg_out_open(&o, path, mode, err) < 0)
 		return -1;
+	pcg_out_write(&o, data, n);
+	return pcg_out_commit(&o, err);
+}
+
+int pcg_out_open(pcg_out *o, const char *path, mode_t mode, pcg_err *err)
+{
+	o->fd = -1;
+	o->failed = 0;
+	o->path = strdup(path);
+	o->tmp = NULL;
+	if (o->path == NULL || asprintf(&o->tmp, "%s.tmp", path) < 0) {
+		o->tmp = NULL;
+		pcg_out_abort(o);
+		return pcg_fail(err, "%s: out of memory", path);
 	}
-	if (close(fd) != 0 || rename(tmp, path) != 0) {
-		pcg_fail(err, "%s: %s", path, strerror(errno));
-		unlink(tmp);
+	o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (o->fd < 0) {
+		pcg_fail(err, "%s: cannot create: %s", o->tmp, strerror(errno));
+		free(o->tmp);
+		o->tmp = NULL; /* nothing to remove */
+		pcg_out_abort(o);
 		return -1;
 	}
 	return 0;
+}
+
+void pcg_out_write(pcg_out *o, const void *data, size_t n)
+{
+	if (o->fd >= 0 && !o->failed && write_fd(o->fd, data, n) < 0)
+		o->failed = errno ? errno : EIO;
+}
+
+int pcg_out_commit(pcg_out *o, pcg_err *err)
+{
+	int rc = -1;
+
+	if (o->fd < 0)
+		pcg_fail(err, "%s: not open", o->path ? o->path : "output");
+	else if (o->failed)
+		pcg_fail(err, "%s: write: %s", o->tmp, strerror(o->failed));
+	else if (fsync(o->fd) < 0)
+		pcg_fail(err, "%s: write: %s", o->tmp, strerror(errno));
+	else {
+		int c = close(o->fd);
+		o->fd = -1;
+		if (c < 0)
+			pcg_fail(err, "%s: write: %s", o->tmp, strerror(errno));
+		else if (rename(o->tmp, o->path) < 0)
+			pcg_fail(err, "%s: rename: %s", o->path, strerror(errno));
+		else {
+			free(o->tmp);
+			o->tmp = NULL; /* renamed: nothing to remove */
+			rc = 0;
+		}
+	}
+	pcg_out_abort(o);
+	return rc;
+}
+
+void pcg_out_abort(pcg_out *o)
+{
+	if (o->fd >= 0)
+		close(o->fd);
+	o->fd = -1;
+	if (o->tmp != NULL)
+		unlink(o->tmp);
+	free(o->tmp);
+	free(o->path);
+	o->tmp = o->path = NULL;
 }
 
 /* Reads all of fd into a malloc'd buffer (pipes, standard input). */

@@ -14,6 +14,22 @@
  * (before the umask). Returns 0, or -1 with err naming the file. */
 int pcg_write_file(const char *path, const void *data, size_t n, mode_t mode, pcg_err *err);
 
+/* The same written piece by piece (a file too big to build in memory):
+ * open creates PATH.tmp, write appends (a failure is kept: the next calls
+ * do nothing and commit reports it), commit flushes, closes and renames it
+ * over PATH, abort removes it. Every call but open is safe after a failed
+ * one; commit or abort ends it. Each returns 0, or -1 with err naming the
+ * file. */
+typedef struct pcg_out {
+	int fd;          /* -1: closed */
+	int failed;      /* errno of the first failed write, 0 if none */
+	char *tmp, *path;
+} pcg_out;
+int pcg_out_open(pcg_out *o, const char *path, mode_t mode, pcg_err *err);
+void pcg_out_write(pcg_out *o, const void *data, size_t n);
+int pcg_out_commit(pcg_out *o, pcg_err *err);
+void pcg_out_abort(pcg_out *o);
+
 /* A file's bytes for reading in place: mapped when it is a regular file of
  * at least min_map bytes, read into memory otherwise (pipes, standard input,
  * and files too short to be valid, whose reader then reports them). */

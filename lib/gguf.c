@@ -1186,22 +1186,6 @@ int gguf_add_tensor(gguf_writer *w, const char *name, pcg_dtype dtype, int ndim,
 	return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-	const unsigned char *p = buf;
-
-	while (n > 0) {
-		ssize_t r = write(fd, p, n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
 static uint64_t pad_to(uint64_t n, uint64_t a)
 {
 	return (a - n % a) % a;
@@ -1246,23 +1230,14 @@ int gguf_writer_finish(gguf_writer *w, const char *path, pcg_err *err)
 	wbuf h = { 0 };
 	unsigned char *buf = NULL;
 	size_t cap = 0;
-	char *tmp = NULL;
-	int fd = -1, rc = -1, i_close;
+	pcg_out o;
+	int rc = -1;
 
 	if (build_header(w, &h, err) < 0)
 		goto out;
-	if (asprintf(&tmp, "%s.tmp", path) < 0) {
-		tmp = NULL;
-		pcg_fail(err, "%s: out of memory", path);
+	if (pcg_out_open(&o, path, 0644, err) < 0)
 		goto out;
-	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		pcg_fail(err, "%s: cannot create: %s", tmp, strerror(errno));
-		goto out;
-	}
-	if (write_all(fd, h.p, h.n) < 0)
-		goto io_fail;
+	pcg_out_write(&o, h.p, h.n);
 	/* One buffer, as large as the largest tensor, filled and written in turn. */
 	for (size_t i = 0; i < w->n_t; i++) {
 		wtensor *t = &w->t[i];
@@ -1273,6 +1248,7 @@ int gguf_writer_finish(gguf_writer *w, const char *path, pcg_err *err)
 				cap = 0;
 				pcg_fail(err, "%s: tensor '%.64s': out of memory for %zu bytes", path,
 					 t->name, t->nbytes);
+				pcg_out_abort(&o);
 				goto out;
 			}
 			cap = t->nbytes;
@@ -1282,37 +1258,18 @@ int gguf_writer_finish(gguf_writer *w, const char *path, pcg_err *err)
 			char what[96];
 			snprintf(what, sizeof what, "%s: tensor '%.64s'", path, t->name);
 			pcg_err_prefix(err, what);
+			pcg_out_abort(&o);
 			goto out;
 		}
-		if (write_all(fd, buf, t->nbytes) < 0)
-			goto io_fail;
+		pcg_out_write(&o, buf, t->nbytes);
 		while (pad > 0) {
 			size_t k = pad < sizeof zeros ? (size_t)pad : sizeof zeros;
-			if (write_all(fd, zeros, k) < 0)
-				goto io_fail;
+			pcg_out_write(&o, zeros, k);
 			pad -= k;
 		}
 	}
-	if (fsync(fd) < 0)
-		goto io_fail;
-	i_close = close(fd);
-	fd = -1;
-	if (i_close < 0)
-		goto io_fail;
-	if (rename(tmp, path) < 0) {
-		pcg_fail(err, "%s: rename: %s", path, strerror(errno));
-		goto out;
-	}
-	rc = 0;
-	goto out;
-io_fail:
-	pcg_fail(err, "%s: write: %s", tmp, strerror(errno));
+	rc = pcg_out_commit(&o, err);
 out:
-	if (fd >= 0)
-		close(fd);
-	if (rc < 0 && tmp != NULL)
-		unlink(tmp);
-	free(tmp);
 	free(buf);
 	free(h.p);
 	return rc;

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fileio.h"
+
 /* The reference implementation refuses headers over 100 MB; so do we, so
  * that a hostile length cannot make jansson parse gigabytes. */
 #define ST_MAX_HEADER 100000000ull
@@ -593,24 +595,6 @@ const char *st_metadata(const st_ckpt *c, const char *key)
 	return NULL;
 }
 
-/* Writes all of buf, retrying short writes. */
-static int write_all(int fd, const void *buf, size_t n)
-{
-	const char *p = buf;
-
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* Builds the header JSON for st_write; nbytes[i] gets each tensor's size. */
 static char *build_header(const char *path, const st_out *t, int n, const char *meta,
 			  size_t *nbytes, pcg_err *err)
@@ -700,8 +684,9 @@ int st_write(const char *path, const st_out *t, int n, const char *metadata_json
 	static const char spaces[8] = "        ";
 	size_t *nbytes, hlen, pad;
 	unsigned char len8[8];
-	char *hdr = NULL, *tmp = NULL;
-	int fd = -1, i, rc = -1;
+	char *hdr = NULL;
+	pcg_out o;
+	int i, rc = -1;
 
 	if (n < 0)
 		return pcg_fail(err, "%s: negative tensor count", path);
@@ -719,42 +704,15 @@ int st_write(const char *path, const st_out *t, int n, const char *metadata_json
 	for (i = 0; i < 8; i++)
 		len8[i] = (unsigned char)((uint64_t)(hlen + pad) >> (8 * i));
 
-	if (asprintf(&tmp, "%s.tmp", path) < 0) {
-		tmp = NULL;
-		pcg_fail(err, "%s: out of memory", path);
+	if (pcg_out_open(&o, path, 0644, err) < 0)
 		goto out;
-	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		pcg_fail(err, "%s: cannot create: %s", tmp, strerror(errno));
-		goto out;
-	}
-	if (write_all(fd, len8, 8) < 0 || write_all(fd, hdr, hlen) < 0 ||
-	    write_all(fd, spaces, pad) < 0)
-		goto io_fail;
+	pcg_out_write(&o, len8, 8);
+	pcg_out_write(&o, hdr, hlen);
+	pcg_out_write(&o, spaces, pad);
 	for (i = 0; i < n; i++)
-		if (nbytes[i] > 0 && write_all(fd, t[i].data, nbytes[i]) < 0)
-			goto io_fail;
-	if (fsync(fd) < 0)
-		goto io_fail;
-	i = close(fd);
-	fd = -1;
-	if (i < 0)
-		goto io_fail;
-	if (rename(tmp, path) < 0) {
-		pcg_fail(err, "%s: rename: %s", path, strerror(errno));
-		goto out;
-	}
-	rc = 0;
-	goto out;
-io_fail:
-	pcg_fail(err, "%s: write: %s", tmp, strerror(errno));
+		pcg_out_write(&o, t[i].data, nbytes[i]);
+	rc = pcg_out_commit(&o, err);
 out:
-	if (fd >= 0)
-		close(fd);
-	if (rc < 0 && tmp != NULL)
-		unlink(tmp);
-	free(tmp);
 	free(hdr);
 	free(nbytes);
 	return rc;
