@@ -349,42 +349,26 @@ V512 static inline __m512 pair_ps(__m512 d8, int c)
 	return _mm512_permutexvar_ps(_mm512_load_si512((const void *)pair_idx[c]), d8);
 }
 
-/* One weight chunk of 64 (w as signed bytes, a per 4-element lane) against
- * every activation row: t[b] += a * (sum of w * xq over each lane). */
-#define DOT_CHUNK(w, av, k) \
-	do { \
-		const __m512i nc_ = _mm512_sub_epi32(_mm512_setzero_si512(), \
-			_mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, (w))); \
-		_Pragma("GCC unroll 8") \
-		for (int b_ = 0; b_ < NB; b_++) { \
-			const __m512i x_ = _mm512_loadu_si512(xu + (size_t)b_ * Kp + (k)); \
-			const __m512i i_ = _mm512_dpbusd_epi32(nc_, x_, (w)); \
-			t[b_] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i_), (av), t[b_]); \
-		} \
-	} while (0)
-
-/* The same with w unsigned (0 to 63) against xq signed: no correction. */
-#define DOT_U(w, av, k) \
-	do { \
-		_Pragma("GCC unroll 8") \
-		for (int b_ = 0; b_ < NB; b_++) { \
-			const __m512i x_ = _mm512_loadu_si512(q->q + (size_t)b_ * K + (k)); \
-			const __m512i i_ = _mm512_dpbusd_epi32(_mm512_setzero_si512(), (w), x_); \
-			t[b_] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i_), (av), t[b_]); \
-		} \
-	} while (0)
-
-/* Q4_0: w unsigned (0 to 15) against xu, here xq signed in the order of
- * the unpacked nibbles (see pcg_qmatmul): no correction. */
-#define DOT_P(w, av, k) \
+/* One weight chunk of 64 against every activation row b, whose 64 bytes at
+ * k of xu are x_: t[b] += av * (the sums per 4-byte lane of U * S, started
+ * at I0), U the unsigned and S the signed operand, one of them x_:
+ *   Q8_0: DOT(x_, w, nc, ...): xu = xq + 128 against w signed, started at
+ *         nc = -128 * (w's sums), which makes it w * xq;
+ *   Q4_0: DOT(w, x_, 0, ...): q (0 to 15) against xq signed in the order of
+ *         the unpacked nibbles (see pcg_qmatmul). */
+#define DOT(U, S, I0, av, k) \
 	do { \
 		_Pragma("GCC unroll 8") \
 		for (int b_ = 0; b_ < NB; b_++) { \
 			const __m512i x_ = _mm512_load_si512(xu + (size_t)b_ * Kp + (k)); \
-			const __m512i i_ = _mm512_dpbusd_epi32(_mm512_setzero_si512(), (w), x_); \
+			const __m512i i_ = _mm512_dpbusd_epi32((I0), (U), (S)); \
 			t[b_] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i_), (av), t[b_]); \
 		} \
 	} while (0)
+
+/* The correction of a Q8_0 chunk w: -128 * (the sums of w per lane). */
+#define NEG128(w) _mm512_sub_epi32(_mm512_setzero_si512(), \
+	_mm512_dpbusd_epi32(_mm512_setzero_si512(), c128, (w)))
 
 /* The K-quants: w unsigned (0 to 63) against xq signed, pairs summed in
  * int16 (vpmaddubsw; at most 2 * 63 * 127, no saturation) and multiplied by
@@ -443,7 +427,7 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 						const unsigned char *pc = p + 2 * c * 34;
 						const __m512i w = cat(_mm256_loadu_si256((const void *)(pc + 2)),
 								      _mm256_loadu_si256((const void *)(pc + 36)));
-						DOT_CHUNK(w, pair_ps(d8, c), k0 + 64 * c);
+						DOT(x_, w, NEG128(w), pair_ps(d8, c), k0 + 64 * c);
 					}
 				} else if (q8) {
 					#pragma GCC unroll 4
@@ -457,7 +441,7 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 							? _mm256_loadu_si256((const void *)(pc + 36))
 							: _mm256_setzero_si256();
 						const __m512i w = cat(_mm256_loadu_si256((const void *)(pc + 2)), hi);
-						DOT_CHUNK(w, pair_ps(d8, c), k0 + 64 * c);
+						DOT(x_, w, NEG128(w), pair_ps(d8, c), k0 + 64 * c);
 					}
 				} else {
 					/* q unsigned (0 to 15) against xq signed; the offset of
@@ -477,7 +461,7 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 						 * in this order, the scales follow it */
 						const __m512i w = _mm512_and_si512(m15x, _mm512_inserti64x4(
 							_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1));
-						DOT_P(w, _mm512_permutexvar_ps(
+						DOT(w, x_, _mm512_setzero_si512(), _mm512_permutexvar_ps(
 							_mm512_load_si512((const void *)nib_idx[c]), d8), k0 + 64 * c);
 					}
 					/* 8 d per 16 weights: lane s of the sums is sub-block s / 2 */
@@ -587,10 +571,9 @@ rows_vnni(float *y, int ldy, const pcg_qx *q, const uint8_t *xu, const pcg_mat *
 			y[(size_t)b * ldy + (r - yr0)] = _mm512_reduce_add_ps(acc[b]);
 	}
 }
-#undef DOT_CHUNK
-#undef DOT_U
+#undef DOT
+#undef NEG128
 #undef DOT_I
-#undef DOT_P
 
 V512 static void rows_vnni_any(float *y, int ldy, const pcg_qx *q, const uint8_t *xu,
 			       const pcg_mat *W, int r0, int nr, int yr0)
