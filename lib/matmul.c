@@ -7,7 +7,9 @@
  * extensions and compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA,
  * F16C) and the x86-64 baseline; the first use picks the best the CPU has.
  * Large batches (prefill) go to OpenBLAS sgemm, which wins once
- * the weights are reused many times.
+ * the weights are reused many times; block-quantised weights go to
+ * lib/qmatmul.c in blocks of 8 instead, which beats sgemm on their
+ * dequantised tiles.
  */
 #include "matmul.h"
 

@@ -6,7 +6,9 @@
  * all rows of x (so a 4-row block costs about what one row costs: the work is
  * memory-bound). More rows (prefill) go through OpenBLAS sgemm, on tiles of
  * the weights widened to f32 when they are f16/bf16, so a bf16 checkpoint is
- * never copied whole.
+ * never copied whole. Block-quantised weights (GGUF's Q8_0, Q4_0, K-quants)
+ * go through lib/qmatmul.c's int8 kernels for any number of rows, in blocks
+ * of PCG_MATMUL_SMALL.
  */
 #ifndef PCG_MATMUL_H
 #define PCG_MATMUL_H
