@@ -7,12 +7,16 @@
  * The emitted tokens must be distributed as the quantised target's q
  * (chi-square, categories below 5 expected pooled), and the acceptance rate
  * must be sum min(p, q) (z test): the draft costs acceptance, never
- * exactness. Significance 0.001 / 2 per test (Bonferroni), fixed seed.
+ * exactness. Then pcg on the same distributions with an ASG of overlapping
+ * windows: the emitted groups must be distributed as the quantised
+ * target's group masses Q_c, the acceptance rate sum min(P_c, Q_c).
+ * Significance 0.001 / 4 per test (Bonferroni), fixed seeds.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "asg.h"
 #include "check.h"
 #include "chi2.h"
 #include "fixture.h"
@@ -22,7 +26,7 @@
 #include "sampling.h"
 
 #define TRIALS 200000
-#define ALPHA (0.001 / 2)
+#define ALPHA (0.001 / 4)
 
 /* The tempered distribution of the position after ids: a prefill of all
  * but the last id, then one decode step (B = 1, the int8 kernels). */
@@ -96,8 +100,71 @@ int main(void)
 	CHECKF(erfc(fabs(z) / sqrt(2.0)) >= ALPHA, "acceptance %.4f, want %.4f (z %.2f)",
 	       (double)acc / TRIALS, want, z);
 	CHECK(want < 0.9999); /* the draft differs from the target: the test is not vacuous */
+	policy_free(&pl);
+
+	/* pcg on the same p and q: exact at group level, so the emitted
+	 * groups are distributed as Q_c (the group masses of the quantised
+	 * target, Eq. 4) and it accepts at sum min(P_c, Q_c). The ASG: windows
+	 * of 4 ids with stride 3 over the whole vocabulary (each window shares
+	 * an id with the next), equal weights. */
+	const int M = (V - 1 + 2) / 3;
+	uint64_t *start = malloc(((size_t)M + 1) * sizeof *start);
+	uint32_t *mem = malloc((size_t)M * 4 * sizeof *mem);
+	int nnz = 0;
+	start[0] = 0;
+	for (int k = 0; k < M; k++) {
+		for (int t = 3 * k; t < 3 * k + 4 && t < V; t++)
+			mem[nnz++] = (uint32_t)t;
+		start[k + 1] = (uint64_t)nnz;
+	}
+	asg *a = asg_from_groups((uint32_t)V, (uint32_t)M, start, mem, NULL, 0, 0, 0, &err);
+	CHECKF(a != NULL, "asg: %s", err.msg);
+	policy_params pcgp = { POLICY_PCG, 0, a, 0, -1 };
+	pl = a ? policy_new(&pcgp, V, &err) : NULL;
+	CHECKF(pl != NULL, "%s", err.msg);
+	const asg_view *g = a ? asg_get(a) : NULL;
+	double *Pc = calloc((size_t)M, sizeof *Pc), *Qc = calloc((size_t)M, sizeof *Qc);
+	long *gobs = calloc((size_t)M, sizeof *gobs);
+	for (int k = 0; g && k < M; k++)
+		for (uint64_t j = g->grp_start[k]; j < g->grp_start[k + 1]; j++) {
+			Pc[k] += g->grp_w[j] * p[g->grp_tok[j]];
+			Qc[k] += g->grp_w[j] * q[g->grp_tok[j]];
+		}
+	long bad_group = 0;
+	acc = 0;
+	pcg_rng_init(&rng, 4343, 1);
+	for (long i = 0; i < TRIALS && pl; i++) {
+		int x = pcg_sample(p, V, pcg_rng_uniform(&rng));
+		if (policy_run(pl, 1, &x, pv1, qv, &rng, &res, &err) < 0) {
+			CHECKF(0, "%s", err.msg);
+			break;
+		}
+		if (res.groups[0] >= 0 && res.groups[0] < M)
+			gobs[res.groups[0]]++;
+		else
+			bad_group++;
+		acc += res.n_accepted;
+	}
+	CHECKF(bad_group == 0, "pcg: %ld rounds emitted no group of the ASG", bad_group);
+	want = 0;
+	for (int k = 0; k < M; k++)
+		want += fmin(Pc[k], Qc[k]);
+	const double pg = chi2_p(gobs, Qc, M, TRIALS, &stat, &df);
+	printf("pcg, same draft and target: groups ~ Q_c: chi2(%d) = %.1f, p = %.3g; acceptance "
+	       "%.4f, sum min(P_c, Q_c) = %.4f\n", df, stat, pg, (double)acc / TRIALS, want);
+	CHECKF(pg >= ALPHA, "pcg: emitted groups not distributed as Q_c (p = %.3g)", pg);
+	const double seg = sqrt(want * (1 - want) / TRIALS) + 1e-6;
+	const double zg = ((double)acc / TRIALS - want) / seg;
+	CHECKF(erfc(fabs(zg) / sqrt(2.0)) >= ALPHA, "pcg: acceptance %.4f, want %.4f (z %.2f)",
+	       (double)acc / TRIALS, want, zg);
+	free(Pc);
+	free(Qc);
+	free(gobs);
+	free(start);
+	free(mem);
+	policy_free(&pl);
+	asg_close(&a);
 	free(obs);
 	free(e);
-	policy_free(&pl);
 	return check_done("test_quant_sd");
 }
