@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -74,6 +76,30 @@ static const char *default_url(char *buf, size_t n)
 		snprintf(buf, n, "ipc://%s/pcg-tts-%u/verifier.sock",
 			 (d = getenv("TMPDIR")) && *d ? d : "/tmp", (unsigned)getuid());
 	return buf;
+}
+
+/* Whether an ipc:// endpoint has nobody listening (no socket file, or one
+ * left by a process that is gone): then a request would only wait for its
+ * timeout. Other transports are not checked. */
+static int no_listener(const char *url, pcg_err *err)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	const char *path = url + 6;
+	int fd, rc;
+
+	if (strncmp(url, "ipc://", 6) || strlen(path) >= sizeof a.sun_path)
+		return 0;
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+		return 0;
+	rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+	close(fd);
+	if (rc == 0 || (errno != ENOENT && errno != ECONNREFUSED))
+		return 0;
+	pcg_fail(err, "no pipeline at %s (%s): start one with pcg-up, or name a verifier "
+		 "with --verifier or PCG_VERIFIER", url,
+		 errno == ENOENT ? "no such socket" : "nobody listens on it");
+	return 1;
 }
 
 static char *read_all(FILE *f, size_t max)
@@ -164,9 +190,17 @@ int main(int argc, char **argv)
 			snprintf(q->out, sizeof q->out, "%s", out ? out : "");
 	}
 	char ubuf[4200];
+	/* pcg-up's pipeline, not one the user names: if it is not up, say so at
+	 * once (a verifier named by --verifier may still be starting: ZeroMQ
+	 * waits for it until the timeout) */
+	const int pcg_up = url == NULL && !(getenv("PCG_VERIFIER") && *getenv("PCG_VERIFIER"));
 	if (url == NULL)
 		url = default_url(ubuf, sizeof ubuf);
 	if (net_curve_setup(curve_key, NULL, curve_server, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 1;
+	}
+	if (pcg_up && no_listener(url, &err)) {
 		fprintf(stderr, "%s: %s\n", prog, err.msg);
 		return 1;
 	}

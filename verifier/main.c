@@ -315,6 +315,13 @@ static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
 	forced fc = { 0 };
 	int *pids = NULL;
 
+	if (req->out[0] != '\0' && v->codec == NULL) {
+		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
+			    "field 'out': this pipeline has no codec to write %.200s (start the "
+			    "verifier with --codec URL: pcg-up --codec-weights), or ask for tokens "
+			    "only", req->out);
+		return;
+	}
 	if ((!is_none && kind < 0) || (mtp && !viterbi && kind < 0)) {
 		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
 			    "field 'policy': '%s' is not sd, ssd, pcg, greedy, none, mtp-viterbi or "

@@ -1,0 +1,75 @@
+#!/bin/sh
+# tests/lifecycle.sh: bringing a pipeline up and down as a new user does:
+# pcg-down and pcg-runtime parse their arguments (--help stops nothing), a
+# second pcg-up refuses while one runs, pcg-down is quick when the daemons
+# are idle and signals only processes of the names its PID files announce,
+# pcg-synth with no pipeline up fails at once and names pcg-up, and
+# pcg-synth -o against a pipeline without a codec is an error that writes
+# no file.
+set -u
+ROOT=${PCG_ROOT:-$(pwd)}
+T=${TEST_TMP:-$(mktemp -d)}
+. "${PCG_ROOT:-.}/tests/shlib"
+cd "$T" || exit 1
+export PCG_RUNTIME_DIR="$T/rt"
+trap 'pcg-down >/dev/null 2>&1' EXIT INT TERM
+
+expect 0 "pcg-runtime --help" pcg-runtime --help
+out_has "Usage: pcg-runtime"
+expect 2 "pcg-runtime with an argument" pcg-runtime stop
+err_has "unknown argument stop"
+expect 0 "pcg-runtime" pcg-runtime
+out_has "$T/rt"
+
+# No pipeline: pcg-synth fails at once (well under its 60 s timeout).
+start=$(date +%s)
+expect 1 "pcg-synth with no pipeline up" pcg-synth "Hello."
+err_has "start one with pcg-up"
+[ $(($(date +%s) - start)) -le 5 ] && ok "it failed at once" || bad "it took $(($(date +%s) - start)) s"
+
+pcg-mkmodel --out tiny --std 0.3 >/dev/null 2>&1 || bad "pcg-mkmodel"
+expect 0 "pcg-up" pcg-up --target tiny --draft-layers 0
+expect 1 "a second pcg-up while one runs" pcg-up --target tiny --draft-layers 0
+err_has "a pipeline is already up"
+expect 0 "the first pipeline still answers" pcg-synth --ping
+expect 0 "pcg-down --help" pcg-down --help
+out_has "Usage: pcg-down"
+expect 0 "--help stopped nothing" pcg-synth --ping
+expect 2 "pcg-down with an argument" pcg-down now
+err_has "unknown argument now"
+expect 0 "still up" pcg-synth --ping
+
+# No codec in this pipeline: -o is an error, and no file appears.
+expect 1 "pcg-synth -o without a codec" pcg-synth --policy none --max-tokens 5 -o x.wav "Hi."
+err_has "no codec"
+[ ! -e x.wav ] && ok "no x.wav" || bad "x.wav was written"
+expect 0 "tokens only" pcg-synth --policy none --max-tokens 5 "Hi."
+
+pids=$(cat "$T/rt"/*.pid)
+start=$(date +%s%N)
+expect 0 "pcg-down" pcg-down
+ms=$((($(date +%s%N) - start) / 1000000))
+[ "$ms" -lt 1500 ] && ok "pcg-down took $ms ms" || bad "pcg-down took $ms ms"
+for p in $pids; do
+	st=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | cut -d' ' -f1)
+	[ -z "$st" ] || [ "$st" = Z ] || bad "process $p still runs after pcg-down ($st)"
+done
+ok "every daemon is gone"
+grep -q "ignored SIGTERM" err && bad "pcg-down had to kill: $(cat err)" || ok "no SIGKILL needed"
+
+# A PID file left behind that now names another program: pcg-down must not
+# signal it, and pcg-up takes the lock as stale.
+mkdir -p "$T/rt/lock"
+sleep 30 &
+other=$!
+echo "$other" >"$T/rt/targetd.pid"
+expect 0 "pcg-down with a stale PID file" pcg-down
+kill -0 "$other" 2>/dev/null && ok "the other program was not signalled" || bad "pcg-down killed $other"
+echo "$other" >"$T/rt/verifier.pid"
+mkdir -p "$T/rt/lock"
+expect 0 "pcg-up over a stale lock and PID file" pcg-up --target tiny --draft-layers 0
+expect 0 "pcg-down" pcg-down
+kill "$other" 2>/dev/null
+wait "$other" 2>/dev/null
+trap - EXIT INT TERM
+finish
