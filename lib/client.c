@@ -11,7 +11,7 @@
 struct pcg_client {
 	void *ctx, *sock;
 	char *url;
-	int timeout_ms, tries;
+	int timeout_ms, tries, ms_per_pos;
 	uint64_t next_id;
 	proto_buf req;   /* requests are packed here, reused */
 	zmq_msg_t last;  /* the last reply, as received: rep->probs points into it */
@@ -63,8 +63,30 @@ void client_free(pcg_client **cp)
 	*cp = NULL;
 }
 
+void client_set_ms_per_position(pcg_client *c, int ms)
+{
+	c->ms_per_pos = ms < 0 ? 0 : ms;
+}
+
+/* The deadline of one try: the base timeout, and ms_per_pos for every
+ * position the request makes the server compute (those it appends, and the
+ * tokens a propose drafts one step at a time) beyond what one round
+ * computes (PROTO_MAX_N): a round keeps the base timeout, so a dead server
+ * is found as fast as before; a prompt's prefill gets time in proportion. */
+static int deadline_ms(const pcg_client *c, const proto_msg *req)
+{
+	long long work = 0, ms;
+
+	if (req->type == PROTO_SCORE || req->type == PROTO_PROPOSE)
+		work = req->n_append + (req->type == PROTO_PROPOSE ? req->n : 0) - PROTO_MAX_N;
+	ms = c->timeout_ms + (long long)c->ms_per_pos * (work > 0 ? work : 0);
+	return ms > 24LL * 3600 * 1000 ? 24 * 3600 * 1000 : (int)ms;
+}
+
 int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 {
+	const int wait_ms = deadline_ms(c, req);
+
 	req->id = c->next_id++;
 	if (proto_pack_buf(req, &c->req, err) < 0)
 		return -1;
@@ -85,7 +107,7 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 			continue;
 		for (;;) {
 			zmq_msg_t m;
-			int got = net_recv(c->sock, &m, c->timeout_ms, err);
+			int got = net_recv(c->sock, &m, wait_ms, err);
 			if (got <= 0)
 				break; /* timeout or error: next try */
 			/* Parsed where libzmq received it: no copy of the payload. */
@@ -106,8 +128,7 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 			return 0;
 		}
 	}
-	return pcg_fail(err, "%s: no reply after %d tries of %d ms", c->url, c->tries,
-			c->timeout_ms);
+	return pcg_fail(err, "%s: no reply after %d tries of %d ms", c->url, c->tries, wait_ms);
 }
 
 unsigned long client_resent(const pcg_client *c) { return c->resent; }

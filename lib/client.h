@@ -17,6 +17,12 @@ typedef struct pcg_client pcg_client;
 pcg_client *client_new(void *ctx, const char *url, int timeout_ms, int tries, pcg_err *err);
 void client_free(pcg_client **c);
 
+/* Lets each try of a propose or score wait ms more per position it asks the
+ * server to compute beyond the PROTO_MAX_N of a round (default 0:
+ * timeout_ms whatever the work), so a long prompt's prefill is not taken
+ * for a dead server while a round still finds one after timeout_ms. */
+void client_set_ms_per_position(pcg_client *c, int ms);
+
 /* Sends req (its id is set here) and parses the reply into rep, in the
  * message as received (no copy): rep->probs points into it, valid until
  * the next call or client_free.

@@ -7,7 +7,9 @@
 #    resending the context;
 #  - SIGSTOP/SIGCONT of targetd for 1.5 s: the request times out, is resent,
 #    the late replies are dropped by id, and the utterance completes;
-#  - SIGTERM: every daemon exits 0 within 2 s.
+#  - SIGTERM: every daemon exits 0 within 2 s;
+#  - a prompt whose prefill outlasts the per-try timeout completes, because a
+#    request's deadline grows with the positions it asks for.
 set -u
 T=${TEST_TMP:-$(mktemp -d)}
 cd "$T" || exit 1
@@ -82,4 +84,27 @@ done
 wait $vpid; rv=$?
 [ $rv -eq 0 ] && ok "SIGTERM: all stopped in $(( $(now_ms) - t0 )) ms" || bad "verifier exit $rv"
 left=$(ls "$T"/*.sock 2>/dev/null); [ -z "$left" ] && ok "no socket files left" || bad "socket files left: $left"
+
+# 6. A prompt whose prefill outlasts the per-try timeout: the deadline of a
+# request grows with the positions it asks for (--ms-per-position), so it
+# completes; without that allowance the same prefill is taken for a dead
+# server. A model of 134 M parameters and a prompt of about 600 positions:
+# a prefill of well over 0.3 s on any machine, decode steps of a few ms.
+pcg-mkmodel --out big --hidden 1024 --heads 8 --kv-heads 2 --ffn 4096 --layers 8 --std 0.1 \
+	>/dev/null || exit 1
+long=$(printf 'The quick brown fox jumps over the lazy dog. %.0s' 1 2 3 4 5 6 7 8 9 10 11 12)
+for allow in 100 0; do
+	verifier --local big --local-draft-layers 0 --timeout-ms 300 --tries 1 \
+		--ms-per-position "$allow" --listen "ipc://$T/l$allow.sock" 2>"l$allow.log" & lp=$!
+	pids="$pids $lp"
+	pcg-synth --verifier "ipc://$T/l$allow.sock" --timeout-ms 60000 --policy none \
+		--max-tokens 3 "$long" >"o$allow" 2>"e$allow"
+	echo $? >"rc$allow"
+	kill -TERM $lp
+	wait $lp
+done
+[ "$(cat rc100)" = 0 ] && ok "a long prefill with 100 ms a position: completed" ||
+	bad "a long prefill with 100 ms a position: $(cat e100)"
+[ "$(cat rc0)" = 1 ] && grep -q "no reply after 1 tries of 300 ms" e0 &&
+	ok "the same without the allowance: $(cat e0)" || bad "without the allowance: rc $(cat rc0) $(cat e0)"
 finish

@@ -34,13 +34,13 @@
 
 static const char *prog = "verifier";
 static const char *SYNOPSIS = "--tokenizer FILE [--asg FILE|-] [--listen URL] [--draft URL] "
-			      "[--target URL] [--codec URL|none] [--timeout-ms N] [--tries N]";
+			      "[--target URL] [--codec URL|none] [--timeout-ms N] [--tries N] [--ms-per-position N]";
 
 static const char *tok_path, *asg_path, *listen_url, *draft_url, *target_url, *codec_url;
 static const char *voice_path, *tm_path;
 static const char *local_dir, *local_draft, *local_layers, *local_device, *curve_key, *curve_allow,
 	*curve_peers;
-static int timeout_ms, tries;
+static int timeout_ms, tries, ms_per_pos;
 
 static const pcg_opt opts[] = {
 	{ "tokenizer", PCG_OPT_STR, &tok_path, NULL, 1, 0, "FILE",
@@ -62,6 +62,8 @@ static const pcg_opt opts[] = {
 	{ "timeout-ms", PCG_OPT_INT, &timeout_ms, "3000", 10, 600000, "N",
 	  "per-try timeout of a request to a server" },
 	{ "tries", PCG_OPT_INT, &tries, "2", 1, 100, "N", "tries per request before giving up" },
+	{ "ms-per-position", PCG_OPT_INT, &ms_per_pos, "250", 0, 600000, "N",
+	  "more wait per position a request makes a model server compute (a prompt's prefill)" },
 	{ "local", PCG_OPT_STR, &local_dir, NULL, 1, 0, "DIR",
 	  "run the target (DIR) and the draft as threads of this process, on inproc:// "
 	  "endpoints, instead of connecting to --draft and --target" },
@@ -790,6 +792,8 @@ int main(int argc, char **argv)
 	v.draft = client_new(ctx, draft_url, timeout_ms, tries, &err);
 	if (v.draft == NULL || (v.target = client_new(ctx, target_url, timeout_ms, tries, &err)) == NULL)
 		goto fail;
+	client_set_ms_per_position(v.draft, ms_per_pos);
+	client_set_ms_per_position(v.target, ms_per_pos);
 	if (strcmp(codec_url, "none") &&
 	    (v.codec = client_new(ctx, codec_url, timeout_ms, tries, &err)) == NULL)
 		goto fail;
