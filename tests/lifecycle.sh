@@ -1,6 +1,8 @@
 #!/bin/sh
 # tests/lifecycle.sh: bringing a pipeline up and down as a new user does:
-# pcg-down and pcg-runtime parse their arguments (--help stops nothing), a
+# pcg-down and pcg-runtime parse their arguments (--help stops nothing),
+# pcg-up passes --device and each server's threads on and warms the models
+# up before it says ok, a device the machine lacks fails cleanly, a
 # second pcg-up refuses while one runs, pcg-down is quick when the daemons
 # are idle and signals only processes of the names its PID files announce,
 # pcg-synth with no pipeline up fails at once and names pcg-up, and
@@ -28,7 +30,18 @@ err_has "start one with pcg-up"
 [ $(($(date +%s) - start)) -le 5 ] && ok "it failed at once" || bad "it took $(($(date +%s) - start)) s"
 
 pcg-mkmodel --out tiny --std 0.3 >/dev/null 2>&1 || bad "pcg-mkmodel"
-expect 0 "pcg-up" pcg-up --target tiny --draft-layers 0
+expect 1 "pcg-up on a device this build or machine lacks" pcg-up --target tiny --draft-layers 0 \
+	--device cuda:7
+err_has "targetd exited"
+[ -z "$(ls "$T/rt"/*.pid 2>/dev/null)" ] && ok "nothing left running" || bad "PID files left"
+expect 0 "pcg-up" pcg-up --target tiny --draft-layers 0 --device cpu --target-threads 1 \
+	--draft-threads 2
+grep -q "tokens 1 " "$T/rt/warmup" && ok "one warm-up request went through" ||
+	bad "no warm-up: $(cat "$T/rt/warmup")"
+tr '\0' ' ' <"/proc/$(cat "$T/rt/targetd.pid")/cmdline" | grep -q -- "--threads 1 --device cpu" &&
+	ok "targetd got its threads and device" || bad "targetd's arguments"
+tr '\0' ' ' <"/proc/$(cat "$T/rt/draftd.pid")/cmdline" | grep -q -- "--threads 2 --device cpu" &&
+	ok "draftd got its threads and device" || bad "draftd's arguments"
 expect 1 "a second pcg-up while one runs" pcg-up --target tiny --draft-layers 0
 err_has "a pipeline is already up"
 expect 0 "the first pipeline still answers" pcg-synth --ping
