@@ -53,6 +53,24 @@ static int next_probs(const char *path, const int *ids, int n, const pcg_samplin
 	return rc;
 }
 
+/* The emitted categories obs fit the expected distribution e (chi-square),
+ * and acc acceptances of TRIALS rounds fit the rate want (z test). */
+static void check_fit(const char *what, const long *obs, const double *e, int n, long acc,
+		      double want)
+{
+	double stat;
+	int df;
+	const double pv = chi2_p(obs, e, n, TRIALS, &stat, &df);
+	const double se = sqrt(want * (1 - want) / TRIALS) + 1e-6;
+	const double z = ((double)acc / TRIALS - want) / se;
+
+	printf("%s: chi2(%d) = %.1f, p = %.3g; acceptance %.4f, expected %.4f\n", what, df, stat,
+	       pv, (double)acc / TRIALS, want);
+	CHECKF(pv >= ALPHA, "%s: p = %.3g", what, pv);
+	CHECKF(erfc(fabs(z) / sqrt(2.0)) >= ALPHA, "%s: acceptance %.4f, want %.4f (z %.2f)", what,
+	       (double)acc / TRIALS, want, z);
+}
+
 int main(void)
 {
 	int ids[64], V = 0, V2 = 0;
@@ -71,7 +89,7 @@ int main(void)
 	policy *pl = policy_new(&pp, V, &err);
 	CHECKF(pl != NULL, "%s", err.msg);
 	long *obs = calloc((size_t)V, sizeof *obs), acc = 0;
-	double *e = malloc((size_t)V * sizeof *e), want = 0;
+	double *e = calloc((size_t)V, sizeof *e), want = 0;
 	const float *pv1[1] = { p }, *qv[2] = { q, NULL };
 	policy_result res;
 	pcg_rng rng;
@@ -89,16 +107,7 @@ int main(void)
 		e[i] = q[i];
 		want += fmin(p[i], q[i]);
 	}
-	double stat;
-	int df;
-	const double pvalue = chi2_p(obs, e, V, TRIALS, &stat, &df);
-	printf("Q4_0 draft, Q8_0 target: tokens ~ q: chi2(%d) = %.1f, p = %.3g; acceptance %.4f, "
-	       "sum min(p, q) = %.4f\n", df, stat, pvalue, (double)acc / TRIALS, want);
-	CHECKF(pvalue >= ALPHA, "emitted tokens not distributed as q (p = %.3g)", pvalue);
-	const double se = sqrt(want * (1 - want) / TRIALS) + 1e-6;
-	const double z = ((double)acc / TRIALS - want) / se;
-	CHECKF(erfc(fabs(z) / sqrt(2.0)) >= ALPHA, "acceptance %.4f, want %.4f (z %.2f)",
-	       (double)acc / TRIALS, want, z);
+	check_fit("sd, Q4_0 draft, Q8_0 target: tokens ~ q", obs, e, V, acc, want);
 	CHECK(want < 0.9999); /* the draft differs from the target: the test is not vacuous */
 	policy_free(&pl);
 
@@ -149,14 +158,7 @@ int main(void)
 	want = 0;
 	for (int k = 0; k < M; k++)
 		want += fmin(Pc[k], Qc[k]);
-	const double pg = chi2_p(gobs, Qc, M, TRIALS, &stat, &df);
-	printf("pcg, same draft and target: groups ~ Q_c: chi2(%d) = %.1f, p = %.3g; acceptance "
-	       "%.4f, sum min(P_c, Q_c) = %.4f\n", df, stat, pg, (double)acc / TRIALS, want);
-	CHECKF(pg >= ALPHA, "pcg: emitted groups not distributed as Q_c (p = %.3g)", pg);
-	const double seg = sqrt(want * (1 - want) / TRIALS) + 1e-6;
-	const double zg = ((double)acc / TRIALS - want) / seg;
-	CHECKF(erfc(fabs(zg) / sqrt(2.0)) >= ALPHA, "pcg: acceptance %.4f, want %.4f (z %.2f)",
-	       (double)acc / TRIALS, want, zg);
+	check_fit("pcg, the same draft and target: groups ~ Q_c", gobs, Qc, M, acc, want);
 	free(Pc);
 	free(Qc);
 	free(gobs);
