@@ -12,6 +12,8 @@ struct pcg_client {
 	void *ctx, *sock;
 	char *url;
 	int timeout_ms, tries, ms_per_pos;
+	int (*alive)(void *);
+	void *alive_ctx;
 	uint64_t next_id;
 	proto_buf req;   /* requests are packed here, reused */
 	zmq_msg_t last;  /* the last reply, as received: rep->probs points into it */
@@ -63,6 +65,35 @@ void client_free(pcg_client **cp)
 	*cp = NULL;
 }
 
+void client_set_alive(pcg_client *c, int (*alive)(void *ctx), void *ctx)
+{
+	c->alive = alive;
+	c->alive_ctx = ctx;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* net_recv with a deadline, in slices of a second when there is a probe. */
+static int recv_probed(pcg_client *c, zmq_msg_t *m, double until, int *gone, pcg_err *err)
+{
+	for (;;) {
+		double left = until - now_ms();
+		int slice = left <= 0 ? 0 : left > 1000 && c->alive ? 1000 : (int)left;
+		int got = net_recv(c->sock, m, slice, err);
+		if (got != 0 || now_ms() >= until)
+			return got;
+		if (c->alive && !c->alive(c->alive_ctx)) {
+			*gone = 1;
+			return 0;
+		}
+	}
+}
+
 void client_set_ms_per_position(pcg_client *c, int ms)
 {
 	c->ms_per_pos = ms < 0 ? 0 : ms;
@@ -86,6 +117,7 @@ static int deadline_ms(const pcg_client *c, const proto_msg *req)
 int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 {
 	const int wait_ms = deadline_ms(c, req);
+	int gone = 0;
 
 	req->id = c->next_id++;
 	if (proto_pack_buf(req, &c->req, err) < 0)
@@ -105,9 +137,13 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 		}
 		if (net_send(c->sock, c->req.data, c->req.len, err) < 0)
 			continue;
+		const double until = now_ms() + wait_ms;
 		for (;;) {
 			zmq_msg_t m;
-			int got = net_recv(c->sock, &m, wait_ms, err);
+			int got = recv_probed(c, &m, until, &gone, err);
+			if (gone)
+				return pcg_fail(err, "%s: the server is gone (nobody listens any more)",
+						c->url);
 			if (got <= 0)
 				break; /* timeout or error: next try */
 			/* Parsed where libzmq received it: no copy of the payload. */

@@ -23,6 +23,11 @@ void client_free(pcg_client **c);
  * for a dead server while a round still finds one after timeout_ms. */
 void client_set_ms_per_position(pcg_client *c, int ms);
 
+/* While waiting for a reply, asks alive(ctx) once a second; when it says
+ * 0 (the server is gone), the call fails at once instead of waiting out its
+ * timeout. NULL: no probe. */
+void client_set_alive(pcg_client *c, int (*alive)(void *ctx), void *ctx);
+
 /* Sends req (its id is set here) and parses the reply into rep, in the
  * message as received (no copy): rep->probs points into it, valid until
  * the next call or client_free.

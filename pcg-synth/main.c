@@ -52,8 +52,9 @@ static const pcg_opt opts[] = {
 	  "print the speech tokens (model ids) on one line" },
 	{ "ping", PCG_OPT_FLAG, &do_ping, NULL, 1, 0, NULL,
 	  "check that the pipeline is up, print its summary" },
-	{ "timeout-ms", PCG_OPT_INT, &timeout_ms, "60000", 10, 3600000, "N",
-	  "time to wait for the verifier" },
+	{ "timeout-ms", PCG_OPT_INT, &timeout_ms, "0", 0, 86400000, "N",
+	  "time to wait for the verifier (0: 60 s and 1 s per --max-tokens; a local "
+	  "verifier that goes away is noticed within a second)" },
 	{ "curve-key", PCG_OPT_STR, &curve_key, NULL, 1, 0, "FILE",
 	  "this client's CURVE keypair (pcg-keygen); needed for tcp beyond loopback" },
 	{ "curve-server", PCG_OPT_STR, &curve_server, NULL, 1, 0, "FILE",
@@ -100,6 +101,13 @@ static int no_listener(const char *url, pcg_err *err)
 		 "with --verifier or PCG_VERIFIER", url,
 		 errno == ENOENT ? "no such socket" : "nobody listens on it");
 	return 1;
+}
+
+/* The liveness probe of the client: an ipc endpoint still has a listener. */
+static int listening(void *url)
+{
+	pcg_err e = { "" };
+	return !no_listener(url, &e);
 }
 
 static char *read_all(FILE *f, size_t max)
@@ -206,7 +214,11 @@ int main(int argc, char **argv)
 	}
 	void *ctx = zmq_ctx_new();
 	/* One try: a synthesis is not resent behind the user's back. */
+	if (timeout_ms == 0) /* by the work asked for, not a fixed total */
+		timeout_ms = 60000 + 1000 * (do_ping ? 0 : max_tokens);
 	pcg_client *c = client_new(ctx, url, timeout_ms, 1, &err);
+	if (c != NULL && !strncmp(url, "ipc://", 6))
+		client_set_alive(c, listening, (void *)url);
 	if (c == NULL || client_call(c, q, r, &err) < 0) {
 		fprintf(stderr, "%s: %s\n", prog, err.msg);
 		goto out;

@@ -5,9 +5,9 @@
 # up before it says ok, a device the machine lacks fails cleanly, a
 # second pcg-up refuses while one runs, pcg-down is quick when the daemons
 # are idle and signals only processes of the names its PID files announce,
-# pcg-synth with no pipeline up fails at once and names pcg-up, and
-# pcg-synth -o against a pipeline without a codec is an error that writes
-# no file.
+# pcg-synth with no pipeline up fails at once and names pcg-up, notices a
+# verifier that dies within a second, and -o against a pipeline without a
+# codec is an error that writes no file.
 set -u
 ROOT=${PCG_ROOT:-$(pwd)}
 T=${TEST_TMP:-$(mktemp -d)}
@@ -70,6 +70,25 @@ for p in $pids; do
 done
 ok "every daemon is gone"
 grep -q "ignored SIGTERM" err && bad "pcg-down had to kill: $(cat err)" || ok "no SIGKILL needed"
+
+# pcg-synth's wait is by the work asked for: an utterance longer than the
+# old 60 s total would complete; a local verifier that goes away is noticed
+# within a second, not at the end of the timeout.
+pcg-mkmodel --out slow --hidden 256 --heads 8 --kv-heads 4 --ffn 768 --layers 4 --std 0.3 \
+	>/dev/null 2>&1 || bad "pcg-mkmodel slow"
+expect 0 "pcg-up a slower model" pcg-up --target slow --draft-layers 0 --no-warmup
+pcg-synth --policy sd --max-tokens 4000 "A longer sentence to speak." >long.out 2>long.err &
+c=$!
+sleep 1.5
+kill -9 "$(cat "$T/rt/verifier.pid")"
+start=$(date +%s%N)
+wait $c
+rc=$?
+ms=$((($(date +%s%N) - start) / 1000000))
+[ $rc -eq 1 ] && grep -q "the server is gone" long.err && [ "$ms" -lt 3000 ] &&
+	ok "the verifier killed: pcg-synth noticed in $ms ms" ||
+	bad "the verifier killed: rc $rc after $ms ms: $(cat long.err)"
+expect 0 "pcg-down after the verifier died" pcg-down
 
 # A PID file left behind that now names another program: pcg-down must not
 # signal it, and pcg-up takes the lock as stale.
