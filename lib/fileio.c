@@ -194,3 +194,28 @@ void pcg_image_close(pcg_image *im)
 	free(im->buf);
 	memset(im, 0, sizeof *im);
 }
+
+static int cmp_span(const void *a, const void *b)
+{
+	const pcg_span *x = a, *y = b;
+
+	if (x->begin != y->begin)
+		return x->begin < y->begin ? -1 : 1;
+	return x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* Sorted by (begin, end), each range must begin at or after the furthest
+ * end so far. */
+int pcg_spans_overlap(pcg_span *sp, int n)
+{
+	uint64_t reach = 0;
+
+	qsort(sp, (size_t)n, sizeof *sp, cmp_span);
+	for (int i = 0; i < n; i++) {
+		if (sp[i].begin < reach && sp[i].begin != sp[i].end)
+			return i;
+		if (sp[i].end > reach)
+			reach = sp[i].end;
+	}
+	return -1;
+}

@@ -50,4 +50,15 @@ void pcg_image_own(pcg_image *im, unsigned char *buf, uint64_t size);
 /* Unmaps or frees; leaves im empty. */
 void pcg_image_close(pcg_image *im);
 
+/* The byte range [begin, end) of item i of a file (a tensor's data). */
+typedef struct pcg_span {
+	uint64_t begin, end;
+	int i;
+} pcg_span;
+
+/* Sorts sp and returns the position in sp of the first range that shares a
+ * byte with an earlier one, or -1 when none does. Gaps are allowed, and an
+ * empty range shares no byte. */
+int pcg_spans_overlap(pcg_span *sp, int n);
+
 #endif

@@ -434,20 +434,6 @@ static int read_tensor_info(gguf_file *f, cursor *c, int i, uint64_t *offset)
 	return 0;
 }
 
-typedef struct span {
-	uint64_t begin, end;
-	int i;
-} span;
-
-static int cmp_span(const void *a, const void *b)
-{
-	const span *x = a, *y = b;
-
-	if (x->begin != y->begin)
-		return x->begin < y->begin ? -1 : 1;
-	return x->end < y->end ? -1 : x->end > y->end;
-}
-
 /* general.alignment: a power of two (ggml stores it as uint32). */
 static int read_alignment(gguf_file *f, pcg_err *err)
 {
@@ -472,8 +458,8 @@ static int read_alignment(gguf_file *f, pcg_err *err)
  * sharing a byte. */
 static int place_tensors(gguf_file *f, const uint64_t *off, size_t data_start, pcg_err *err)
 {
-	uint64_t data_size = f->size > data_start ? f->size - data_start : 0, reach = 0;
-	span *sp = malloc((size_t)(f->n_t ? f->n_t : 1) * sizeof *sp);
+	uint64_t data_size = f->size > data_start ? f->size - data_start : 0;
+	pcg_span *sp = malloc((size_t)(f->n_t ? f->n_t : 1) * sizeof *sp);
 	char b[72];
 	int i;
 
@@ -496,17 +482,13 @@ static int place_tensors(gguf_file *f, const uint64_t *off, size_t data_start, p
 			goto fail;
 		}
 		t->data = f->data + data_start + off[i];
-		sp[i] = (span){ off[i], off[i] + t->nbytes, i };
+		sp[i] = (pcg_span){ off[i], off[i] + t->nbytes, i };
 	}
-	qsort(sp, (size_t)f->n_t, sizeof *sp, cmp_span);
-	for (i = 0; i < f->n_t; i++) {
-		if (sp[i].begin < reach) {
-			pcg_fail(err, "tensor '%s': bytes [%llu, %llu) overlap another tensor",
-				 name_shown(b, f->t[sp[i].i].name), (unsigned long long)sp[i].begin,
-				 (unsigned long long)sp[i].end);
-			goto fail;
-		}
-		reach = sp[i].end;
+	if ((i = pcg_spans_overlap(sp, f->n_t)) >= 0) {
+		pcg_fail(err, "tensor '%s': bytes [%llu, %llu) overlap another tensor",
+			 name_shown(b, f->t[sp[i].i].name), (unsigned long long)sp[i].begin,
+			 (unsigned long long)sp[i].end);
+		goto fail;
 	}
 	free(sp);
 	return 0;

@@ -205,41 +205,17 @@ static int check_metadata(const char *file, const json_t *m, pcg_err *err)
 	return 0;
 }
 
-typedef struct span {
-	uint64_t begin, end;
-	int i;
-} span;
-
-static int cmp_span(const void *a, const void *b)
-{
-	const span *x = a, *y = b;
-
-	if (x->begin != y->begin)
-		return x->begin < y->begin ? -1 : 1;
-	if (x->end != y->end)
-		return x->end < y->end ? -1 : 1;
-	return 0;
-}
-
-/* Tensors must not share bytes; gaps between them are allowed. Sorted by
- * (begin, end), each tensor must begin at or after the furthest end so far,
- * which also lets zero-size tensors sit at a boundary. */
-static int check_overlap(const char *file, const st_tensor *t, span *sp, int n,
+/* Tensors must not share bytes; gaps between them are allowed, and a
+ * zero-size tensor may sit at a boundary. */
+static int check_overlap(const char *file, const st_tensor *t, pcg_span *sp, int n,
 			 pcg_err *err)
 {
-	uint64_t reach = 0;
-	int i;
+	const int i = pcg_spans_overlap(sp, n);
 
-	qsort(sp, (size_t)n, sizeof *sp, cmp_span);
-	for (i = 0; i < n; i++) {
-		if (sp[i].begin < reach && sp[i].begin != sp[i].end)
-			return tensor_fail(err, file, t[sp[i].i].name,
-					   "data_offsets [%llu, %llu] overlap another tensor",
-					   (unsigned long long)sp[i].begin,
-					   (unsigned long long)sp[i].end);
-		if (sp[i].end > reach)
-			reach = sp[i].end;
-	}
+	if (i >= 0)
+		return tensor_fail(err, file, t[sp[i].i].name,
+				   "data_offsets [%llu, %llu] overlap another tensor",
+				   (unsigned long long)sp[i].begin, (unsigned long long)sp[i].end);
 	return 0;
 }
 
@@ -265,7 +241,7 @@ static int parse_header(st_file *f, const char *path, pcg_err *err)
 	json_t *root, *v;
 	const char *key;
 	uint64_t off[2];
-	span *sp = NULL;
+	pcg_span *sp = NULL;
 	int i, rc = -1;
 
 	if (f->size < 8)
@@ -306,7 +282,7 @@ static int parse_header(st_file *f, const char *path, pcg_err *err)
 		if (parse_entry(path, key, v, p + 8 + hlen, data_size, &f->t[f->n],
 				off, err) < 0)
 			goto out;
-		sp[f->n] = (span){ off[0], off[1], f->n };
+		sp[f->n] = (pcg_span){ off[0], off[1], f->n };
 		f->n++;
 	}
 	if (check_overlap(path, f->t, sp, f->n, err) < 0)
