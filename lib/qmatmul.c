@@ -617,6 +617,8 @@ NAME(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr, int y
 		for (int j = 0; j < nb; j++) { \
 			const int k0 = j * QB, n = K - k0 < QB ? K - k0 : QB; \
 			__m256 t[8]; \
+			float mv[16]; /* per 16 weights: a K-quant's mins, Q6_K's offset */ \
+			int kq = 0;   /* mv is set */ \
 			_Pragma("GCC unroll 8") \
 			for (int b = 0; b < NB; b++) \
 				t[b] = _mm256_setzero_ps(); \
@@ -652,7 +654,8 @@ NAME(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr, int y
 				memcpy(&dh, p, 2); \
 				memcpy(&mh, p + 2, 2); \
 				const float d = _cvtsh_ss(dh), dmin = _cvtsh_ss(mh); \
-				float sc[8], mv[16]; \
+				float sc[8]; \
+				kq = 1; \
 				for (int s = 0; s < 8; s++) { \
 					uint8_t a, m; \
 					pcg_get_scale_min(s, p + 4, &a, &m); \
@@ -679,19 +682,13 @@ NAME(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr, int y
 						} \
 					} \
 				} \
-				_Pragma("GCC unroll 8") \
-				for (int b = 0; b < NB; b++) { \
-					const float *S = q->s + ((size_t)b * nb + j) * 16; \
-					t[b] = _mm256_fnmadd_ps(_mm256_loadu_ps(mv), _mm256_loadu_ps(S), t[b]); \
-					t[b] = _mm256_fnmadd_ps(_mm256_loadu_ps(mv + 8), _mm256_loadu_ps(S + 8), \
-								t[b]); \
-				} \
 			} else { /* Q6_K */ \
 				const unsigned char *p = row + (size_t)(k0 / 256) * 210; \
 				uint16_t dh; \
 				memcpy(&dh, p + 208, 2); \
 				const float d = _cvtsh_ss(dh); \
-				float sf[16], mv[16]; \
+				float sf[16]; \
+				kq = 1; \
 				for (int s = 0; s < 16; s++) { \
 					sf[s] = d * (float)(int8_t)p[192 + s]; \
 					mv[s] = 32.0f * sf[s]; \
@@ -720,13 +717,13 @@ NAME(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr, int y
 						} \
 					} \
 				} \
-				_Pragma("GCC unroll 8") \
-				for (int b = 0; b < NB; b++) { \
-					const float *S = q->s + ((size_t)b * nb + j) * 16; \
-					t[b] = _mm256_fnmadd_ps(_mm256_loadu_ps(mv), _mm256_loadu_ps(S), t[b]); \
-					t[b] = _mm256_fnmadd_ps(_mm256_loadu_ps(mv + 8), _mm256_loadu_ps(S + 8), \
-								t[b]); \
-				} \
+			} \
+			/* the K-quants' mins and Q6_K's offset, per 16 against the sums */ \
+			_Pragma("GCC unroll 8") \
+			for (int b = 0; b < NB && kq; b++) { \
+				const float *S = q->s + ((size_t)b * nb + j) * 16; \
+				t[b] = _mm256_fnmadd_ps(_mm256_loadu_ps(mv), _mm256_loadu_ps(S), t[b]); \
+				t[b] = _mm256_fnmadd_ps(_mm256_loadu_ps(mv + 8), _mm256_loadu_ps(S + 8), t[b]); \
 			} \
 			_Pragma("GCC unroll 8") \
 			for (int b = 0; b < NB; b++) \
