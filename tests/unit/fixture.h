@@ -1,9 +1,12 @@
 /* fixture.h: reading the golden files of tests/fixtures (raw bytes, raw f32,
- * ids as text) and comparing vectors, for the parity tests. */
+ * ids as text, JSON) and comparing vectors, for the parity tests; the fuzz
+ * tests' fixed generator. */
 #ifndef PCG_TEST_FIXTURE_H
 #define PCG_TEST_FIXTURE_H
 
+#include <jansson.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -69,6 +72,29 @@ static inline double max_diff(const float *a, const float *b, size_t n)
 			m = isnan(d) ? INFINITY : d;
 	}
 	return m;
+}
+
+/* A JSON file; exits with its error when it cannot be read. */
+static inline json_t *load_json(const char *path)
+{
+	json_error_t je;
+	json_t *j = json_load_file(path, JSON_ALLOW_NUL, &je);
+
+	if (j == NULL) {
+		fprintf(stderr, "%s: %s (line %d)\n", path, je.text, je.line);
+		exit(1);
+	}
+	return j;
+}
+
+/* splitmix64: the fuzz tests' own generator, so their sequences are fixed. */
+static inline uint64_t fuzz_next(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
 }
 
 #endif

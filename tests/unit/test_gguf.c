@@ -949,15 +949,6 @@ static void test_writer_errors(void)
 
 /* ------------------------------------------------------------------ fuzz */
 
-static uint64_t fuzz_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* Mutates bytes of the header region of valid files (lengths, counts,
  * types, offsets); whatever opens must have every tensor readable. */
 static void test_fuzz(void)

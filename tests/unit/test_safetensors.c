@@ -3,6 +3,7 @@
  * message naming the fault, and a seeded mutation fuzz that must not crash.
  */
 #include "check.h"
+#include "fixture.h"
 #include "safetensors.h"
 
 #include <stdint.h>
@@ -449,16 +450,6 @@ static void test_bad_indexes(void)
 	write_raw(p, UINT64_MAX, "[]", 0);
 	CHECK(st_open(dir, &err) == NULL);
 	CHECKF(strstr(err.msg, "/bad: header is not a JSON object") != NULL, "%s", err.msg);
-}
-
-/* splitmix64: the fuzz's own generator, so the sequence is fixed here. */
-static uint64_t fuzz_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
 }
 
 /* Mutates the header (or the length) of a valid file; whatever opens must

@@ -8,6 +8,7 @@
  * tolerance in tokenization.
  */
 #include "check.h"
+#include "fixture.h"
 #include "llasa.h"
 #include "tokenizer.h"
 
@@ -82,18 +83,6 @@ static void add_llasa(tokenizer *t, int n_speech)
 	CHECKF(added == 8 + n_speech, "add_tokens: %d: %s", added, err.msg);
 	free(names);
 	free(buf);
-}
-
-static json_t *load_json(const char *path)
-{
-	json_error_t je;
-	json_t *j = json_load_file(path, JSON_ALLOW_NUL, &je);
-
-	if (j == NULL) {
-		fprintf(stderr, "%s: %s (line %d)\n", path, je.text, je.line);
-		exit(1);
-	}
-	return j;
 }
 
 static int *json_ids(const json_t *a, size_t *n)
@@ -581,16 +570,6 @@ static void test_bad_files(void)
 	fputs("{\"model\": 1}", f);
 	fclose(f);
 	CHECK(tok_load(path, &err) == NULL && strstr(err.msg, "bad.json: "));
-}
-
-/* splitmix64: the fuzz's own generator, so the sequence is fixed here. */
-static uint64_t fuzz_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
 }
 
 /* Mutates a small tokenizer.json that uses every option; whatever parses

@@ -47,18 +47,6 @@ static char *read_pipe(const char *cmd, size_t *n)
 	return buf;
 }
 
-static json_t *load_json(const char *path)
-{
-	json_error_t je;
-	json_t *j = json_load_file(path, JSON_ALLOW_NUL, &je);
-
-	if (j == NULL) {
-		fprintf(stderr, "%s: %s (line %d)\n", path, je.text, je.line);
-		exit(1);
-	}
-	return j;
-}
-
 static uint64_t fnv1a64(const unsigned char *p, size_t n)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
