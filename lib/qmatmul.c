@@ -96,9 +96,13 @@ quantize_block512(const float *x, int n, int8_t *qr, float *d_out, float *s_out)
 
 static int have_avx512bw(void)
 {
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512dq");
+	static int have = -1; /* asked once: every product quantises its activations */
+	if (have < 0) {
+		__builtin_cpu_init();
+		have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512dq");
+	}
+	return have;
 }
 #endif
 

@@ -42,6 +42,9 @@ tr '\0' ' ' <"/proc/$(cat "$T/rt/targetd.pid")/cmdline" | grep -q -- "--threads 
 	ok "targetd got its threads and device" || bad "targetd's arguments"
 tr '\0' ' ' <"/proc/$(cat "$T/rt/draftd.pid")/cmdline" | grep -q -- "--threads 2 --device cpu" &&
 	ok "draftd got its threads and device" || bad "draftd's arguments"
+expect 0 "pcg-runtime --running" pcg-runtime --running
+[ "$(cut -d' ' -f1 "$T/out" | sort | tr '\n' ' ')" = "draftd targetd verifier " ] &&
+	ok "the three daemons run" || bad "pcg-runtime --running: $(cat "$T/out")"
 expect 1 "a second pcg-up while one runs, without a draft" pcg-up --target tiny
 err_has "a pipeline is already up"
 err_has "no draft given and none beside the target"
