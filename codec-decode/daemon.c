@@ -1,8 +1,12 @@
 /* daemon.c: codec-decode as a pipeline server: "audio" messages append the
- * speech codes of a session as the verifier commits them; the final one
- * decodes the whole utterance (the decoder is non-causal: GroupNorm and
- * attention see every frame) and writes the audio file the request names,
- * atomically. One poll loop; SIGTERM and SIGINT stop it. */
+ * speech codes of a session as the verifier commits them, and each reply
+ * carries the audio of the chunks those codes complete, as 16-bit PCM (see
+ * proto.h). Chunk boundaries are fixed by the count of codes, never by
+ * timing, so an utterance's audio is the same to the byte however its codes
+ * arrive, and the same as `codec-decode --chunk` writes. Chunk 0 decodes the
+ * whole utterance at the final message (the decoder is non-causal: GroupNorm
+ * and attention see every frame), the best quality. One poll loop; SIGTERM
+ * and SIGINT stop it. */
 #include "daemon.h"
 
 #include <signal.h>
@@ -16,47 +20,113 @@
 #include "net.h"
 #include "proto.h"
 
-#define MAX_SESSIONS 64
+#define MAX_SESSIONS 256
 #define MAX_CODES (1 << 20) /* 5.8 hours at 50 codes per second */
 
 typedef struct utterance {
 	uint64_t session;
 	int32_t *codes;
 	int n, cap;
+	int next;               /* the first code whose audio is not sent yet */
+	int chunk, left, right; /* from its first message */
+	uint64_t last_use;
 } utterance;
 
 static volatile sig_atomic_t stop;
 static void on_signal(int sig) { (void)sig; stop = 1; }
 
-static utterance *find(utterance *u, int n, uint64_t s)
-{
-	for (int i = 0; i < n; i++)
-		if (u[i].session == s)
-			return &u[i];
-	return NULL;
-}
-
 typedef struct codec_state {
 	const codec_ops *c;
 	utterance u[MAX_SESSIONS];
 	int nu;
+	float *wav;             /* a decoded span */
+	int16_t *pcm;           /* the reply's samples */
+	size_t wav_cap, pcm_cap;
+	uint64_t clock;
 } codec_state;
+
+static utterance *find(codec_state *d, uint64_t s)
+{
+	for (int i = 0; i < d->nu; i++)
+		if (d->u[i].session == s)
+			return &d->u[i];
+	return NULL;
+}
+
+static void *grow(void *p, size_t *cap, size_t need, size_t size)
+{
+	if (need <= *cap)
+		return p;
+	void *q = realloc(p, need * size);
+	if (q != NULL)
+		*cap = need;
+	return q;
+}
+
+/* Decodes codes [a, z) of x and appends the audio of [s, e) to the reply's
+ * samples (n_pcm of them so far). */
+static int emit(codec_state *d, const utterance *x, int a, int s, int e, int z, size_t *n_pcm,
+		pcg_err *err)
+{
+	const int hop = d->c->hop;
+	float *w = grow(d->wav, &d->wav_cap, (size_t)(z - a) * hop, sizeof *w);
+	if (w == NULL)
+		return pcg_fail(err, "out of memory for the audio");
+	d->wav = w;
+	int16_t *p = grow(d->pcm, &d->pcm_cap, *n_pcm + (size_t)(e - s) * hop, sizeof *p);
+	if (p == NULL)
+		return pcg_fail(err, "out of memory for the audio");
+	d->pcm = p;
+	if (d->c->decode(d->c->model, x->codes + a, z - a, w, err) < 0)
+		return -1;
+	audio_to_s16(w + (size_t)(s - a) * hop, p + *n_pcm, (size_t)(e - s) * hop);
+	*n_pcm += (size_t)(e - s) * hop;
+	return 0;
+}
+
+/* The audio of every chunk of x that is complete: chunk [s, s + chunk)
+ * needs the codes up to s + chunk + right, or the final message. */
+static int complete_chunks(codec_state *d, utterance *x, int final, size_t *n_pcm, pcg_err *err)
+{
+	if (x->chunk == 0) {
+		if (final && x->n > 0 && emit(d, x, 0, 0, x->n, x->n, n_pcm, err) < 0)
+			return -1;
+		x->next = x->n;
+		return 0;
+	}
+	while (x->next < x->n && (final || x->n >= x->next + x->chunk + x->right)) {
+		const int s = x->next, e = s + x->chunk < x->n ? s + x->chunk : x->n;
+		const int a = s - x->left > 0 ? s - x->left : 0;
+		const int z = e + x->right < x->n ? e + x->right : x->n;
+		if (emit(d, x, a, s, e, z, n_pcm, err) < 0)
+			return -1;
+		x->next = e;
+	}
+	return 0;
+}
 
 /* net_serve's handler: one parsed message into rep. */
 static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 {
 	codec_state *d = ctx;
 	const codec_ops *c = d->c;
-	utterance *u = d->u;
-	int *nu = &d->nu;
 	pcg_err err = { "" };
 	utterance *x;
+	size_t n_pcm = 0;
 
 	rep->id = q->id;
 	if (q->type == PROTO_PING) {
 		rep->type = PROTO_PONG;
 		snprintf(rep->msg, sizeof rep->msg, "codec-decode %s %d Hz, %d sessions", c->name,
-			 c->sample_rate, *nu);
+			 c->sample_rate, d->nu);
+		return;
+	}
+	if (q->type == PROTO_DROP) {
+		if ((x = find(d, q->session)) != NULL) {
+			free(x->codes);
+			*x = d->u[--d->nu];
+		}
+		rep->type = PROTO_OK;
 		return;
 	}
 	if (q->type != PROTO_AUDIO) {
@@ -68,56 +138,56 @@ static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'tokens': %s", err.msg);
 		return;
 	}
-	x = find(u, *nu, q->session);
+	x = find(d, q->session);
 	if (x == NULL) {
-		if (*nu == MAX_SESSIONS) {
-			proto_error(rep, q->id, PROTO_E_TOO_LARGE, "%d utterances in progress", MAX_SESSIONS);
-			return;
+		if (d->nu == MAX_SESSIONS) { /* the least recently used goes: one whose
+					      * verifier never said final */
+			utterance *lru = &d->u[0];
+			for (int i = 1; i < d->nu; i++)
+				if (d->u[i].last_use < lru->last_use)
+					lru = &d->u[i];
+			fprintf(stderr, "codec-decode: %d utterances: dropping session %llu, idle "
+				"longest\n", MAX_SESSIONS, (unsigned long long)lru->session);
+			free(lru->codes);
+			*lru = d->u[--d->nu];
 		}
-		x = &u[(*nu)++];
+		x = &d->u[d->nu++];
 		memset(x, 0, sizeof *x);
 		x->session = q->session;
+		x->chunk = q->chunk;
+		x->left = q->left;
+		x->right = q->right;
 	}
+	x->last_use = ++d->clock;
 	if (x->n + q->n_append > MAX_CODES) {
 		proto_error(rep, q->id, PROTO_E_TOO_LARGE, "more than %d codes", MAX_CODES);
 		goto drop;
 	}
 	if (x->n + q->n_append > x->cap) {
 		int cap = (x->n + q->n_append) * 2 + 64;
-		int32_t *c = realloc(x->codes, (size_t)cap * sizeof *c);
-		if (c == NULL) {
+		int32_t *cs = realloc(x->codes, (size_t)cap * sizeof *cs);
+		if (cs == NULL) {
 			proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory");
 			goto drop;
 		}
-		x->codes = c;
+		x->codes = cs;
 		x->cap = cap;
 	}
 	memcpy(x->codes + x->n, q->append, (size_t)q->n_append * sizeof *q->append);
 	x->n += q->n_append;
-	rep->type = PROTO_OK;
+	if (complete_chunks(d, x, q->final, &n_pcm, &err) < 0) {
+		proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
+		goto drop;
+	}
+	rep->type = PROTO_PCM;
+	rep->rate = c->sample_rate;
+	rep->pcm = d->pcm;
+	rep->n_pcm = n_pcm;
 	if (!q->final)
 		return;
-	if (q->out[0] != '\0' && x->n > 0) {
-		audio_format fmt;
-		float *wav = malloc((size_t)x->n * c->hop * sizeof *wav);
-		if (audio_format_from_path(q->out, &fmt) < 0) {
-			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
-				    "field 'out': %s: unknown extension (.wav, .flac, .raw)", q->out);
-		} else if (wav == NULL) {
-			proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory for the audio");
-		} else if (c->decode(c->model, x->codes, x->n, wav, &err) < 0 ||
-			   audio_write(q->out, wav, (size_t)x->n * c->hop, c->sample_rate, fmt,
-				       &err) < 0) {
-			proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
-		} else {
-			fprintf(stderr, "codec-decode: %s: %d codes, %.2f s\n", q->out, x->n,
-				(double)x->n * c->hop / c->sample_rate);
-		}
-		free(wav);
-	}
 drop:
 	free(x->codes);
-	*x = u[--(*nu)];
+	*x = d->u[--d->nu];
 }
 
 int codec_daemon(const char *listen_url, const codec_ops *c)
@@ -153,6 +223,8 @@ int codec_daemon(const char *listen_url, const codec_ops *c)
 out:
 	for (int i = 0; i < d.nu; i++)
 		free(d.u[i].codes);
+	free(d.wav);
+	free(d.pcm);
 	net_server_close(&sock, listen_url);
 	if (ctx)
 		zmq_ctx_term(ctx);

@@ -203,8 +203,25 @@ static int decode_kmeans(const int32_t *codes, size_t n, audio_format fmt, pcg_e
 		pcg_fail(err, "out of memory for %zu samples", n * kc->hop);
 		goto out;
 	}
-	if (kmc_decode(km, codes, (int)n, wav, err) < 0 ||
-	    audio_write(out_path, wav, n * kc->hop, kc->sample_rate, fmt, err) < 0)
+	/* --chunk: as xc2_decode_chunked, and as the daemon streams it */
+	const int T = (int)n, C = chunk > 0 && chunk < T ? chunk : T, hop = kc->hop;
+	float *tmp = malloc((size_t)hop * (C + (size_t)context + lookahead) * sizeof *tmp);
+	if (tmp == NULL) {
+		pcg_fail(err, "out of memory");
+		goto out;
+	}
+	for (int s = 0; s < T; s += C) {
+		const int e = s + C < T ? s + C : T, a = s - context > 0 ? s - context : 0;
+		const int z = e + lookahead < T ? e + lookahead : T;
+		if (kmc_decode(km, codes + a, z - a, tmp, err) < 0) {
+			free(tmp);
+			goto out;
+		}
+		memcpy(wav + (size_t)s * hop, tmp + (size_t)(s - a) * hop,
+		       (size_t)(e - s) * hop * sizeof *wav);
+	}
+	free(tmp);
+	if (audio_write(out_path, wav, n * kc->hop, kc->sample_rate, fmt, err) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -298,8 +315,6 @@ int main(int argc, char **argv)
 		return usage_error("-o -: standard output takes raw or raw-f32 only");
 	if (!chunk && (pcg_opts_given(opts, "context") || pcg_opts_given(opts, "lookahead")))
 		return usage_error("--context and --lookahead go with --chunk");
-	if (chunk && strcmp(codec, "xcodec2"))
-		return usage_error("--chunk goes with --codec xcodec2");
 	/* Before anything is read: a device that is not there fails at once. */
 	if (pcg_device_check(device, &err) < 0)
 		goto fail;

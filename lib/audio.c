@@ -186,6 +186,29 @@ int audio_append(audio_out *a, const float *x, size_t n, pcg_err *err)
 	return 0;
 }
 
+int audio_append_s16(audio_out *a, const int16_t *x, size_t n, pcg_err *err)
+{
+	for (size_t done = 0; done < n;) {
+		sf_count_t k = n - done < (1u << 20) ? (sf_count_t)(n - done) : (1 << 20);
+		if (sf_writef_short(a->sf, x + done, k) != k)
+			return pcg_fail(err, "%s: %s", a->to_stdout ? "standard output" : a->path,
+					sf_error(a->sf) ? sf_strerror(a->sf) : "write failed");
+		done += (size_t)k;
+		a->frames += (size_t)k;
+	}
+	return 0;
+}
+
+void audio_to_s16(const float *x, int16_t *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		double t = (double)x[i] * 2147483648.0;
+		int32_t v = t >= 2147483647.0 ? INT32_MAX : t <= -2147483648.0 ? INT32_MIN
+			  : t == t ? (int32_t)lrint(t) : 0;
+		y[i] = (int16_t)(v >> 16);
+	}
+}
+
 /* The file at a->tmp holds what was written: the header's frame count,
  * rate, channels and format, or for raw the size. */
 static int verify(const audio_out *a, pcg_err *err)

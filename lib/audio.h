@@ -16,6 +16,7 @@
 #define PCG_AUDIO_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "err.h"
 
@@ -44,6 +45,15 @@ audio_out *audio_open(const char *path, int rate, audio_format f, pcg_err *err);
 /* Appends n samples. A non-finite sample is an error (naming its index):
  * no format can hold it meaningfully. */
 int audio_append(audio_out *a, const float *x, size_t n, pcg_err *err);
+
+/* Appends n 16-bit samples, stored as given by the 16-bit formats. */
+int audio_append_s16(audio_out *a, const int16_t *x, size_t n, pcg_err *err);
+
+/* Samples to 16 bits exactly as the 16-bit formats store them (libsndfile's
+ * clipping conversion: x * 2^31 rounded and clipped to int32, its high 16
+ * bits), so that audio sent as 16-bit PCM is the file's to the byte.
+ * A NaN becomes 0. */
+void audio_to_s16(const float *x, int16_t *y, size_t n);
 
 /* Finishes the file and moves it to its path (see above). Frees *a and
  * sets it to NULL, on success and on failure. */

@@ -14,7 +14,8 @@ static const char *type_names[] = {
 	[PROTO_PROPOSE] = "propose", [PROTO_SCORE] = "score", [PROTO_DROP] = "drop",
 	[PROTO_PING] = "ping", [PROTO_PROBS] = "probs", [PROTO_OK] = "ok",
 	[PROTO_PONG] = "pong", [PROTO_ERROR] = "error", [PROTO_SYNTH] = "synth",
-	[PROTO_RESULT] = "result", [PROTO_AUDIO] = "audio",
+	[PROTO_RESULT] = "result", [PROTO_AUDIO] = "audio", [PROTO_PCM] = "pcm",
+	[PROTO_PROGRESS] = "progress", [PROTO_CANCEL] = "cancel",
 };
 
 const char *proto_type_name(proto_type t)
@@ -38,14 +39,16 @@ void proto_error(proto_msg *m, uint64_t id, const char *code, const char *fmt, .
 
 /* Which fields each type carries: a bit per field, in the order of fnames. */
 enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F_SEED, F_X,
-       F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_OUT, F_STATS,
-       F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_HEADS, F_VITERBI_K, F_NNZ, F_PAD, F_COUNT };
+       F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_STATS,
+       F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_HEADS, F_VITERBI_K, F_NNZ, F_PAD, F_STREAM,
+       F_AUDIO, F_CHUNK, F_LEFT, F_RIGHT, F_QUEUE, F_RATE, F_PCM, F_COUNT };
 static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
 	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg", "text", "policy",
-	"beta", "max_tokens", "out", "stats", "final", "tokens", "asg", "speaker", "heads",
-	"viterbi_k", "nnz", "pad" };
-#define B(f) (1u << (f))
-static const unsigned schema[] = {
+	"beta", "max_tokens", "stats", "final", "tokens", "asg", "speaker", "heads",
+	"viterbi_k", "nnz", "pad", "stream", "audio", "chunk", "left", "right", "queue", "rate",
+	"pcm" };
+#define B(f) (1ull << (f))
+static const uint64_t schema[] = {
 	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
 			  B(F_TOPP) | B(F_ROWS) | B(F_F16) | B(F_SEED),
 	[PROTO_SCORE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
@@ -58,10 +61,15 @@ static const unsigned schema[] = {
 	[PROTO_PONG] = B(F_MSG),
 	[PROTO_ERROR] = B(F_CODE) | B(F_MSG),
 	[PROTO_SYNTH] = B(F_TEXT) | B(F_POLICY) | B(F_BETA) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
-			B(F_TOPP) | B(F_SEED) | B(F_MAXTOK) | B(F_OUT) | B(F_F16) | B(F_ASG) |
-			B(F_SPEAKER) | B(F_VITERBI_K),
+			B(F_TOPP) | B(F_SEED) | B(F_MAXTOK) | B(F_F16) | B(F_ASG) |
+			B(F_SPEAKER) | B(F_VITERBI_K) | B(F_STREAM) | B(F_AUDIO) | B(F_CHUNK) |
+			B(F_LEFT) | B(F_RIGHT),
 	[PROTO_RESULT] = B(F_TOKENS) | B(F_STATS) | B(F_MSG),
-	[PROTO_AUDIO] = B(F_SESSION) | B(F_TOKENS) | B(F_FINAL) | B(F_OUT),
+	[PROTO_AUDIO] = B(F_SESSION) | B(F_TOKENS) | B(F_FINAL) | B(F_CHUNK) | B(F_LEFT) |
+			B(F_RIGHT),
+	[PROTO_PCM] = B(F_RATE) | B(F_PCM),
+	[PROTO_PROGRESS] = B(F_QUEUE) | B(F_POS) | B(F_TOKENS) | B(F_RATE) | B(F_PCM),
+	[PROTO_CANCEL] = B(F_SESSION),
 };
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -331,6 +339,17 @@ static int pack_field(pack_ctx *c, int f, pcg_err *err)
 	case F_VITERBI_K: msgpack_pack_int(pk, m->viterbi_k); break;
 	case F_F16: boolean(pk, m->f16); break;
 	case F_FINAL: boolean(pk, m->final); break;
+	case F_STREAM: boolean(pk, m->stream); break;
+	case F_AUDIO: boolean(pk, m->audio); break;
+	case F_CHUNK: msgpack_pack_int(pk, m->chunk); break;
+	case F_LEFT: msgpack_pack_int(pk, m->left); break;
+	case F_RIGHT: msgpack_pack_int(pk, m->right); break;
+	case F_QUEUE: msgpack_pack_int(pk, m->queue); break;
+	case F_RATE: msgpack_pack_int(pk, m->rate); break;
+	case F_PCM:
+		msgpack_pack_bin(pk, m->n_pcm * 2);
+		msgpack_pack_bin_body(pk, m->pcm, m->n_pcm * 2);
+		break;
 	case F_APPEND: case F_TOKENS:
 		msgpack_pack_array(pk, (size_t)m->n_append);
 		for (int i = 0; i < m->n_append; i++)
@@ -359,9 +378,9 @@ static int pack_field(pack_ctx *c, int f, pcg_err *err)
 			msgpack_pack_int(pk, m->rows.end[i]);
 		}
 		break;
-	case F_CODE: case F_MSG: case F_TEXT: case F_POLICY: case F_OUT: {
+	case F_CODE: case F_MSG: case F_TEXT: case F_POLICY: {
 		const char *v = f == F_CODE ? m->code : f == F_MSG ? m->msg : f == F_TEXT ? m->text
-			: f == F_POLICY ? m->policy : m->out;
+			: m->policy;
 		msgpack_pack_str(pk, strlen(v));
 		msgpack_pack_str_body(pk, v, strlen(v));
 		break;
@@ -378,7 +397,7 @@ int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err)
 {
 	pack_ctx c = { .b = b, .m = m };
 
-	if (m->type < PROTO_PROPOSE || m->type > PROTO_AUDIO)
+	if (m->type < PROTO_PROPOSE || m->type > PROTO_LAST_TYPE)
 		return pcg_fail(err, "pack: unknown message type %d", (int)m->type);
 	if (m->type == PROTO_PROBS &&
 	    (m->n_vec < 0 || m->n_vec > PROTO_MAX_VEC || m->width < 1))
@@ -388,7 +407,7 @@ int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err)
 	/* Sized once: a probability payload of a megabyte would otherwise be
 	 * copied by every doubling of the buffer. */
 	size_t est = 1024 + (size_t)m->n_append * 5 + (size_t)m->n_stats * 9 + strlen(m->text) +
-		     (m->type == PROTO_SYNTH ? m->asg_len : 0) + strlen(m->out) +
+		     (m->type == PROTO_SYNTH ? m->asg_len : 0) + m->n_pcm * 2 +
 		     (m->type == PROTO_PROBS ? (size_t)m->n_vec * 5 + c.n_vals * (m->f16 ? 2 : 4) +
 						       4 * c.n_ids : 0);
 	b->len = 0;
@@ -398,7 +417,7 @@ int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err)
 	b->len = 0;
 	msgpack_packer_init(&c.pk, b, buf_write);
 	/* The envelope's three keys and the schema's fields, as parse expects. */
-	msgpack_pack_map(&c.pk, 3 + (size_t)__builtin_popcount(schema[m->type]));
+	msgpack_pack_map(&c.pk, 3 + (size_t)__builtin_popcountll(schema[m->type]));
 	key(&c.pk, "v");
 	msgpack_pack_int(&c.pk, PROTO_VERSION);
 	str(&c.pk, "type", proto_type_name(m->type));
@@ -646,7 +665,35 @@ static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, 
 		return 0;
 	case F_TEXT: return get_str(v, "text", m->text, sizeof m->text, err);
 	case F_POLICY: return get_str(v, "policy", m->policy, sizeof m->policy, err);
-	case F_OUT: return get_str(v, "out", m->out, sizeof m->out, err);
+	case F_STREAM: case F_AUDIO:
+		if (v->type != MSGPACK_OBJECT_BOOLEAN)
+			return pcg_fail(err, "field '%s': not a boolean", fnames[f]);
+		*(f == F_STREAM ? &m->stream : &m->audio) = v->via.boolean;
+		return 0;
+	case F_CHUNK: case F_LEFT: case F_RIGHT:
+		if (get_int(v, fnames[f], 0, PROTO_MAX_APPEND, &x, err) < 0)
+			return -1;
+		*(f == F_CHUNK ? &m->chunk : f == F_LEFT ? &m->left : &m->right) = (int)x;
+		return 0;
+	case F_QUEUE:
+		if (get_int(v, "queue", 0, INT32_MAX, &x, err) < 0)
+			return -1;
+		m->queue = (int)x;
+		return 0;
+	case F_RATE:
+		if (get_int(v, "rate", 0, 1 << 20, &x, err) < 0)
+			return -1;
+		m->rate = (int)x;
+		return 0;
+	case F_PCM:
+		if (v->type != MSGPACK_OBJECT_BIN || v->via.bin.size % 2)
+			return pcg_fail(err, "field 'pcm': not bin of 16-bit samples");
+		if ((const char *)v->via.bin.ptr < (const char *)buf ||
+		    (const char *)v->via.bin.ptr + v->via.bin.size > (const char *)buf + len)
+			return pcg_fail(err, "field 'pcm': not in the message buffer");
+		m->pcm = v->via.bin.ptr;
+		m->n_pcm = v->via.bin.size / 2;
+		return 0;
 	case F_BETA: return get_float(v, "beta", &m->beta, err);
 	case F_MAXTOK:
 		if (get_int(v, "max_tokens", 1, PROTO_MAX_APPEND, &x, err) < 0)
@@ -769,7 +816,7 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 {
 	msgpack_unpacked u;
 	size_t off = 0, pbytes = 0;
-	unsigned seen = 0;
+	uint64_t seen = 0;
 	int rc = -1, have_v = 0, have_type = 0, have_id = 0;
 	long long version = 0;
 	char tname[16];
@@ -778,7 +825,7 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 	m->n_append = 0;
 	m->n_x = 0;
 	m->probs = NULL;
-	m->code[0] = m->msg[0] = m->text[0] = m->policy[0] = m->out[0] = '\0';
+	m->code[0] = m->msg[0] = m->text[0] = m->policy[0] = '\0';
 	m->n_stats = 0;
 	m->asg = NULL;
 	m->asg_len = 0;
@@ -834,7 +881,7 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 		pcg_fail(err, "field '%s': missing", !have_v ? "v" : !have_type ? "type" : "id");
 		goto out;
 	}
-	for (int t = PROTO_PROPOSE; t <= PROTO_AUDIO; t++)
+	for (int t = PROTO_PROPOSE; t <= PROTO_LAST_TYPE; t++)
 		if (!strcmp(tname, type_names[t]))
 			m->type = (proto_type)t;
 	if (m->type == 0) {

@@ -13,14 +13,28 @@
  *            n x (1 + h) vectors: per position q, then head 1..h
  *   drop:    session -> reply "ok"
  *   ping:    -> reply "pong" with the server's model summary
- * Request to the verifier:
+ * Requests to the verifier:
  *   synth:   text, policy, beta, n (lookahead), temp, top_k, top_p, seed,
- *            max_tokens, out, f16, asg (an ASG file image, or empty: the
+ *            max_tokens, f16, asg (an ASG file image, or empty: the
  *            verifier's own), speaker (a phoneme voice's speaker),
- *            viterbi_k (mtp-viterbi's top-k per head) -> reply
- *            "result" with tokens (the speech ids), stats and msg
+ *            viterbi_k (mtp-viterbi's top-k per head), stream, audio
+ *            (send the audio back), chunk, left, right (the audio's
+ *            chunking: codes per chunk, 0 the whole utterance at the end;
+ *            codes of context before and after each) -> with stream, any
+ *            number of "progress" messages with the same id, then "result"
+ *            with tokens (the speech ids), stats and msg (or "error")
+ *   cancel:  session (the id of a synth from this client) -> "ok"; the
+ *            synth then ends with the error "cancelled"
+ * Progress of a synth (verifier -> client, with stream):
+ *   progress: queue (requests ahead of it; 0 once it runs), pos (speech
+ *            tokens so far), tokens (the new ones), rate, pcm (the new
+ *            audio: s16le samples at rate Hz; empty when none)
  * Request to codec-decode:
- *   audio:   session, tokens (speech codes appended), final, out -> "ok"
+ *   audio:   session, tokens (speech codes appended), final, chunk, left,
+ *            right -> "pcm" with rate and pcm: the audio of the chunks the
+ *            codes so far complete (chunk s is decoded from codes
+ *            [s - left, s + chunk + right) once they are all there, or at
+ *            the final message; chunk 0: everything at the final one)
  * A probs reply also carries stats: [seconds of compute in the server], so
  * that the client can tell compute from messaging.
  * A server brings the session's cache to `pos` tokens (truncate), appends
@@ -56,7 +70,7 @@
 #include "model.h"
 #include "sampling.h"
 
-#define PROTO_VERSION 3
+#define PROTO_VERSION 4
 #define PROTO_MAX_APPEND 8192 /* tokens per request: a whole LLaSA context fits */
 #define PROTO_MAX_N 16        /* lookahead + 1 */
 #define PROTO_MAX_HEADS 16    /* MTP heads a score may ask for */
@@ -76,13 +90,19 @@ typedef enum proto_type {
 	PROTO_SYNTH, /* client -> verifier */
 	PROTO_RESULT, /* verifier -> client */
 	PROTO_AUDIO, /* verifier -> codec-decode: tokens of a session */
+	PROTO_PCM,   /* codec-decode -> verifier: audio of the chunks completed */
+	PROTO_PROGRESS, /* verifier -> client: queue position, tokens, audio */
+	PROTO_CANCEL, /* client -> verifier: end a synth */
 } proto_type;
+#define PROTO_LAST_TYPE PROTO_CANCEL
 
 /* Error codes carried by PROTO_ERROR replies. */
 #define PROTO_E_BAD_REQUEST "bad-request"
 #define PROTO_E_UNKNOWN_SESSION "unknown-session"
 #define PROTO_E_TOO_LARGE "too-large"
 #define PROTO_E_INTERNAL "internal"
+#define PROTO_E_CANCELLED "cancelled"
+#define PROTO_E_BUSY "busy"
 
 typedef struct proto_msg {
 	proto_type type;
@@ -93,6 +113,15 @@ typedef struct proto_msg {
 	int heads;             /* score: MTP heads wanted at each scored position */
 	int speaker;           /* synth: the speaker of a phoneme voice (0..) */
 	int viterbi_k;         /* synth: mtp-viterbi's top-k per head (0: 8) */
+	int stream;            /* synth: send progress messages */
+	int audio;             /* synth: send the audio back (needs a codec) */
+	int chunk, left, right; /* synth, audio: the audio's chunking (codes) */
+	int queue;             /* progress: requests ahead */
+	int rate;              /* progress, pcm: sample rate */
+	const void *pcm;       /* progress, pcm: n_pcm s16le samples (pack: the
+				* caller's; parse: in the received buffer, any
+				* alignment) */
+	size_t n_pcm;
 	int n_append;
 	int32_t append[PROTO_MAX_APPEND];
 	int n;                 /* propose: tokens to draft; score: positions */
@@ -118,7 +147,6 @@ typedef struct proto_msg {
 	char policy[16];
 	float beta;
 	int max_tokens;
-	char out[4096];        /* synth, audio: the audio file to write ("" none) */
 	int final;             /* audio: the last tokens of the session */
 	double stats[PROTO_MAX_STATS];
 	int n_stats;

@@ -1,28 +1,35 @@
 /* pcg-synth: the client of the pipeline. Sends text to the verifier, which
- * runs speculative decoding over draftd and targetd and streams the speech
- * tokens to codec-decode; prints the statistics of the run. */
+ * runs speculative decoding over draftd and targetd and codec-decode; the
+ * tokens and the audio come back as they are made ("progress" messages),
+ * and the audio goes to a file here (atomically, at the end) or to standard
+ * output as it arrives (WAV, or raw PCM). Gives up after --timeout-ms
+ * without a message, and cancels its request when interrupted. Prints the
+ * statistics of the run. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include "audio.h"
 #include "client.h"
 #include "net.h"
 #include "opts.h"
 #include "proto.h"
 
 static const char *prog = "pcg-synth";
-static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--lookahead L] [-o out.wav] "
-			      "[options] TEXT | -";
+static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--lookahead L] [-o FILE|-] "
+			      "[--chunk N] [options] TEXT | -";
 
 static const char *url, *policy, *out, *curve_key, *curve_server, *asg_path;
 static double beta, temp, top_p;
 static int lookahead, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
-static int viterbi_k;
+static int viterbi_k, chunk, chunk_left, chunk_right, raw, quiet;
 
 static const pcg_opt opts[] = {
 	{ "verifier", PCG_OPT_STR, &url, NULL, 1, 0, "URL",
@@ -44,7 +51,19 @@ static const pcg_opt opts[] = {
 	{ "speaker", PCG_OPT_INT, &speaker, "0", 0, 65535, "N",
 	  "the speaker, with a phoneme voice (the demo voice has 8)" },
 	{ "o", PCG_OPT_STR, &out, NULL, 1, 0, "FILE",
-	  "audio file written by codec-decode (.wav or .flac)" },
+	  "write the audio here (.wav, .flac, .raw), or - to stream WAV to standard output "
+	  "as it arrives" },
+	{ "raw", PCG_OPT_FLAG, &raw, NULL, 1, 0, NULL,
+	  "with -o -: raw 16-bit little-endian PCM instead of WAV" },
+	{ "chunk", PCG_OPT_INT, &chunk, "25", 0, PROTO_MAX_APPEND, "N",
+	  "the audio comes in chunks of N codes (0: the whole utterance at the end, the best "
+	  "quality)" },
+	{ "chunk-left", PCG_OPT_INT, &chunk_left, "50", 0, PROTO_MAX_APPEND, "N",
+	  "codes before a chunk decoded with it" },
+	{ "chunk-right", PCG_OPT_INT, &chunk_right, "4", 0, PROTO_MAX_APPEND, "N",
+	  "codes after a chunk decoded with it (each chunk waits for them)" },
+	{ "quiet", PCG_OPT_FLAG, &quiet, NULL, 1, 0, NULL,
+	  "no progress line on a terminal" },
 	{ "f16", PCG_OPT_FLAG, &f16, NULL, 1, 0, NULL, "distributions travel as f16" },
 	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
 	  "send this ASG file with the request ('-': standard input) instead of the verifier's" },
@@ -52,9 +71,9 @@ static const pcg_opt opts[] = {
 	  "print the speech tokens (model ids) on one line" },
 	{ "ping", PCG_OPT_FLAG, &do_ping, NULL, 1, 0, NULL,
 	  "check that the pipeline is up, print its summary" },
-	{ "timeout-ms", PCG_OPT_INT, &timeout_ms, "0", 0, 86400000, "N",
-	  "time to wait for the verifier (0: 60 s and 1 s per --max-tokens; a local "
-	  "verifier that goes away is noticed within a second)" },
+	{ "timeout-ms", PCG_OPT_INT, &timeout_ms, "60000", 1, 86400000, "N",
+	  "give up after this long without a message from the verifier (a local verifier "
+	  "that goes away is noticed within a second)" },
 	{ "curve-key", PCG_OPT_STR, &curve_key, NULL, 1, 0, "FILE",
 	  "this client's CURVE keypair (pcg-keygen); needed for tcp beyond loopback" },
 	{ "curve-server", PCG_OPT_STR, &curve_server, NULL, 1, 0, "FILE",
@@ -132,6 +151,155 @@ static char *read_all(FILE *f, size_t max)
 	return s;
 }
 
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { interrupted = sig; }
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Audio to standard output as it arrives: a WAV header whose sizes say
+ * "unknown" (the largest), as streaming writers do, fixed at the end when
+ * standard output can seek (a file); or raw PCM. */
+typedef struct stream_out {
+	int started, wav, rate;
+	size_t bytes;
+} stream_out;
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	p[0] = v, p[1] = v >> 8, p[2] = v >> 16, p[3] = v >> 24;
+}
+
+static void wav_header(unsigned char h[44], int rate, uint32_t data)
+{
+	memcpy(h, "RIFF", 4);
+	put32(h + 4, data > 0xffffffffu - 36 ? 0xffffffffu : data + 36);
+	memcpy(h + 8, "WAVEfmt ", 8);
+	put32(h + 16, 16);
+	h[20] = 1, h[21] = 0;                 /* PCM */
+	h[22] = 1, h[23] = 0;                 /* mono */
+	put32(h + 24, (uint32_t)rate);
+	put32(h + 28, (uint32_t)rate * 2);
+	h[32] = 2, h[33] = 0, h[34] = 16, h[35] = 0;
+	memcpy(h + 36, "data", 4);
+	put32(h + 40, data);
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	const char *c = p;
+	while (n > 0) {
+		ssize_t w = write(fd, c, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		c += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int stream_pcm(stream_out *so, int rate, const void *pcm, size_t n, pcg_err *err)
+{
+	if (!so->started) {
+		unsigned char h[44];
+		so->started = 1;
+		so->rate = rate;
+		wav_header(h, rate, 0xffffffffu);
+		if (so->wav && write_all(1, h, sizeof h) < 0)
+			return pcg_fail(err, "standard output: %s", strerror(errno));
+	}
+	if (n && write_all(1, pcm, n * 2) < 0)
+		return pcg_fail(err, "standard output: %s", strerror(errno));
+	so->bytes += n * 2;
+	return 0;
+}
+
+/* The real sizes, when standard output is a file. */
+static void stream_finish(stream_out *so)
+{
+	unsigned char h[44];
+
+	if (!so->wav || !so->started || lseek(1, 0, SEEK_CUR) < 0)
+		return;
+	wav_header(h, so->rate, so->bytes > 0xffffffffu - 36 ? 0xffffffffu : (uint32_t)so->bytes);
+	if (pwrite(1, h, sizeof h, 0) != (ssize_t)sizeof h)
+		fprintf(stderr, "%s: standard output: cannot fix the WAV header\n", prog);
+}
+
+static void print_result(const proto_msg *r, double t_first)
+{
+	const double *s = r->stats;
+	FILE *o = out && !strcmp(out, "-") ? stderr : stdout; /* stdout carries the audio */
+
+	fprintf(o, "policy %s, lookahead %d, seed %d\n", policy, lookahead, seed);
+	fprintf(o, "tokens %.0f (%.2f s of audio) in %.3f s: %.1f tokens/s\n", s[10], s[10] / 50,
+		s[11], s[5]);
+	fprintf(o, "rounds %.0f, drafted %.0f, accepted %.0f, acceptance rate %.3f, mean "
+		"acceptance length %.3f\n", s[0], s[1], s[2], s[3], s[4]);
+	if (r->n_stats > 13) {
+		fprintf(o, "acceptance per position:");
+		for (int i = 13; i < r->n_stats; i++)
+			fprintf(o, " %.3f", s[i]);
+		fprintf(o, "\n");
+	}
+	fprintf(o, "time: draft %.3f s, target %.3f s, policy %.3f s, messaging %.3f s; resends "
+		"%.0f\n", s[6], s[7], s[8], s[9], s[12]);
+	if (out && strcmp(out, "-"))
+		fprintf(o, "audio: %s\n", out);
+	if (t_first >= 0)
+		fprintf(o, "first audio after %.3f s\n", t_first);
+	if (print_tokens) {
+		for (int i = 0; i < r->n_append; i++)
+			fprintf(o, "%s%d", i ? " " : "", r->append[i]);
+		fprintf(o, "\n");
+	}
+}
+
+/* ping: one request, one reply. */
+static int do_ping_call(void *ctx, const char *url, proto_msg *q, proto_msg *r)
+{
+	pcg_err err = { "" };
+	pcg_client *c = client_new(ctx, url, timeout_ms, 1, &err);
+	int rc = 1;
+
+	if (c != NULL && !strncmp(url, "ipc://", 6))
+		client_set_alive(c, listening, (void *)url);
+	if (c == NULL || client_call(c, q, r, &err) < 0)
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+	else if (r->type == PROTO_ERROR)
+		fprintf(stderr, "%s: verifier: %s: %s\n", prog, r->code, r->msg);
+	else if (r->type == PROTO_PONG && printf("%s\n", r->msg) > 0)
+		rc = 0;
+	client_free(&c);
+	return rc;
+}
+
+/* Sends a cancel for the synth with that id (best effort: the verifier also
+ * notices a client that is gone). */
+static void send_cancel(void *sock, uint64_t id)
+{
+	proto_msg *c = calloc(1, sizeof *c);
+	void *b = NULL;
+	size_t len;
+	pcg_err err = { "" };
+
+	if (c == NULL)
+		return;
+	c->type = PROTO_CANCEL;
+	c->id = id + 1;
+	c->session = id;
+	if (proto_pack(c, &b, &len, &err) == 0)
+		zmq_send(sock, b, len, ZMQ_DONTWAIT);
+	free(b);
+	free(c);
+}
+
 int main(int argc, char **argv)
 {
 	pcg_err err = { "" };
@@ -145,6 +313,16 @@ int main(int argc, char **argv)
 	if (first < 0 || (!do_ping && first != argc - 1) || (do_ping && first != argc)) {
 		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg : "one TEXT (or -) is needed");
 		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
+		return 2;
+	}
+	const int to_stdout = out && !strcmp(out, "-");
+	audio_format fmt = AUDIO_WAV;
+	if (raw && !to_stdout) {
+		fprintf(stderr, "%s: --raw goes with -o - (for a file, name it .raw)\n", prog);
+		return 2;
+	}
+	if (out && !to_stdout && audio_format_from_path(out, &fmt) < 0) {
+		fprintf(stderr, "%s: -o %s: unknown extension (.wav, .flac, .raw)\n", prog, out);
 		return 2;
 	}
 	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
@@ -190,12 +368,11 @@ int main(int argc, char **argv)
 		q->speaker = speaker;
 		q->viterbi_k = viterbi_k;
 		q->f16 = f16;
-		/* codec-decode runs elsewhere: give it an absolute path. */
-		char cwd[2048];
-		if (out && out[0] != '/' && getcwd(cwd, sizeof cwd))
-			snprintf(q->out, sizeof q->out, "%s/%s", cwd, out);
-		else
-			snprintf(q->out, sizeof q->out, "%s", out ? out : "");
+		q->stream = 1;
+		q->audio = out != NULL;
+		q->chunk = chunk;
+		q->left = chunk_left;
+		q->right = chunk_right;
 	}
 	char ubuf[4200];
 	/* pcg-up's pipeline, not one the user names: if it is not up, say so at
@@ -212,54 +389,140 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: %s\n", prog, err.msg);
 		return 1;
 	}
-	void *ctx = zmq_ctx_new();
-	/* One try: a synthesis is not resent behind the user's back. */
-	if (timeout_ms == 0) /* by the work asked for, not a fixed total */
-		timeout_ms = 60000 + 1000 * (do_ping ? 0 : max_tokens);
-	pcg_client *c = client_new(ctx, url, timeout_ms, 1, &err);
-	if (c != NULL && !strncmp(url, "ipc://", 6))
-		client_set_alive(c, listening, (void *)url);
-	if (c == NULL || client_call(c, q, r, &err) < 0) {
+	void *ctx = zmq_ctx_new(), *sock = NULL;
+	audio_out *file = NULL;
+	stream_out so = { .wav = !raw };
+	const int show = !quiet && isatty(2);
+	int got_audio = 0;
+
+	if (do_ping) {
+		rc = do_ping_call(ctx, url, q, r);
+		goto out;
+	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, then a cancel */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	q->id = ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec;
+	void *packed = NULL;
+	size_t plen;
+	if ((sock = net_client(ctx, url, &err)) == NULL || proto_pack(q, &packed, &plen, &err) < 0 ||
+	    net_send(sock, packed, plen, &err) < 0) {
+		free(packed);
 		fprintf(stderr, "%s: %s\n", prog, err.msg);
 		goto out;
 	}
-	if (r->type == PROTO_ERROR) {
-		fprintf(stderr, "%s: verifier: %s: %s\n", prog, r->code, r->msg);
-		goto out;
-	}
-	if (r->type == PROTO_PONG) {
-		printf("%s\n", r->msg);
+	free(packed);
+	double last = now_s(), t0 = last, t_first = 0;
+	for (;;) {
+		zmq_msg_t m;
+		int got = net_recv(sock, &m, 250, &err);
+		if (interrupted) {
+			if (got > 0)
+				zmq_msg_close(&m);
+			send_cancel(sock, q->id);
+			fprintf(stderr, "%s%s: interrupted: request cancelled\n", show ? "\n" : "", prog);
+			rc = 128 + interrupted;
+			goto out;
+		}
+		if (got < 0)
+			goto fail;
+		if (got == 0) {
+			if ((now_s() - last) * 1000 >= timeout_ms) {
+				send_cancel(sock, q->id);
+				pcg_fail(&err, "%s: no message for %d ms (--timeout-ms): request "
+					 "cancelled", url, timeout_ms);
+				goto fail;
+			}
+			if (!strncmp(url, "ipc://", 6) && !listening((void *)url)) {
+				pcg_fail(&err, "%s: the server is gone (nobody listens any more)",
+					 url);
+				goto fail;
+			}
+			continue;
+		}
+		last = now_s();
+		if (proto_parse(zmq_msg_data(&m), zmq_msg_size(&m), r, &err) < 0) {
+			zmq_msg_close(&m);
+			pcg_err_prefix(&err, url);
+			goto fail;
+		}
+		if (r->id != q->id) { /* not ours: a late reply to a cancel */
+			zmq_msg_close(&m);
+			continue;
+		}
+		if (r->type == PROTO_PROGRESS) {
+			if (r->n_pcm > 0 && out) {
+				if (!got_audio)
+					t_first = now_s() - t0;
+				got_audio = 1;
+				int bad = 0;
+				if (to_stdout) {
+					bad = stream_pcm(&so, r->rate, r->pcm, r->n_pcm, &err) < 0;
+				} else {
+					if (file == NULL &&
+					    (file = audio_open(out, r->rate, fmt, &err)) == NULL)
+						bad = 1;
+					/* the samples may lie at any alignment in the message */
+					int16_t *tmp = bad ? NULL : malloc(r->n_pcm * 2);
+					if (!bad && tmp == NULL)
+						bad = !pcg_fail(&err, "out of memory");
+					if (!bad) {
+						memcpy(tmp, r->pcm, r->n_pcm * 2);
+						bad = audio_append_s16(file, tmp, r->n_pcm, &err) < 0;
+					}
+					free(tmp);
+				}
+				if (bad) {
+					zmq_msg_close(&m);
+					send_cancel(sock, q->id);
+					goto fail;
+				}
+			}
+			if (show && r->queue > 0)
+				fprintf(stderr, "\r%s: waiting, %d requests ahead   ", prog, r->queue);
+			else if (show && r->pos > 0)
+				fprintf(stderr, "\r%s: %d tokens, %.2f s of audio, %.1f s   ", prog,
+					r->pos, r->pos / 50.0, now_s() - t0);
+			zmq_msg_close(&m);
+			continue;
+		}
+		if (show)
+			fprintf(stderr, "\r\033[K");
+		if (r->type == PROTO_ERROR) {
+			fprintf(stderr, "%s: verifier: %s: %s\n", prog, r->code, r->msg);
+			zmq_msg_close(&m);
+			goto out;
+		}
+		if (r->type != PROTO_RESULT || r->n_stats < 13) {
+			fprintf(stderr, "%s: unexpected reply '%s'\n", prog, proto_type_name(r->type));
+			zmq_msg_close(&m);
+			goto out;
+		}
+		if (file && audio_commit(&file, &err) < 0) {
+			zmq_msg_close(&m);
+			goto fail;
+		}
+		if (to_stdout)
+			stream_finish(&so);
+		if (out && !got_audio && !to_stdout)
+			fprintf(stderr, "%s: no audio came (no speech tokens): %s not written\n",
+				prog, out);
+		print_result(r, got_audio ? t_first : -1);
+		zmq_msg_close(&m);
 		rc = 0;
-		goto out;
+		break;
 	}
-	if (r->type != PROTO_RESULT || r->n_stats < 13) {
-		fprintf(stderr, "%s: unexpected reply '%s'\n", prog, proto_type_name(r->type));
-		goto out;
-	}
-	const double *s = r->stats;
-	printf("policy %s, lookahead %d, seed %d\n", policy, lookahead, seed);
-	printf("tokens %.0f (%.2f s of audio) in %.3f s: %.1f tokens/s\n", s[10], s[10] / 50, s[11],
-	       s[5]);
-	printf("rounds %.0f, drafted %.0f, accepted %.0f, acceptance rate %.3f, mean acceptance "
-	       "length %.3f\n", s[0], s[1], s[2], s[3], s[4]);
-	if (r->n_stats > 13) {
-		printf("acceptance per position:");
-		for (int i = 13; i < r->n_stats; i++)
-			printf(" %.3f", s[i]);
-		printf("\n");
-	}
-	printf("time: draft %.3f s, target %.3f s, policy %.3f s, messaging %.3f s; resends %.0f\n",
-	       s[6], s[7], s[8], s[9], s[12]);
-	if (out)
-		printf("audio: %s\n", out);
-	if (print_tokens) {
-		for (int i = 0; i < r->n_append; i++)
-			printf("%s%d", i ? " " : "", r->append[i]);
-		printf("\n");
-	}
-	rc = 0;
+	goto out;
+fail:
+	fprintf(stderr, "%s%s: %s\n", show ? "\n" : "", prog, err.msg);
 out:
-	client_free(&c);
+	audio_abort(&file);
+	net_close(&sock);
 	zmq_ctx_term(ctx);
 	free(text);
 	free(asg_img);

@@ -1,11 +1,18 @@
-/* verifier: the hub of the pipeline. It owns the round loop of speculative
- * decoding: the draft proposes L tokens (draftd), the target scores the
- * block in one pass (targetd), the policy decides what to keep, and the
- * committed speech tokens stream to codec-decode. Clients (pcg-synth) send
- * "synth" requests; the reply carries the tokens and the statistics. See
- * man/verifier.8. */
+/* verifier: the hub of the pipeline. Clients (pcg-synth) send "synth"
+ * requests; each becomes a session of the round loop (lib/speculate.h: the
+ * draft proposes L tokens at draftd, the target scores the block in one
+ * pass at targetd, the policy decides what to keep), run by one of
+ * --sessions worker threads, so many utterances are in flight at once and
+ * their rounds interleave at the model servers, which batch them. The
+ * committed tokens go to codec-decode, and the audio it returns goes back
+ * to the client in "progress" messages as it comes; the last message is
+ * the result with the tokens and the statistics. Requests beyond the
+ * workers wait in a queue (told their position); a client that goes away
+ * or sends "cancel" ends its session within a round. Only the main thread
+ * touches the clients' socket. See man/verifier.8. */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
 #include <signal.h>
 #include <stdio.h>
@@ -27,6 +34,7 @@
 #include "proto.h"
 #include "rng.h"
 #include "sampling.h"
+#include "speculate.h"
 #include "tm.h"
 #include "tokenizer.h"
 #include "viterbi.h"
@@ -34,13 +42,14 @@
 
 static const char *prog = "verifier";
 static const char *SYNOPSIS = "--tokenizer FILE [--asg FILE|-] [--listen URL] [--draft URL] "
-			      "[--target URL] [--codec URL|none] [--timeout-ms N] [--tries N] [--ms-per-position N]";
+			      "[--target URL] [--codec URL|none] [--sessions N] [--queue N] [--timeout-ms N] "
+			      "[--tries N] [--ms-per-position N]";
 
 static const char *tok_path, *asg_path, *listen_url, *draft_url, *target_url, *codec_url;
 static const char *voice_path, *tm_path;
 static const char *local_dir, *local_draft, *local_layers, *local_device, *curve_key, *curve_allow,
 	*curve_peers;
-static int timeout_ms, tries, ms_per_pos;
+static int timeout_ms, tries, ms_per_pos, n_sessions, max_queue;
 
 static const pcg_opt opts[] = {
 	{ "tokenizer", PCG_OPT_STR, &tok_path, NULL, 1, 0, "FILE",
@@ -59,6 +68,10 @@ static const pcg_opt opts[] = {
 	{ "target", PCG_OPT_STR, &target_url, "tcp://127.0.0.1:7602", 1, 0, "URL", "targetd" },
 	{ "codec", PCG_OPT_STR, &codec_url, "none", 1, 0, "URL",
 	  "codec-decode, or none (tokens only)" },
+	{ "sessions", PCG_OPT_INT, &n_sessions, "8", 1, 1024, "N",
+	  "utterances in flight at once (each a worker thread with its own connections)" },
+	{ "queue", PCG_OPT_INT, &max_queue, "256", 0, 1 << 20, "N",
+	  "requests that may wait for a session; beyond, a request gets the error busy" },
 	{ "timeout-ms", PCG_OPT_INT, &timeout_ms, "3000", 10, 600000, "N",
 	  "per-try timeout of a request to a server" },
 	{ "tries", PCG_OPT_INT, &tries, "2", 1, 100, "N", "tries per request before giving up" },
@@ -85,108 +98,48 @@ static const pcg_opt opts[] = {
 static volatile sig_atomic_t stop;
 static void on_signal(int sig) { (void)sig; stop = 1; }
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+/* An ASG image sent with a request: validated by asg_open through a memory
+ * file, shared by the requests that send the same bytes while they run. */
+typedef struct sent_asg {
+	asg *a;
+	uint64_t hash;
+	int refs;
+	struct sent_asg *next;
+} sent_asg;
 
-/* Stats of one synthesis, in the order of the result's stats array. */
-enum { S_ROUNDS, S_DRAFTED, S_ACCEPTED, S_RATE, S_MAL, S_TOK_S, S_T_DRAFT, S_T_TARGET,
-       S_T_POLICY, S_T_MSG, S_TOKENS, S_T_TOTAL, S_RESENDS, S_POS0 };
+/* One synth request: queued, then run by a worker. Main owns the list;
+ * a worker owns a job from dequeue to its final message. */
+typedef struct job {
+	uint64_t session;          /* the servers' session id */
+	unsigned char route[256];  /* the client */
+	size_t route_len;
+	int delim;
+	proto_msg *req;            /* a copy; req->asg points to asg_img */
+	void *asg_img;
+	atomic_int cancel;         /* the client went away or asked */
+	int queued;                /* main: still in the queue */
+	struct job *next_q;        /* the queue (under lock) */
+	struct job *next;          /* main's list of live jobs */
+} job;
 
 typedef struct verifier {
 	tokenizer *tok;
 	llasa_vocab voc;
+	spec_env env;
 	asg *groups;          /* --asg */
-	asg *sent;            /* the last ASG a client sent with a request */
-	uint64_t sent_hash;
-	pcg_client *draft, *target, *codec;
-	uint64_t next_session;
 	voice_info *voice;    /* --voice: a phoneme voice, else NULL */
-	int unk_phone;        /* its token for a phoneme it does not know */
-	int width;            /* the rows of this request: speech (+ the end token) */
-	llama_rows rows;
-	proto_msg *q, *r;     /* request and reply to a server */
-	float *p, *qv;        /* PROTO_MAX_N x width */
-	float *hv;            /* MTP: PROTO_MAX_VEC x width, allocated on first use */
-	int hv_width;
 	tm *tm;               /* --tm, for mtp-viterbi */
+	void *ctx;
+	const char *draft_url, *target_url, *codec_url;
+	/* the queue of jobs waiting for a worker, and the sent ASGs */
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	job *q_head, *q_tail;
+	int n_queued, n_workers, idle;
+	sent_asg *sent;
+	atomic_ullong next_session;
+	int sample_rate;      /* the codec's, once known */
 } verifier;
-
-/* Row index of a model id in the output rows (speech codes, then end). */
-static int id_row(const verifier *v, int id)
-{
-	int c = llasa_id_to_code(&v->voc, id);
-	return c >= 0 ? c : id == v->voc.end_id && !v->voice ? v->width - 1 : -1;
-}
-
-static int row_id(const verifier *v, int row)
-{
-	return row == v->width - 1 && !v->voice ? v->voc.end_id : llasa_code_to_id(&v->voc, row);
-}
-
-/* One request to a model server, resending the whole context once if the
- * server lost the session. *sync is what it holds of ctx. */
-static int ask(verifier *v, pcg_client *c, proto_msg *q, const int *ctx, int n, int *sync,
-	       const int *tail, int n_tail, double *t_server, int *resends, pcg_err *err)
-{
-	for (int attempt = 0; attempt < 2; attempt++) {
-		q->pos = *sync;
-		q->n_append = 0;
-		if (n - *sync + n_tail > PROTO_MAX_APPEND)
-			return pcg_fail(err, "context of %d tokens exceeds %d", n + n_tail,
-					PROTO_MAX_APPEND);
-		for (int i = *sync; i < n; i++)
-			q->append[q->n_append++] = ctx[i];
-		for (int i = 0; i < n_tail; i++)
-			q->append[q->n_append++] = tail[i];
-		if (client_call(c, q, v->r, err) < 0)
-			return -1;
-		if (v->r->type == PROTO_PROBS) {
-			*sync = n;
-			*t_server += v->r->n_stats > 0 ? v->r->stats[0] : 0;
-			if (v->r->width != v->width || v->r->n_vec != q->n * (1 + q->heads))
-				return pcg_fail(err, "server answered %d x %d, asked %d x %d",
-						v->r->n_vec, v->r->width, q->n * (1 + q->heads),
-						v->width);
-			return 0;
-		}
-		if (v->r->type == PROTO_ERROR && !strcmp(v->r->code, PROTO_E_UNKNOWN_SESSION) &&
-		    attempt == 0) {
-			*sync = 0; /* restarted or evicted: resend everything */
-			(*resends)++;
-			continue;
-		}
-		return pcg_fail(err, "%s: %s", v->r->type == PROTO_ERROR ? v->r->code : "reply",
-				v->r->type == PROTO_ERROR ? v->r->msg : "unexpected type");
-	}
-	return pcg_fail(err, "server lost the session twice");
-}
-
-/* Sends newly committed codes to codec-decode. */
-static int stream(verifier *v, uint64_t session, const int *ids, int n, int final,
-		  const char *out, pcg_err *err)
-{
-	proto_msg *q = v->q;
-
-	if (v->codec == NULL)
-		return 0;
-	memset(q, 0, offsetof(proto_msg, append));
-	q->type = PROTO_AUDIO;
-	q->session = session;
-	q->n_append = 0;
-	for (int i = 0; i < n; i++)
-		q->append[q->n_append++] = llasa_id_to_code(&v->voc, ids[i]);
-	q->final = final;
-	snprintf(q->out, sizeof q->out, "%s", out);
-	if (client_call(v->codec, q, v->r, err) < 0)
-		return -1;
-	if (v->r->type == PROTO_ERROR)
-		return pcg_fail(err, "codec-decode: %s: %s", v->r->code, v->r->msg);
-	return 0;
-}
 
 static uint64_t fnv64(const unsigned char *p, size_t n)
 {
@@ -196,409 +149,563 @@ static uint64_t fnv64(const unsigned char *p, size_t n)
 	return h;
 }
 
-/* An ASG image sent with a request: validated by asg_open through a memory
- * file, kept for the next request that sends the same bytes. */
-static const asg *sent_asg(verifier *v, const void *img, size_t len, pcg_err *err)
+/* The ASG a request sent, opened once for all requests sending the same
+ * bytes; release it with asg_release. */
+static sent_asg *asg_acquire(verifier *v, const void *img, size_t len, pcg_err *err)
 {
 	uint64_t h = fnv64(img, len) ^ len;
+	sent_asg *x;
 	char path[64];
 	int fd;
 
-	if (v->sent && v->sent_hash == h)
-		return v->sent;
-	asg_close(&v->sent);
-	fd = memfd_create("asg", MFD_CLOEXEC);
-	if (fd < 0) {
-		pcg_fail(err, "memfd_create: %s", strerror(errno));
+	pthread_mutex_lock(&v->lock);
+	for (x = v->sent; x; x = x->next)
+		if (x->hash == h) {
+			x->refs++;
+			pthread_mutex_unlock(&v->lock);
+			return x;
+		}
+	pthread_mutex_unlock(&v->lock);
+	if ((x = calloc(1, sizeof *x)) == NULL) {
+		pcg_fail(err, "out of memory");
 		return NULL;
 	}
-	if (write(fd, img, len) != (ssize_t)len) {
+	fd = memfd_create("asg", MFD_CLOEXEC);
+	if (fd < 0 || write(fd, img, len) != (ssize_t)len) {
 		pcg_fail(err, "asg: cannot buffer %zu bytes", len);
-		close(fd);
+		if (fd >= 0)
+			close(fd);
+		free(x);
 		return NULL;
 	}
 	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-	v->sent = asg_open(path, err);
+	x->a = asg_open(path, err);
 	close(fd); /* the mapping keeps the pages */
-	if (v->sent == NULL) {
+	if (x->a == NULL) {
 		pcg_err_prefix(err, "field 'asg'");
+		free(x);
 		return NULL;
 	}
-	if (asg_get(v->sent)->n > (uint32_t)v->voc.speech_count) {
+	if (asg_get(x->a)->n > (uint32_t)v->voc.speech_count) {
 		pcg_fail(err, "field 'asg': covers %u tokens, the vocabulary has %d speech tokens",
-			 asg_get(v->sent)->n, v->voc.speech_count);
-		asg_close(&v->sent);
+			 asg_get(x->a)->n, v->voc.speech_count);
+		asg_close(&x->a);
+		free(x);
 		return NULL;
 	}
-	v->sent_hash = h;
-	return v->sent;
+	x->hash = h;
+	x->refs = 1;
+	pthread_mutex_lock(&v->lock);
+	x->next = v->sent;
+	v->sent = x;
+	pthread_mutex_unlock(&v->lock);
+	return x;
 }
 
-/* A phoneme voice's prompt text and forced tokens for one request: the
- * speaker token and espeak-ng's phoneme tokens, and for each phoneme its
- * token id and start frame. */
-typedef struct forced {
-	char *text;
-	int *id, *frame;
-	int n, n_frames, unknown;
-} forced;
-
-static void forced_free(forced *f)
+static void asg_release(verifier *v, sent_asg *x)
 {
-	free(f->text);
-	free(f->id);
-	free(f->frame);
-	memset(f, 0, sizeof *f);
+	if (x == NULL)
+		return;
+	pthread_mutex_lock(&v->lock);
+	if (--x->refs == 0) {
+		for (sent_asg **pp = &v->sent; *pp; pp = &(*pp)->next)
+			if (*pp == x) {
+				*pp = x->next;
+				break;
+			}
+		asg_close(&x->a);
+		free(x);
+	}
+	pthread_mutex_unlock(&v->lock);
 }
 
-static int forced_make(verifier *v, const proto_msg *req, forced *f, pcg_err *err)
-{
-	voice_render r;
-	char tok[32];
-	size_t len = 0;
+/* ------------------------------------------------------------ workers */
 
-	memset(f, 0, sizeof *f);
-	if (req->speaker >= v->voice->n_speakers)
-		return pcg_fail(err, "field 'speaker': %d, the voice has %d speakers", req->speaker,
-				v->voice->n_speakers);
-	if (voice_speak(&v->voice->speakers[req->speaker], req->text, v->voice->sample_rate,
-			v->voice->hop, 0, &r, err) < 0)
+/* A worker: its own clients of the servers (a ZeroMQ socket belongs to one
+ * thread) and a PUSH socket to main, which forwards to the clients. */
+typedef struct worker {
+	verifier *v;
+	pthread_t th;
+	int started;
+	pcg_client *draft, *target, *codec;
+	void *out;
+	proto_buf buf;
+	proto_msg *m, *r;
+} worker;
+
+static int io_call(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err)
+{
+	worker *w = ctx;
+	return client_call(stage == SPEC_DRAFT ? w->draft : w->target, q, r, err);
+}
+
+/* Sends m to main for the job's client: [job][final][body]. */
+static void to_client(worker *w, job *j, const proto_msg *m, int final)
+{
+	pcg_err err = { "" };
+	unsigned char fin = (unsigned char)final;
+
+	if (proto_pack_buf(m, &w->buf, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		if (!final)
+			return;
+		w->buf.len = 0; /* main still learns the job is over */
+	}
+	zmq_send(w->out, &j, sizeof j, ZMQ_SNDMORE);
+	zmq_send(w->out, &fin, 1, ZMQ_SNDMORE);
+	zmq_send(w->out, w->buf.data, w->buf.len, 0);
+}
+
+static void progress(worker *w, job *j, int queue, int pos, const int *tok, int n_tok,
+		     const void *pcm, size_t n_pcm)
+{
+	proto_msg *m = w->m;
+
+	memset(m, 0, offsetof(proto_msg, append));
+	m->n_stats = 0;
+	m->type = PROTO_PROGRESS;
+	m->id = j->req->id;
+	m->queue = queue;
+	m->pos = pos;
+	m->n_append = n_tok;
+	memcpy(m->append, tok, (size_t)n_tok * sizeof *tok);
+	m->rate = w->v->sample_rate;
+	m->pcm = pcm;
+	m->n_pcm = n_pcm;
+	to_client(w, j, m, 0);
+}
+
+/* Appends the codes of tok to the job's utterance at codec-decode; the
+ * reply (w->r) carries the audio of the chunks they complete. */
+static int codec_send(worker *w, job *j, const int *tok, int n, int final, pcg_err *err)
+{
+	proto_msg *q = w->m;
+
+	memset(q, 0, offsetof(proto_msg, append));
+	q->type = PROTO_AUDIO;
+	q->session = j->session;
+	q->n_append = n;
+	for (int i = 0; i < n; i++)
+		q->append[i] = llasa_id_to_code(&w->v->voc, tok[i]);
+	q->final = final;
+	q->chunk = j->req->chunk;
+	q->left = j->req->left;
+	q->right = j->req->right;
+	if (client_call(w->codec, q, w->r, err) < 0)
 		return -1;
-	f->text = malloc((size_t)(r.n_ph + 1) * 32);
-	f->id = malloc((size_t)(r.n_ph + 1) * sizeof *f->id);
-	f->frame = malloc((size_t)(r.n_ph + 1) * sizeof *f->frame);
-	if (f->text == NULL || f->id == NULL || f->frame == NULL) {
-		voice_render_free(&r);
-		forced_free(f);
-		return pcg_fail(err, "out of memory");
-	}
-	voice_speaker_token(req->speaker, tok, sizeof tok);
-	len += (size_t)sprintf(f->text, "%s", tok);
-	for (int i = 0; i < r.n_ph; i++) {
-		voice_phone_token(r.ph[i].name, tok, sizeof tok);
-		int id = tok_token_id(v->tok, tok, strlen(tok));
-		if (id < 0) { /* a phoneme the corpus never had: the pause stands in */
-			id = v->unk_phone;
-			f->unknown++;
-			snprintf(tok, sizeof tok, "<|p__|>");
-		}
-		len += (size_t)sprintf(f->text + len, "%s", tok);
-		f->id[f->n] = id;
-		f->frame[f->n++] = r.ph[i].frame;
-	}
-	f->n_frames = r.n_frames;
-	voice_render_free(&r);
-	if (f->n_frames == 0) {
-		forced_free(f);
-		return pcg_fail(err, "text: espeak-ng speaks it as silence");
-	}
+	if (w->r->type != PROTO_PCM)
+		return pcg_fail(err, "codec-decode: %s: %s", w->r->type == PROTO_ERROR ? w->r->code
+				: "reply", w->r->type == PROTO_ERROR ? w->r->msg : "not pcm");
+	w->v->sample_rate = w->r->rate;
 	return 0;
 }
 
-/* One synthesis: the round loop. Fills rep (a result or an error). */
-static void synth(verifier *v, const proto_msg *req, proto_msg *rep)
+/* One synth, round by round; every message to the client goes through main. */
+static void run_job(worker *w, job *j)
+{
+	verifier *v = w->v;
+	const proto_msg *req = j->req;
+	proto_msg *rep = w->m;
+	spec_io io = { io_call, w };
+	pcg_err err = { "" };
+	sent_asg *sa = NULL;
+	spec_session *s = NULL;
+	const char *code = PROTO_E_BAD_REQUEST;
+	int rc = 0, codec_open = 0;
+
+	if (req->stream)
+		progress(w, j, 0, 0, NULL, 0, NULL, 0);
+	if (req->audio && w->codec == NULL) {
+		pcg_fail(&err, "field 'audio': this pipeline has no codec (start the verifier "
+			 "with --codec URL: pcg-up --codec-weights), or ask for tokens only");
+		goto fail;
+	}
+	if (req->audio && !req->stream) {
+		pcg_fail(&err, "field 'audio': the audio travels in progress messages: ask for "
+			 "stream too");
+		goto fail;
+	}
+	if (req->asg_len > 0 && (sa = asg_acquire(v, req->asg, req->asg_len, &err)) == NULL)
+		goto fail;
+	s = spec_new(&v->env, req, sa ? sa->a : v->groups, j->session, &err);
+	if (s == NULL)
+		goto fail;
+	code = PROTO_E_INTERNAL;
+	while (rc == 0) {
+		if (atomic_load(&j->cancel) || stop) {
+			code = PROTO_E_CANCELLED;
+			pcg_fail(&err, stop ? "the verifier is stopping" : "cancelled");
+			goto fail;
+		}
+		if ((rc = spec_round(s, &io, &err)) < 0)
+			goto fail;
+		const int *tok;
+		int n_tok = spec_last_round(s, &tok, NULL), pos;
+		spec_tokens(s, &pos);
+		const void *pcm = NULL;
+		size_t n_pcm = 0;
+		if (req->audio) {
+			if (codec_send(w, j, tok, n_tok, rc == 1, &err) < 0)
+				goto fail;
+			codec_open = rc == 0;
+			pcm = w->r->pcm;
+			n_pcm = w->r->n_pcm;
+		}
+		if (req->stream && (n_tok > 0 || n_pcm > 0))
+			progress(w, j, 0, pos, tok, n_tok, pcm, n_pcm);
+	}
+	spec_drop(s, &io);
+	spec_result(s, req->id, rep);
+	to_client(w, j, rep, 1);
+	goto out;
+fail:
+	/* a cancelled session's caches go now; after an error a server may be
+	 * gone, and waiting for it would only delay the error */
+	if (s && !strcmp(code, PROTO_E_CANCELLED))
+		spec_drop(s, &io);
+	if (codec_open) { /* the codec may forget the utterance */
+		memset(w->m, 0, offsetof(proto_msg, append));
+		w->m->type = PROTO_DROP;
+		w->m->session = j->session;
+		client_call(w->codec, w->m, w->r, &err);
+	}
+	proto_error(rep, req->id, code, "%s", err.msg);
+	to_client(w, j, rep, 1);
+out:
+	spec_free(&s);
+	asg_release(v, sa);
+}
+
+static void *worker_main(void *arg)
+{
+	worker *w = arg;
+	verifier *v = w->v;
+	pcg_err err = { "" };
+
+	for (;;) {
+		pthread_mutex_lock(&v->lock);
+		v->idle++;
+		while (v->q_head == NULL && !stop)
+			pthread_cond_wait(&v->wake, &v->lock);
+		v->idle--;
+		job *j = v->q_head;
+		if (j) {
+			v->q_head = j->next_q;
+			if (v->q_head == NULL)
+				v->q_tail = NULL;
+			v->n_queued--;
+		}
+		pthread_mutex_unlock(&v->lock);
+		if (j == NULL)
+			break; /* stopping */
+		run_job(w, j);
+	}
+	(void)err;
+	return NULL;
+}
+
+static int worker_start(verifier *v, worker *w, pcg_err *err)
+{
+	w->v = v;
+	w->m = calloc(1, sizeof *w->m);
+	w->r = calloc(1, sizeof *w->r);
+	if (w->m == NULL || w->r == NULL)
+		return pcg_fail(err, "out of memory");
+	w->draft = client_new(v->ctx, v->draft_url, timeout_ms, tries, err);
+	if (w->draft == NULL ||
+	    (w->target = client_new(v->ctx, v->target_url, timeout_ms, tries, err)) == NULL)
+		return -1;
+	client_set_ms_per_position(w->draft, ms_per_pos);
+	client_set_ms_per_position(w->target, ms_per_pos);
+	if (strcmp(v->codec_url, "none") &&
+	    (w->codec = client_new(v->ctx, v->codec_url, timeout_ms, tries, err)) == NULL)
+		return -1;
+	if ((w->out = zmq_socket(v->ctx, ZMQ_PUSH)) == NULL ||
+	    zmq_connect(w->out, "inproc://verifier-out") != 0)
+		return pcg_fail(err, "inproc socket: %s", zmq_strerror(zmq_errno()));
+	/* From here on the sockets belong to the worker thread (libzmq lets a
+	 * socket move between threads with a full memory barrier, which
+	 * pthread_create is). */
+	if (pthread_create(&w->th, NULL, worker_main, w) != 0)
+		return pcg_fail(err, "cannot start a worker thread");
+	w->started = 1;
+	return 0;
+}
+
+static void worker_free(worker *w)
+{
+	if (w->started)
+		pthread_join(w->th, NULL);
+	client_free(&w->draft);
+	client_free(&w->target);
+	client_free(&w->codec);
+	net_close(&w->out);
+	proto_buf_free(&w->buf);
+	free(w->m);
+	free(w->r);
+}
+
+/* ------------------------------------------------------------ main */
+
+/* Main's state: the client socket, the jobs alive, replies. */
+typedef struct hub {
+	verifier *v;
+	void *sock, *in;
+	job *jobs;
+	int n_jobs;
+	proto_buf buf;
+	proto_msg *rep;
+	pcg_client *ping[3];
+} hub;
+
+static int send_to(hub *h, const unsigned char *route, size_t route_len, int delim,
+		   const void *body, size_t len)
+{
+	if (zmq_send(h->sock, route, route_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	    (delim && zmq_send(h->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) ||
+	    zmq_send(h->sock, body, len, ZMQ_DONTWAIT) < 0)
+		return -1;
+	return 0;
+}
+
+static void reply_msg(hub *h, const net_req *r, const proto_msg *m)
 {
 	pcg_err err = { "" };
-	int *ctx = NULL, *sp = NULL, n = 0, nsp = 0, n_prompt, d_sync = 0, t_sync = 0, resends = 0;
-	size_t np = 0;
-	double st[PROTO_MAX_STATS] = { 0 }, t0 = now(), t_server = 0; /* servers' own compute */
-	const int L = req->n;
-	const uint64_t session = v->next_session++;
-	/* mtp-<policy>: the target's MTP heads draft and <policy> verifies;
-	 * mtp-viterbi: the heads' Viterbi path is emitted unverified. */
-	const int mtp = !strncmp(req->policy, "mtp-", 4);
-	const int viterbi = mtp && !strcmp(req->policy + 4, "viterbi");
-	const char *pname = mtp ? req->policy + 4 : req->policy;
-	const int is_none = !strcmp(pname, "none") || viterbi;
-	const int kind = viterbi ? -1 : policy_kind_from_name(pname);
-	const int heads = mtp ? L : 0;
-	policy *pol = NULL;
-	policy_result *res = NULL;
-	forced fc = { 0 };
-	int *pids = NULL;
 
-	if (req->out[0] != '\0' && v->codec == NULL) {
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
-			    "field 'out': this pipeline has no codec to write %.200s (start the "
-			    "verifier with --codec URL: pcg-up --codec-weights), or ask for tokens "
-			    "only", req->out);
-		return;
+	if (proto_pack_buf(m, &h->buf, &err) < 0)
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+	else if (send_to(h, r->route, r->route_len, r->delim, h->buf.data, h->buf.len) < 0)
+		fprintf(stderr, "%s: a reply to a client is lost: %s\n", prog,
+			zmq_strerror(zmq_errno()));
+}
+
+/* The queue positions of the jobs that wait, sent to the streaming ones. */
+static void tell_queue(hub *h)
+{
+	verifier *v = h->v;
+	int pos = 0;
+
+	pthread_mutex_lock(&v->lock);
+	for (job *j = v->q_head; j; j = j->next_q) {
+		pos++;
+		if (!j->req->stream)
+			continue;
+		memset(h->rep, 0, offsetof(proto_msg, append));
+		h->rep->type = PROTO_PROGRESS;
+		h->rep->id = j->req->id;
+		h->rep->queue = pos;
+		pcg_err err = { "" };
+		if (proto_pack_buf(h->rep, &h->buf, &err) == 0 &&
+		    send_to(h, j->route, j->route_len, j->delim, h->buf.data, h->buf.len) < 0)
+			atomic_store(&j->cancel, 1);
 	}
-	if ((!is_none && kind < 0) || (mtp && !viterbi && kind < 0)) {
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
-			    "field 'policy': '%s' is not sd, ssd, pcg, greedy, none, mtp-viterbi or "
-			    "mtp- and one of the four", req->policy);
-		return;
-	}
-	if (mtp && (L < 1 || L + 1 > PROTO_MAX_N)) {
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
-			    "field 'n': %d MTP heads not in [1, %d]", L, PROTO_MAX_N - 1);
-		return;
-	}
-	if (viterbi && v->tm == NULL) {
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
-			    "policy mtp-viterbi needs a transition matrix (verifier --tm)");
-		return;
-	}
-	const asg *groups = v->groups;
-	if (req->asg_len > 0 && (groups = sent_asg(v, req->asg, req->asg_len, &err)) == NULL) {
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
-		return;
-	}
-	if (kind == POLICY_PCG && groups == NULL) {
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST,
-			    "policy pcg needs an ASG (verifier --asg, or pcg-synth --asg)");
-		return;
-	}
-	if (!is_none && (L < 1 || L + 1 > PROTO_MAX_N)) {
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "field 'n': lookahead %d not in [1, %d]",
-			    L, PROTO_MAX_N - 1);
-		return;
-	}
-	/* A phoneme voice: the rows are the speech tokens alone (the length is
-	 * espeak-ng's, so the end token is never drawn); else speech and end. */
-	if (v->voice) {
-		v->width = v->voc.speech_count;
-		v->rows = (llama_rows){ 1, { v->voc.speech_first },
-				       { v->voc.speech_first + v->voc.speech_count } };
-	} else {
-		v->width = v->voc.speech_count + 1;
-		v->rows = (llama_rows){ 2, { v->voc.speech_first, v->voc.end_id },
-				       { v->voc.speech_first + v->voc.speech_count,
-					 v->voc.end_id + 1 } };
-	}
-	if (v->voice && forced_make(v, req, &fc, &err) < 0) {
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
-		return;
-	}
-	const int max_tokens = v->voice && fc.n_frames < req->max_tokens ? fc.n_frames
-									  : req->max_tokens;
-	if (mtp && v->hv_width < v->width) {
-		free(v->hv);
-		v->hv = malloc((size_t)PROTO_MAX_VEC * v->width * sizeof(float));
-		v->hv_width = v->hv ? v->width : 0;
-		if (v->hv == NULL) {
-			proto_error(rep, req->id, PROTO_E_INTERNAL, "out of memory");
-			goto done;
-		}
-	}
-	/* the heads' distributions at the last committed token (mtp-*) */
-	const float *hp[PROTO_MAX_HEADS + 1];
-	int have_heads = 0;
-	if (!is_none) {
-		policy_params pp = { .kind = (policy_kind)kind, .beta = req->beta,
-				     .groups = kind == POLICY_PCG ? groups : NULL,
-				     .end_token = v->voice ? -1 : v->width - 1 };
-		pol = policy_new(&pp, v->width, &err);
-		res = malloc(sizeof *res);
-		if (pol == NULL || res == NULL) {
-			proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "%s", pol ? "out of memory" : err.msg);
-			goto done;
-		}
-	}
-	llasa_prompt pr = { .text = v->voice ? fc.text : req->text };
-	if (llasa_prompt_ids(v->tok, &v->voc, &pr, &pids, &np, &err) < 0) {
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "text: %s", err.msg);
-		goto done;
-	}
-	n_prompt = (int)np;
-	ctx = malloc(((size_t)n_prompt + max_tokens + fc.n + PROTO_MAX_N) * sizeof *ctx);
-	sp = malloc(((size_t)max_tokens + PROTO_MAX_N) * sizeof *sp);
-	if (ctx == NULL || sp == NULL) {
+	pthread_mutex_unlock(&v->lock);
+}
+
+/* ping: the verifier and every server behind it answer. */
+static void ping(hub *h, const proto_msg *req, proto_msg *rep)
+{
+	verifier *v = h->v;
+	pcg_err err = { "" };
+	char summary[256] = "";
+	const char *names[3] = { "draftd", "targetd", "codec-decode" };
+	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
+
+	if (q == NULL || r == NULL) {
 		proto_error(rep, req->id, PROTO_E_INTERNAL, "out of memory");
-		goto done;
+		goto out;
 	}
-	memcpy(ctx, pids, np * sizeof *ctx);
-	n = n_prompt;
-
-	proto_msg *q = v->q;
-	int ended = 0, rounds = 0, j = 0;
-	double accept_pos[PROTO_MAX_N] = { 0 };
-	while (!ended && nsp < max_tokens) {
-		int out[PROTO_MAX_N], n_emit = 0, x[PROTO_MAX_N], accepted = 0, Lr = L;
-		const int committed = nsp;
-		double t;
-
-		/* 0. a phoneme voice: the phoneme tokens due at this frame go in,
-		 * and the round stops short of the next one. Heads computed
-		 * before a forced token do not see it: they are stale. */
-		int room = PROTO_MAX_N;
-		if (v->voice) {
-			while (j < fc.n && fc.frame[j] <= nsp) {
-				ctx[n++] = fc.id[j++];
-				have_heads = 0;
-			}
-			room = (j < fc.n ? fc.frame[j] : fc.n_frames) - nsp;
-			if (Lr > room - 1)
-				Lr = room - 1;
-		}
-		const int target_only = is_none || Lr < 1 || (mtp && !have_heads);
-
-		/* 1. draft: x_1..x_Lr and p_1..p_Lr, from draftd or from the
-		 * target's heads at the last committed token */
-		if (!target_only && mtp) {
-			pcg_rng drng;
-			pcg_rng_init(&drng, req->seed ^ 0x6d74702d64726166ull, 1 + (uint64_t)rounds);
-			for (int i = 0; i < Lr; i++) {
-				float *pi = v->p + (size_t)i * v->width;
-				memcpy(pi, hp[i], (size_t)v->width * sizeof *pi);
-				int row = pcg_sample(pi, v->width, pcg_rng_uniform(&drng));
-				x[i] = row_id(v, row < 0 ? 0 : row);
-			}
-		} else if (!target_only) {
-			memset(q, 0, offsetof(proto_msg, append));
-			q->type = PROTO_PROPOSE;
-			q->session = session;
-			q->n = Lr;
-			q->samp = req->samp;
-			q->rows = v->rows;
-			q->f16 = req->f16;
-			q->seed = req->seed * 0x9e3779b97f4a7c15ull + (uint64_t)rounds;
-			t = now();
-			if (ask(v, v->draft, q, ctx, n, &d_sync, NULL, 0, &t_server, &resends, &err) < 0)
-				goto fail;
-			st[S_T_DRAFT] += now() - t;
-			for (int i = 0; i < Lr; i++) {
-				x[i] = v->r->x[i];
-				proto_vector(v->r, i, v->p + (size_t)i * v->width);
-			}
-		}
-		/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1..x_Lr]
-		 * (mtp-*: with the heads' distributions at each position) */
+	for (int i = 0; i < 3; i++) {
+		if (h->ping[i] == NULL)
+			continue;
 		memset(q, 0, offsetof(proto_msg, append));
-		q->type = PROTO_SCORE;
-		q->session = session;
-		q->n = target_only ? 1 : Lr + 1;
-		q->samp = req->samp;
-		q->rows = v->rows;
-		q->f16 = req->f16;
-		q->heads = heads;
-		t = now();
-		if (ask(v, v->target, q, ctx, n, &t_sync, x, target_only ? 0 : Lr, &t_server,
-			&resends, &err) < 0)
-			goto fail;
-		st[S_T_TARGET] += now() - t;
-		for (int i = 0; i < q->n; i++) {
-			proto_vector(v->r, i * (1 + heads), v->qv + (size_t)i * v->width);
-			for (int k = 0; k < heads; k++) {
-				int vi = i * (1 + heads) + 1 + k;
-				proto_vector(v->r, vi, v->hv + (size_t)vi * v->width);
-			}
+		q->type = PROTO_PING;
+		if (client_call(h->ping[i], q, r, &err) < 0 || r->type != PROTO_PONG) {
+			proto_error(rep, req->id, PROTO_E_INTERNAL, "%s: %s", names[i],
+				    r->type == PROTO_ERROR ? r->msg : err.msg);
+			goto out;
 		}
-
-		/* 3. policy */
-		t = now();
-		pcg_rng rng;
-		pcg_rng_init(&rng, req->seed, 1 + (uint64_t)rounds);
-		if (viterbi) {
-			/* the target's q and the heads: 1 + heads positions */
-			const int V = v->voice ? v->width : v->width - 1;
-			viterbi_opts vo = { req->viterbi_k > 0 ? req->viterbi_k : 8, -1, VITERBI_UNION };
-			uint32_t path[PROTO_MAX_N];
-			memcpy(v->hv, v->qv, (size_t)v->width * sizeof *v->hv);
-			if (V > (int)tm_get(v->tm)->n) {
-				pcg_fail(&err, "the transition matrix covers %u tokens, the model %d",
-					 tm_get(v->tm)->n, V);
-				goto fail;
-			}
-			if (v->width != V) /* the end row sits between the vectors */
-				for (int k = 1; k <= heads; k++)
-					memmove(v->hv + (size_t)k * V, v->hv + (size_t)k * v->width,
-						(size_t)V * sizeof *v->hv);
-			if (viterbi_decode(v->tm, v->hv, 1 + heads, V, &vo, path, NULL, NULL, &err) < 0)
-				goto fail;
-			for (int i = 0; i < 1 + heads && i < room; i++)
-				out[n_emit++] = row_id(v, (int)path[i]);
-			accepted = n_emit - 1;
-			for (int i = 0; i < accepted; i++)
-				accept_pos[i] += 1;
-		} else if (target_only) {
-			int row = pcg_sample(v->qv, v->width, pcg_rng_uniform(&rng));
-			out[n_emit++] = row_id(v, row < 0 ? v->width - 1 : row);
-		} else {
-			int xr[PROTO_MAX_N];
-			const float *pp[PROTO_MAX_N], *qq[PROTO_MAX_N];
-			for (int i = 0; i < Lr; i++) {
-				xr[i] = id_row(v, x[i]);
-				pp[i] = v->p + (size_t)i * v->width;
-			}
-			for (int i = 0; i <= Lr; i++)
-				qq[i] = v->qv + (size_t)i * v->width;
-			if (policy_run(pol, Lr, xr, pp, qq, &rng, res, &err) < 0)
-				goto fail;
-			n_emit = res->n_tokens;
-			accepted = res->n_accepted;
-			for (int i = 0; i < n_emit; i++)
-				out[i] = row_id(v, res->tokens[i]);
-			for (int i = 0; i < accepted; i++)
-				accept_pos[i] += 1;
-		}
-		/* the next drafts: the heads at the last accepted position, whose
-		 * q gave the token that ends this round */
-		if (mtp && !viterbi) {
-			const int a = target_only ? 0 : accepted;
-			for (int k = 0; k < heads; k++)
-				hp[k] = v->hv + ((size_t)a * (1 + heads) + 1 + k) * v->width;
-			have_heads = 1;
-		}
-		st[S_T_POLICY] += now() - t;
-
-		/* 4. commit, up to the end token */
-		for (int i = 0; i < n_emit && !ended && nsp < max_tokens; i++) {
-			if (out[i] == v->voc.end_id) {
-				ended = 1;
-			} else {
-				ctx[n++] = out[i];
-				sp[nsp++] = out[i];
-			}
-		}
-		rounds++;
-		st[S_DRAFTED] += viterbi ? heads : target_only ? 0 : Lr;
-		st[S_ACCEPTED] += accepted;
-		if (stream(v, session, sp + committed, nsp - committed, 0, req->out, &err) < 0)
-			goto fail;
+		snprintf(summary + strlen(summary), sizeof summary - strlen(summary), "%s%s ok",
+			 *summary ? ", " : "", names[i]);
 	}
-	if (stream(v, session, NULL, 0, 1, req->out, &err) < 0)
-		goto fail;
-	/* The servers may drop the session now; a lost drop costs only memory. */
-	memset(q, 0, offsetof(proto_msg, append));
-	q->type = PROTO_DROP;
-	q->session = session;
-	client_call(v->target, q, v->r, &err);
-	if (!is_none && !mtp) {
-		q->type = PROTO_DROP;
-		client_call(v->draft, q, v->r, &err);
-	}
-
-	rep->type = PROTO_RESULT;
+	pthread_mutex_lock(&v->lock);
+	const int queued = v->n_queued, busy = v->n_workers - v->idle;
+	pthread_mutex_unlock(&v->lock);
+	rep->type = PROTO_PONG;
 	rep->id = req->id;
-	rep->n_append = nsp;
-	memcpy(rep->append, sp, (size_t)nsp * sizeof *sp);
-	st[S_ROUNDS] = rounds;
-	st[S_RATE] = st[S_DRAFTED] > 0 ? st[S_ACCEPTED] / st[S_DRAFTED] : 0;
-	st[S_MAL] = rounds > 0 ? 1 + st[S_ACCEPTED] / rounds : 0;
-	st[S_T_TOTAL] = now() - t0;
-	st[S_TOKENS] = nsp;
-	st[S_TOK_S] = st[S_T_TOTAL] > 0 ? nsp / st[S_T_TOTAL] : 0;
-	/* messaging: time in calls minus the servers' own compute */
-	st[S_T_MSG] = st[S_T_DRAFT] + st[S_T_TARGET] - t_server;
-	st[S_RESENDS] = resends;
-	rep->n_stats = S_POS0 + (is_none && !viterbi ? 0 : L);
-	for (int i = 0; i < S_POS0; i++)
-		rep->stats[i] = st[i];
-	for (int i = 0; (!is_none || viterbi) && i < L; i++)
-		rep->stats[S_POS0 + i] = rounds ? accept_pos[i] / rounds : 0;
-	snprintf(rep->msg, sizeof rep->msg, "%.255s", req->out);
-	goto done;
-fail:
-	proto_error(rep, req->id, PROTO_E_INTERNAL, "%s", err.msg);
-done:
-	free(pids);
-	free(ctx);
-	free(sp);
-	forced_free(&fc);
-	policy_free(&pol);
-	free(res);
+	snprintf(rep->msg, sizeof rep->msg,
+		 "verifier ok%s%s (speech %d tokens%s; sessions %d running of %d, %d queued)",
+		 *summary ? ", " : "", summary, v->voc.speech_count, v->groups ? ", asg" : "",
+		 busy, v->n_workers, queued);
+out:
+	free(q);
+	free(r);
+}
+
+/* A synth: a job at the end of the queue, or "busy" beyond --queue. */
+static void enqueue(hub *h, const net_req *nr, const proto_msg *req)
+{
+	verifier *v = h->v;
+	job *j = calloc(1, sizeof *j);
+
+	if (j == NULL || (j->req = malloc(sizeof *j->req)) == NULL ||
+	    (req->asg_len && (j->asg_img = malloc(req->asg_len)) == NULL)) {
+		if (j)
+			free(j->req);
+		free(j);
+		proto_error(h->rep, req->id, PROTO_E_INTERNAL, "out of memory");
+		reply_msg(h, nr, h->rep);
+		return;
+	}
+	if (h->n_jobs >= v->n_workers + max_queue) {
+		free(j->req);
+		free(j->asg_img);
+		free(j);
+		proto_error(h->rep, req->id, PROTO_E_BUSY,
+			    "%d sessions run and %d wait (verifier --sessions, --queue): try again "
+			    "later", v->n_workers, max_queue);
+		reply_msg(h, nr, h->rep);
+		return;
+	}
+	memcpy(j->req, req, sizeof *req);
+	if (req->asg_len) {
+		memcpy(j->asg_img, req->asg, req->asg_len);
+		j->req->asg = j->asg_img;
+	}
+	memcpy(j->route, nr->route, nr->route_len);
+	j->route_len = nr->route_len;
+	j->delim = nr->delim;
+	j->session = atomic_fetch_add(&v->next_session, 1);
+	j->next = h->jobs;
+	h->jobs = j;
+	h->n_jobs++;
+	pthread_mutex_lock(&v->lock);
+	if (v->q_tail)
+		v->q_tail->next_q = j;
+	else
+		v->q_head = j;
+	v->q_tail = j;
+	v->n_queued++;
+	const int waits = v->idle < v->n_queued;
+	pthread_cond_signal(&v->wake);
+	pthread_mutex_unlock(&v->lock);
+	if (waits)
+		tell_queue(h);
+}
+
+/* cancel: the job of this client with that request id. */
+static void cancel(hub *h, const net_req *nr, const proto_msg *req)
+{
+	int found = 0;
+
+	for (job *j = h->jobs; j; j = j->next)
+		if (j->req->id == req->session && j->route_len == nr->route_len &&
+		    !memcmp(j->route, nr->route, nr->route_len)) {
+			atomic_store(&j->cancel, 1);
+			found = 1;
+		}
+	if (found) {
+		memset(h->rep, 0, offsetof(proto_msg, append));
+		h->rep->type = PROTO_OK;
+		h->rep->id = req->id;
+	} else {
+		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST,
+			    "cancel: no synth %llu of this client runs or waits",
+			    (unsigned long long)req->session);
+	}
+	reply_msg(h, nr, h->rep);
+}
+
+/* A request from a client. */
+static void from_client(hub *h)
+{
+	pcg_err err = { "" };
+	net_req nr;
+	static proto_msg parsed; /* main's alone; too large for the stack */
+	proto_msg *req = &parsed;
+
+	int got = net_recv_req(h->sock, &nr, 0, &err);
+	if (got <= 0) {
+		if (got < 0)
+			fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return;
+	}
+	if (proto_parse(nr.body, nr.len, req, &err) < 0) {
+		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		reply_msg(h, &nr, h->rep);
+	} else if (req->type == PROTO_SYNTH) {
+		enqueue(h, &nr, req);
+	} else if (req->type == PROTO_CANCEL) {
+		cancel(h, &nr, req);
+	} else if (req->type == PROTO_PING) {
+		ping(h, req, h->rep);
+		reply_msg(h, &nr, h->rep);
+	} else {
+		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST, "the verifier does not take '%s'",
+			    proto_type_name(req->type));
+		reply_msg(h, &nr, h->rep);
+	}
+	net_req_free(&nr);
+}
+
+/* A message from a worker for a job's client; the final one ends the job.
+ * A client that is gone (or stuck with a full queue) cancels its job. */
+static void from_worker(hub *h)
+{
+	zmq_msg_t f[3];
+	int n = 0, more = 1;
+	job *j = NULL;
+
+	while (more && n < 3) {
+		zmq_msg_init(&f[n]);
+		if (zmq_msg_recv(&f[n], h->in, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&f[n]);
+			break;
+		}
+		more = zmq_msg_more(&f[n]);
+		n++;
+	}
+	if (n == 3 && zmq_msg_size(&f[0]) == sizeof j) {
+		memcpy(&j, zmq_msg_data(&f[0]), sizeof j);
+		const int final = *(unsigned char *)zmq_msg_data(&f[1]);
+		if (zmq_msg_size(&f[2]) > 0 &&
+		    send_to(h, j->route, j->route_len, j->delim, zmq_msg_data(&f[2]),
+			    zmq_msg_size(&f[2])) < 0)
+			atomic_store(&j->cancel, 1);
+		if (final) {
+			for (job **pp = &h->jobs; *pp; pp = &(*pp)->next)
+				if (*pp == j) {
+					*pp = j->next;
+					break;
+				}
+			h->n_jobs--;
+			free(j->req);
+			free(j->asg_img);
+			free(j);
+			tell_queue(h);
+		}
+	}
+	for (int i = 0; i < n; i++)
+		zmq_msg_close(&f[i]);
+}
+
+static int serve(hub *h)
+{
+	zmq_pollitem_t items[2] = { { h->sock, 0, ZMQ_POLLIN, 0 }, { h->in, 0, ZMQ_POLLIN, 0 } };
+
+	while (!stop) {
+		int rc = zmq_poll(items, 2, 100);
+		if (rc < 0) {
+			if (zmq_errno() == EINTR)
+				continue;
+			return -1;
+		}
+		if (items[1].revents & ZMQ_POLLIN)
+			from_worker(h);
+		if (items[0].revents & ZMQ_POLLIN)
+			from_client(h);
+	}
+	return 0;
 }
 
 /* --local: a model server as a thread of this process. */
@@ -625,51 +732,12 @@ static const char *beside_local(char *buf, size_t size, const char *name)
 	return access(buf, F_OK) == 0 ? buf : NULL;
 }
 
-/* ping: the verifier and every server behind it answer. */
-static void ping(verifier *v, const proto_msg *req, proto_msg *rep)
-{
-	pcg_err err = { "" };
-	char summary[256] = "";
-	pcg_client *cs[3] = { v->draft, v->target, v->codec };
-	const char *names[3] = { "draftd", "targetd", "codec-decode" };
-
-	for (int i = 0; i < 3; i++) {
-		if (cs[i] == NULL)
-			continue;
-		memset(v->q, 0, offsetof(proto_msg, append));
-		v->q->type = PROTO_PING;
-		if (client_call(cs[i], v->q, v->r, &err) < 0 || v->r->type != PROTO_PONG) {
-			proto_error(rep, req->id, PROTO_E_INTERNAL, "%s: %s", names[i],
-				    v->r->type == PROTO_ERROR ? v->r->msg : err.msg);
-			return;
-		}
-		snprintf(summary + strlen(summary), sizeof summary - strlen(summary), "%s%s ok",
-			 *summary ? ", " : "", names[i]);
-	}
-	rep->type = PROTO_PONG;
-	rep->id = req->id;
-	snprintf(rep->msg, sizeof rep->msg, "verifier ok%s%s (speech %d tokens%s)",
-		 *summary ? ", " : "", summary, v->voc.speech_count, v->groups ? ", asg" : "");
-}
-
-/* net_serve's handler. */
-static void handle(void *ctx, const proto_msg *req, proto_msg *rep)
-{
-	verifier *v = ctx;
-
-	if (req->type == PROTO_SYNTH)
-		synth(v, req, rep);
-	else if (req->type == PROTO_PING)
-		ping(v, req, rep);
-	else
-		proto_error(rep, req->id, PROTO_E_BAD_REQUEST, "the verifier does not take '%s'",
-			    proto_type_name(req->type));
-}
-
 int main(int argc, char **argv)
 {
 	pcg_err err = { "" };
 	verifier v = { 0 };
+	hub h = { 0 };
+	worker *workers = NULL;
 	void *ctx = NULL, *sock = NULL;
 	int rc = 1, layers[1024], n_layers = 0;
 	local_server ls[2] = { 0 };
@@ -749,8 +817,7 @@ int main(int argc, char **argv)
 		if (voice_load(voice_path, &vi, &err) < 0)
 			goto fail;
 		v.voice = &vi;
-		v.unk_phone = tok_token_id(v.tok, "<|p__|>", 7);
-		if (v.unk_phone < 0) {
+		if (tok_token_id(v.tok, "<|p__|>", 7) < 0) {
 			pcg_fail(&err, "%s: the tokenizer has no pause token <|p__|>: not a phoneme "
 				 "voice's", voice_path);
 			goto fail;
@@ -761,16 +828,20 @@ int main(int argc, char **argv)
 			 asg_get(v.groups)->n, v.voc.speech_count);
 		goto fail;
 	}
-	v.width = v.voc.speech_count + 1;
-	v.rows = (llama_rows){ 2, { v.voc.speech_first, v.voc.end_id },
-			       { v.voc.speech_first + v.voc.speech_count, v.voc.end_id + 1 } };
-	v.next_session = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
-	v.q = malloc(sizeof *v.q);
-	v.r = malloc(sizeof *v.r);
-	v.p = malloc((size_t)PROTO_MAX_N * v.width * sizeof(float));
-	v.qv = malloc((size_t)PROTO_MAX_N * v.width * sizeof(float));
+	v.env = (spec_env){ v.tok, &v.voc, v.voice, v.voice ? tok_token_id(v.tok, "<|p__|>", 7) : 0,
+			    v.tm };
+	atomic_init(&v.next_session, ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid());
+	v.draft_url = draft_url;
+	v.target_url = target_url;
+	v.codec_url = codec_url;
+	v.n_workers = n_sessions;
+	pthread_mutex_init(&v.lock, NULL);
+	pthread_cond_init(&v.wake, NULL);
 	ctx = zmq_ctx_new();
-	if (!v.q || !v.r || !v.p || !v.qv || !ctx) {
+	v.ctx = ctx;
+	h.rep = calloc(1, sizeof *h.rep);
+	workers = calloc((size_t)n_sessions, sizeof *workers);
+	if (!h.rep || !workers || !ctx) {
 		pcg_fail(&err, "out of memory");
 		goto fail;
 	}
@@ -789,17 +860,32 @@ int main(int argc, char **argv)
 			ls[i].started = 1;
 		}
 	}
-	v.draft = client_new(ctx, draft_url, timeout_ms, tries, &err);
-	if (v.draft == NULL || (v.target = client_new(ctx, target_url, timeout_ms, tries, &err)) == NULL)
-		goto fail;
-	client_set_ms_per_position(v.draft, ms_per_pos);
-	client_set_ms_per_position(v.target, ms_per_pos);
-	if (strcmp(codec_url, "none") &&
-	    (v.codec = client_new(ctx, codec_url, timeout_ms, tries, &err)) == NULL)
-		goto fail;
 	sock = net_server(ctx, listen_url, &err);
 	if (sock == NULL)
 		goto fail;
+	/* progress messages queue per client while it reads: room for a long
+	 * utterance's worth, so that only a stuck client fills it */
+	int hwm = 100000;
+	zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+	h.v = &v;
+	h.sock = sock;
+	if ((h.in = zmq_socket(ctx, ZMQ_PULL)) == NULL ||
+	    zmq_setsockopt(h.in, ZMQ_RCVHWM, &(int){ 0 }, sizeof(int)) != 0 ||
+	    zmq_bind(h.in, "inproc://verifier-out") != 0) {
+		pcg_fail(&err, "inproc socket: %s", zmq_strerror(zmq_errno()));
+		goto fail;
+	}
+	for (int i = 0; i < n_sessions; i++)
+		if (worker_start(&v, &workers[i], &err) < 0)
+			goto fail;
+	const char *purls[3] = { draft_url, target_url, codec_url };
+	for (int i = 0; i < 3; i++)
+		if (!(i == 2 && !strcmp(codec_url, "none")) &&
+		    (h.ping[i] = client_new(ctx, purls[i], timeout_ms, 1, &err)) == NULL)
+			goto fail;
+	if (local_dir) /* the first rounds wait for the models to load */
+		for (int i = 0; i < 2; i++)
+			client_set_ms_per_position(h.ping[i], ms_per_pos);
 
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
@@ -807,10 +893,10 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	fprintf(stderr, "%s: listening on %s (draft %s, target %s, codec %s)\n", prog, listen_url,
-		draft_url, target_url, codec_url);
-	if (net_serve(sock, prog, handle, &v, &stop, NULL) < 0) {
-		pcg_fail(&err, "out of memory");
+	fprintf(stderr, "%s: listening on %s (draft %s, target %s, codec %s; %d sessions)\n",
+		prog, listen_url, draft_url, target_url, codec_url, n_sessions);
+	if (serve(&h) < 0) {
+		pcg_fail(&err, "zmq_poll: %s", zmq_strerror(zmq_errno()));
 		goto fail;
 	}
 	rc = 0;
@@ -818,11 +904,31 @@ int main(int argc, char **argv)
 fail:
 	fprintf(stderr, "%s: %s\n", prog, err.msg);
 out:
-	net_server_close(&sock, listen_url);
-	client_free(&v.draft);
-	client_free(&v.target);
-	client_free(&v.codec);
 	stop = 1;
+	if (workers) {
+		/* wake the idle workers; a busy one ends its session at its next
+		 * round (its clients' calls fail once the context shuts down) */
+		pthread_mutex_lock(&v.lock);
+		pthread_cond_broadcast(&v.wake);
+		pthread_mutex_unlock(&v.lock);
+		if (ctx)
+			zmq_ctx_shutdown(ctx);
+		for (int i = 0; i < n_sessions; i++)
+			worker_free(&workers[i]);
+		free(workers);
+	}
+	for (job *j = h.jobs, *nx; j; j = nx) { /* never started */
+		nx = j->next;
+		free(j->req);
+		free(j->asg_img);
+		free(j);
+	}
+	for (int i = 0; i < 3; i++)
+		client_free(&h.ping[i]);
+	net_close(&h.in);
+	proto_buf_free(&h.buf);
+	free(h.rep);
+	net_server_close(&sock, listen_url);
 	for (int i = 0; i < 2; i++)
 		if (ls[i].started) {
 			pthread_join(ls[i].th, NULL);
@@ -832,13 +938,7 @@ out:
 	if (ctx)
 		zmq_ctx_term(ctx);
 	asg_close(&v.groups);
-	asg_close(&v.sent);
 	tm_close(&v.tm);
-	free(v.hv);
 	tok_free(&v.tok);
-	free(v.q);
-	free(v.r);
-	free(v.p);
-	free(v.qv);
 	return rc;
 }

@@ -154,6 +154,48 @@ static void failures(const float *x, size_t n)
 	}
 }
 
+/* audio_to_s16 gives the bytes libsndfile writes for the same floats in a
+ * 16-bit file (random values over and beyond full scale, halves of a step,
+ * the extremes), and audio_append_s16 stores them as given. */
+static void s16(void)
+{
+	const size_t n = 200000;
+	float *x = malloc(n * sizeof *x);
+	int16_t *y = malloc(n * sizeof *y), *z = malloc(n * sizeof *z);
+	char path[600];
+	pcg_err err = { "" };
+	uint64_t r = 12345;
+
+	for (size_t i = 0; i < n; i++) {
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		double u = (double)(r >> 11) / 9007199254740992.0;
+		x[i] = i % 3 ? (float)(3 * u - 1.5)
+			     : (float)((double)((int)(u * 70000) - 35000) + (i % 2) * 0.5) / 32768.0f;
+	}
+	x[0] = 1.0f, x[1] = -1.0f, x[2] = 0.5f / 32768, x[3] = -0.5f / 32768, x[4] = 0.0f;
+	snprintf(path, sizeof path, "%s/s16.raw", dir);
+	CHECKF(audio_write(path, x, n, 16000, AUDIO_RAW, &err) == 0, "%s", err.msg);
+	FILE *f = fopen(path, "rb");
+	CHECK(f && fread(z, 2, n, f) == n);
+	if (f)
+		fclose(f);
+	audio_to_s16(x, y, n);
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		bad += y[i] != z[i];
+	CHECKF(bad == 0, "%zu of %zu samples differ from libsndfile's", bad, n);
+	audio_out *a = audio_open(path, 16000, AUDIO_RAW, &err);
+	CHECK(a && audio_append_s16(a, y, n, &err) == 0 && audio_commit(&a, &err) == 0);
+	f = fopen(path, "rb");
+	memset(z, 0, n * sizeof *z);
+	CHECK(f && fread(z, 2, n, f) == n && !memcmp(y, z, n * sizeof *z));
+	if (f)
+		fclose(f);
+	free(x);
+	free(y);
+	free(z);
+}
+
 int main(void)
 {
 	const size_t n = 16000 * 2;
@@ -166,6 +208,7 @@ int main(void)
 		x[i] = 0.8f * sinf(0.01f * i + 1e-6f * i * i) * (i % 5000 == 0 ? 2.0f : 1.0f);
 	formats(x, n);
 	failures(x, n);
+	s16();
 	free(x);
 	return check_done("test_audio");
 }

@@ -112,11 +112,15 @@ static void test_roundtrip(void)
 	s->samp = (pcg_sampling){ 0.8f, 50, 1.0f };
 	s->seed = 7;
 	s->max_tokens = 500;
-	snprintf(s->out, sizeof s->out, "out.wav");
+	s->stream = s->audio = 1;
+	s->chunk = 10;
+	s->left = 20;
+	s->right = 4;
 	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
 	CHECK(o->type == PROTO_SYNTH && !strcmp(o->text, "Hello, wörld.") &&
 	      !strcmp(o->policy, "pcg") && o->beta == 0.4f && o->n == 3 && o->max_tokens == 500 &&
-	      !strcmp(o->out, "out.wav") && o->seed == 7 && o->samp.top_k == 50);
+	      o->stream && o->audio && o->chunk == 10 && o->left == 20 && o->right == 4 &&
+	      o->seed == 7 && o->samp.top_k == 50);
 	s->type = PROTO_RESULT;
 	s->n_append = 2;
 	s->append[0] = 5;
@@ -131,7 +135,26 @@ static void test_roundtrip(void)
 	s->type = PROTO_AUDIO;
 	s->final = 1;
 	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
-	CHECK(o->type == PROTO_AUDIO && o->final == 1 && o->n_append == 2 && !strcmp(o->out, "out.wav"));
+	CHECK(o->type == PROTO_AUDIO && o->final == 1 && o->n_append == 2 && o->chunk == 10 &&
+	      o->left == 20 && o->right == 4);
+	/* progress and pcm: the audio as s16le, read back at any alignment */
+	const int16_t pcm[5] = { 0, -32768, 32767, 1, -1 };
+	s->type = PROTO_PROGRESS;
+	s->queue = 3;
+	s->pos = 7;
+	s->rate = 16000;
+	s->pcm = pcm;
+	s->n_pcm = 5;
+	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_PROGRESS && o->queue == 3 && o->pos == 7 && o->rate == 16000 &&
+	      o->n_pcm == 5 && !memcmp(o->pcm, pcm, sizeof pcm) && o->n_append == 2);
+	s->type = PROTO_PCM;
+	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_PCM && o->n_pcm == 5 && !memcmp(o->pcm, pcm, sizeof pcm));
+	s->type = PROTO_CANCEL;
+	s->session = 99;
+	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_CANCEL && o->session == 99);
 	free(s);
 
 	proto_error(o, 5, PROTO_E_UNKNOWN_SESSION, "session %d not held", 12);

@@ -1,0 +1,491 @@
+/* speculate.c: the round loop of speculative decoding (see speculate.h). */
+#include "speculate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "policy.h"
+#include "rng.h"
+#include "sampling.h"
+#include "viterbi.h"
+
+/* A phoneme voice's prompt text and forced tokens for one request: the
+ * speaker token and espeak-ng's phoneme tokens, and for each phoneme its
+ * token id and start frame. */
+typedef struct forced {
+	char *text;
+	int *id, *frame;
+	int n, n_frames, unknown;
+} forced;
+
+struct spec_session {
+	spec_env env;
+	uint64_t id;
+	/* the request */
+	int L, max_tokens, f16, viterbi_k;
+	pcg_sampling samp;
+	uint64_t seed;
+	int mtp, viterbi, is_none, heads;
+	policy *pol;
+	policy_result res;
+	forced fc;
+	/* the output rows: speech (+ the end token) */
+	int width;
+	llama_rows rows;
+	/* the state between rounds */
+	int *ctx, *sp;           /* context ids; committed speech ids */
+	int n, nsp, j, rounds, ended, d_sync, t_sync, resends;
+	int have_heads;
+	const float *hp[PROTO_MAX_HEADS + 1]; /* the heads at the last committed token */
+	int last[PROTO_MAX_N], last_groups[PROTO_MAX_N], n_last;
+	double st[SPEC_S_POS0], accept_pos[PROTO_MAX_N], t0, t_server;
+	/* buffers */
+	proto_msg *q, *r;        /* a request to a server, its reply */
+	float *p, *qv, *hv;      /* (L + 1) x width; hv: PROTO_MAX_VEC x width for MTP */
+};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Row index of a model id in the output rows (speech codes, then end). */
+static int id_row(const spec_session *s, int id)
+{
+	int c = llasa_id_to_code(s->env.voc, id);
+	return c >= 0 ? c : id == s->env.voc->end_id && !s->env.voice ? s->width - 1 : -1;
+}
+
+static int row_id(const spec_session *s, int row)
+{
+	return row == s->width - 1 && !s->env.voice ? s->env.voc->end_id
+						    : llasa_code_to_id(s->env.voc, row);
+}
+
+static void forced_free(forced *f)
+{
+	free(f->text);
+	free(f->id);
+	free(f->frame);
+	memset(f, 0, sizeof *f);
+}
+
+static int forced_make(const spec_env *env, const proto_msg *req, forced *f, pcg_err *err)
+{
+	const voice_info *vi = env->voice;
+	voice_render r;
+	char tok[32];
+	size_t len = 0;
+
+	memset(f, 0, sizeof *f);
+	if (req->speaker >= vi->n_speakers)
+		return pcg_fail(err, "field 'speaker': %d, the voice has %d speakers", req->speaker,
+				vi->n_speakers);
+	if (voice_speak(&vi->speakers[req->speaker], req->text, vi->sample_rate, vi->hop, 0, &r,
+			err) < 0)
+		return -1;
+	f->text = malloc((size_t)(r.n_ph + 1) * 32);
+	f->id = malloc((size_t)(r.n_ph + 1) * sizeof *f->id);
+	f->frame = malloc((size_t)(r.n_ph + 1) * sizeof *f->frame);
+	if (f->text == NULL || f->id == NULL || f->frame == NULL) {
+		voice_render_free(&r);
+		forced_free(f);
+		return pcg_fail(err, "out of memory");
+	}
+	voice_speaker_token(req->speaker, tok, sizeof tok);
+	len += (size_t)sprintf(f->text, "%s", tok);
+	for (int i = 0; i < r.n_ph; i++) {
+		voice_phone_token(r.ph[i].name, tok, sizeof tok);
+		int id = tok_token_id(env->tok, tok, strlen(tok));
+		if (id < 0) { /* a phoneme the corpus never had: the pause stands in */
+			id = env->unk_phone;
+			f->unknown++;
+			snprintf(tok, sizeof tok, "<|p__|>");
+		}
+		len += (size_t)sprintf(f->text + len, "%s", tok);
+		f->id[f->n] = id;
+		f->frame[f->n++] = r.ph[i].frame;
+	}
+	f->n_frames = r.n_frames;
+	voice_render_free(&r);
+	if (f->n_frames == 0) {
+		forced_free(f);
+		return pcg_fail(err, "text: espeak-ng speaks it as silence");
+	}
+	return 0;
+}
+
+spec_session *spec_new(const spec_env *env, const proto_msg *req, const asg *groups, uint64_t id,
+		       pcg_err *err)
+{
+	spec_session *s = calloc(1, sizeof *s);
+	int *pids = NULL;
+	size_t np = 0;
+
+	if (s == NULL) {
+		pcg_fail(err, "out of memory");
+		return NULL;
+	}
+	s->env = *env;
+	s->id = id;
+	s->L = req->n;
+	s->samp = req->samp;
+	s->seed = req->seed;
+	s->f16 = req->f16;
+	s->viterbi_k = req->viterbi_k > 0 ? req->viterbi_k : 8;
+	/* mtp-<policy>: the target's MTP heads draft and <policy> verifies;
+	 * mtp-viterbi: the heads' Viterbi path is emitted unverified. */
+	s->mtp = !strncmp(req->policy, "mtp-", 4);
+	s->viterbi = s->mtp && !strcmp(req->policy + 4, "viterbi");
+	const char *pname = s->mtp ? req->policy + 4 : req->policy;
+	s->is_none = !strcmp(pname, "none") || s->viterbi;
+	const int kind = s->viterbi ? -1 : policy_kind_from_name(pname);
+	s->heads = s->mtp ? s->L : 0;
+
+	if ((!s->is_none && kind < 0) || (s->mtp && !s->viterbi && kind < 0)) {
+		pcg_fail(err, "field 'policy': '%s' is not sd, ssd, pcg, greedy, none, mtp-viterbi "
+			 "or mtp- and one of the four", req->policy);
+		goto fail;
+	}
+	if (s->mtp && (s->L < 1 || s->L + 1 > PROTO_MAX_N)) {
+		pcg_fail(err, "field 'n': %d MTP heads not in [1, %d]", s->L, PROTO_MAX_N - 1);
+		goto fail;
+	}
+	if (s->viterbi && env->tm == NULL) {
+		pcg_fail(err, "policy mtp-viterbi needs a transition matrix (verifier --tm)");
+		goto fail;
+	}
+	if (kind == POLICY_PCG && groups == NULL) {
+		pcg_fail(err, "policy pcg needs an ASG (verifier --asg, or pcg-synth --asg)");
+		goto fail;
+	}
+	if (!s->is_none && (s->L < 1 || s->L + 1 > PROTO_MAX_N)) {
+		pcg_fail(err, "field 'n': lookahead %d not in [1, %d]", s->L, PROTO_MAX_N - 1);
+		goto fail;
+	}
+	if (s->is_none && !s->mtp)
+		s->L = 0;
+	/* A phoneme voice: the rows are the speech tokens alone (the length is
+	 * espeak-ng's, so the end token is never drawn); else speech and end. */
+	const llasa_vocab *voc = env->voc;
+	if (env->voice) {
+		s->width = voc->speech_count;
+		s->rows = (llama_rows){ 1, { voc->speech_first },
+					{ voc->speech_first + voc->speech_count } };
+	} else {
+		s->width = voc->speech_count + 1;
+		s->rows = (llama_rows){ 2, { voc->speech_first, voc->end_id },
+					{ voc->speech_first + voc->speech_count, voc->end_id + 1 } };
+	}
+	if (env->voice && forced_make(env, req, &s->fc, err) < 0)
+		goto fail;
+	s->max_tokens = env->voice && s->fc.n_frames < req->max_tokens ? s->fc.n_frames
+									 : req->max_tokens;
+	if (!s->is_none) {
+		policy_params pp = { .kind = (policy_kind)kind, .beta = req->beta,
+				     .groups = kind == POLICY_PCG ? groups : NULL,
+				     .end_token = env->voice ? -1 : s->width - 1 };
+		if ((s->pol = policy_new(&pp, s->width, err)) == NULL)
+			goto fail;
+	}
+	llasa_prompt pr = { .text = env->voice ? s->fc.text : req->text };
+	if (llasa_prompt_ids(env->tok, voc, &pr, &pids, &np, err) < 0) {
+		pcg_err_prefix(err, "text");
+		goto fail;
+	}
+	const size_t nv = (size_t)(s->L + 1) * s->width;
+	s->ctx = malloc((np + (size_t)s->max_tokens + s->fc.n + PROTO_MAX_N) * sizeof *s->ctx);
+	s->sp = malloc(((size_t)s->max_tokens + PROTO_MAX_N) * sizeof *s->sp);
+	s->q = malloc(sizeof *s->q);
+	s->r = malloc(sizeof *s->r);
+	s->p = malloc(nv * sizeof *s->p);
+	s->qv = malloc(nv * sizeof *s->qv);
+	if (s->mtp)
+		s->hv = malloc((size_t)PROTO_MAX_VEC * s->width * sizeof *s->hv);
+	if (!s->ctx || !s->sp || !s->q || !s->r || !s->p || !s->qv || (s->mtp && !s->hv)) {
+		pcg_fail(err, "out of memory");
+		goto fail;
+	}
+	memcpy(s->ctx, pids, np * sizeof *s->ctx);
+	s->n = (int)np;
+	free(pids);
+	s->t0 = now();
+	return s;
+fail:
+	free(pids);
+	spec_free(&s);
+	return NULL;
+}
+
+void spec_free(spec_session **sp)
+{
+	spec_session *s = sp ? *sp : NULL;
+
+	if (s == NULL)
+		return;
+	policy_free(&s->pol);
+	forced_free(&s->fc);
+	free(s->ctx);
+	free(s->sp);
+	free(s->q);
+	free(s->r);
+	free(s->p);
+	free(s->qv);
+	free(s->hv);
+	free(s);
+	*sp = NULL;
+}
+
+/* One request to a model server, resending the whole context once if the
+ * server lost the session. *sync is what it holds of the context; r is
+ * the reply. */
+static int ask(spec_session *s, const spec_io *io, int stage, int *sync, const int *tail,
+	       int n_tail, proto_msg **rp, pcg_err *err)
+{
+	proto_msg *q = s->q, *r = s->r;
+
+	*rp = r;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		q->pos = *sync;
+		q->n_append = 0;
+		if (s->n - *sync + n_tail > PROTO_MAX_APPEND)
+			return pcg_fail(err, "context of %d tokens exceeds %d", s->n + n_tail,
+					PROTO_MAX_APPEND);
+		for (int i = *sync; i < s->n; i++)
+			q->append[q->n_append++] = s->ctx[i];
+		for (int i = 0; i < n_tail; i++)
+			q->append[q->n_append++] = tail[i];
+		if (io->call(io->ctx, stage, q, r, err) < 0)
+			return -1;
+		if (r->type == PROTO_PROBS) {
+			*sync = s->n;
+			s->t_server += r->n_stats > 0 ? r->stats[0] : 0;
+			if (r->width != s->width || r->n_vec != q->n * (1 + q->heads))
+				return pcg_fail(err, "server answered %d x %d, asked %d x %d",
+						r->n_vec, r->width, q->n * (1 + q->heads), s->width);
+			return 0;
+		}
+		if (r->type == PROTO_ERROR && !strcmp(r->code, PROTO_E_UNKNOWN_SESSION) &&
+		    attempt == 0) {
+			*sync = 0; /* restarted or evicted: resend everything */
+			s->resends++;
+			continue;
+		}
+		return pcg_fail(err, "%s: %s", r->type == PROTO_ERROR ? r->code : "reply",
+				r->type == PROTO_ERROR ? r->msg : "unexpected type");
+	}
+	return pcg_fail(err, "server lost the session twice");
+}
+
+/* The request fields every propose and score share. */
+static void request(spec_session *s, proto_type type, int n)
+{
+	proto_msg *q = s->q;
+
+	memset(q, 0, offsetof(proto_msg, append));
+	q->type = type;
+	q->session = s->id;
+	q->n = n;
+	q->samp = s->samp;
+	q->rows = s->rows;
+	q->f16 = s->f16;
+}
+
+int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
+{
+	int out[PROTO_MAX_N], n_emit = 0, x[PROTO_MAX_N], accepted = 0, Lr = s->L;
+	int groups[PROTO_MAX_N];
+	const int W = s->width;
+	proto_msg *r;
+	double t;
+
+	if (s->ended || s->nsp >= s->max_tokens)
+		return 1;
+	s->n_last = 0;
+	/* 0. a phoneme voice: the phoneme tokens due at this frame go in, and
+	 * the round stops short of the next one. Heads computed before a forced
+	 * token do not see it: they are stale. */
+	int room = PROTO_MAX_N;
+	if (s->env.voice) {
+		while (s->j < s->fc.n && s->fc.frame[s->j] <= s->nsp) {
+			s->ctx[s->n++] = s->fc.id[s->j++];
+			s->have_heads = 0;
+		}
+		room = (s->j < s->fc.n ? s->fc.frame[s->j] : s->fc.n_frames) - s->nsp;
+		if (Lr > room - 1)
+			Lr = room - 1;
+	}
+	const int target_only = s->is_none || Lr < 1 || (s->mtp && !s->have_heads);
+
+	/* 1. draft: x_1..x_Lr and p_1..p_Lr, from the draft server or from the
+	 * target's heads at the last committed token */
+	if (!target_only && s->mtp) {
+		pcg_rng drng;
+		pcg_rng_init(&drng, s->seed ^ 0x6d74702d64726166ull, 1 + (uint64_t)s->rounds);
+		for (int i = 0; i < Lr; i++) {
+			float *pi = s->p + (size_t)i * W;
+			memcpy(pi, s->hp[i], (size_t)W * sizeof *pi);
+			int row = pcg_sample(pi, W, pcg_rng_uniform(&drng));
+			x[i] = row_id(s, row < 0 ? 0 : row);
+		}
+	} else if (!target_only) {
+		request(s, PROTO_PROPOSE, Lr);
+		s->q->seed = s->seed * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds;
+		t = now();
+		if (ask(s, io, SPEC_DRAFT, &s->d_sync, NULL, 0, &r, err) < 0)
+			return -1;
+		s->st[SPEC_S_T_DRAFT] += now() - t;
+		for (int i = 0; i < Lr; i++) {
+			x[i] = r->x[i];
+			proto_vector(r, i, s->p + (size_t)i * W);
+		}
+	}
+	/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1..x_Lr]
+	 * (mtp-*: with the heads' distributions at each position) */
+	request(s, PROTO_SCORE, target_only ? 1 : Lr + 1);
+	s->q->heads = s->heads;
+	const int nq = s->q->n, heads = s->heads;
+	t = now();
+	if (ask(s, io, SPEC_TARGET, &s->t_sync, x, target_only ? 0 : Lr, &r, err) < 0)
+		return -1;
+	s->st[SPEC_S_T_TARGET] += now() - t;
+	for (int i = 0; i < nq; i++) {
+		proto_vector(r, i * (1 + heads), s->qv + (size_t)i * W);
+		for (int k = 0; k < heads; k++) {
+			int vi = i * (1 + heads) + 1 + k;
+			proto_vector(r, vi, s->hv + (size_t)vi * W);
+		}
+	}
+
+	/* 3. policy */
+	t = now();
+	pcg_rng rng;
+	pcg_rng_init(&rng, s->seed, 1 + (uint64_t)s->rounds);
+	for (int i = 0; i < PROTO_MAX_N; i++)
+		groups[i] = -1;
+	if (s->viterbi) {
+		/* the target's q and the heads: 1 + heads positions */
+		const int V = s->env.voice ? W : W - 1;
+		viterbi_opts vo = { s->viterbi_k, -1, VITERBI_UNION };
+		uint32_t path[PROTO_MAX_N];
+		memcpy(s->hv, s->qv, (size_t)W * sizeof *s->hv);
+		if (V > (int)tm_get(s->env.tm)->n)
+			return pcg_fail(err, "the transition matrix covers %u tokens, the model %d",
+					tm_get(s->env.tm)->n, V);
+		if (W != V) /* the end row sits between the vectors */
+			for (int k = 1; k <= heads; k++)
+				memmove(s->hv + (size_t)k * V, s->hv + (size_t)k * W,
+					(size_t)V * sizeof *s->hv);
+		if (viterbi_decode(s->env.tm, s->hv, 1 + heads, V, &vo, path, NULL, NULL, err) < 0)
+			return -1;
+		for (int i = 0; i < 1 + heads && i < room; i++)
+			out[n_emit++] = row_id(s, (int)path[i]);
+		accepted = n_emit - 1;
+	} else if (target_only) {
+		int row = pcg_sample(s->qv, W, pcg_rng_uniform(&rng));
+		out[n_emit++] = row_id(s, row < 0 ? W - 1 : row);
+	} else {
+		int xr[PROTO_MAX_N];
+		const float *pp[PROTO_MAX_N], *qq[PROTO_MAX_N];
+		for (int i = 0; i < Lr; i++) {
+			xr[i] = id_row(s, x[i]);
+			pp[i] = s->p + (size_t)i * W;
+		}
+		for (int i = 0; i <= Lr; i++)
+			qq[i] = s->qv + (size_t)i * W;
+		if (policy_run(s->pol, Lr, xr, pp, qq, &rng, &s->res, err) < 0)
+			return -1;
+		n_emit = s->res.n_tokens;
+		accepted = s->res.n_accepted;
+		for (int i = 0; i < n_emit; i++) {
+			out[i] = row_id(s, s->res.tokens[i]);
+			groups[i] = s->res.groups[i];
+		}
+	}
+	for (int i = 0; i < accepted; i++)
+		s->accept_pos[i] += 1;
+	/* the next drafts: the heads at the last accepted position, whose q
+	 * gave the token that ends this round */
+	if (s->mtp && !s->viterbi) {
+		const int a = target_only ? 0 : accepted;
+		for (int k = 0; k < heads; k++)
+			s->hp[k] = s->hv + ((size_t)a * (1 + heads) + 1 + k) * W;
+		s->have_heads = 1;
+	}
+	s->st[SPEC_S_T_POLICY] += now() - t;
+
+	/* 4. commit, up to the end token */
+	for (int i = 0; i < n_emit && !s->ended && s->nsp < s->max_tokens; i++) {
+		if (out[i] == s->env.voc->end_id) {
+			s->ended = 1;
+		} else {
+			s->ctx[s->n++] = out[i];
+			s->sp[s->nsp++] = out[i];
+			s->last[s->n_last] = out[i];
+			s->last_groups[s->n_last++] = groups[i];
+		}
+	}
+	s->rounds++;
+	s->st[SPEC_S_DRAFTED] += s->viterbi ? heads : target_only ? 0 : Lr;
+	s->st[SPEC_S_ACCEPTED] += accepted;
+	return s->ended || s->nsp >= s->max_tokens;
+}
+
+const int *spec_tokens(const spec_session *s, int *n)
+{
+	*n = s->nsp;
+	return s->sp;
+}
+
+int spec_last_round(const spec_session *s, const int **tokens, const int **groups)
+{
+	*tokens = s->last;
+	if (groups)
+		*groups = s->last_groups;
+	return s->n_last;
+}
+
+void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
+{
+	double st[PROTO_MAX_STATS] = { 0 };
+	const int rounds = s->rounds;
+
+	memcpy(st, s->st, sizeof s->st);
+	rep->type = PROTO_RESULT;
+	rep->id = req_id;
+	rep->n_append = s->nsp;
+	memcpy(rep->append, s->sp, (size_t)s->nsp * sizeof *s->sp);
+	st[SPEC_S_ROUNDS] = rounds;
+	st[SPEC_S_RATE] = st[SPEC_S_DRAFTED] > 0 ? st[SPEC_S_ACCEPTED] / st[SPEC_S_DRAFTED] : 0;
+	st[SPEC_S_MAL] = rounds > 0 ? 1 + st[SPEC_S_ACCEPTED] / rounds : 0;
+	st[SPEC_S_T_TOTAL] = now() - s->t0;
+	st[SPEC_S_TOKENS] = s->nsp;
+	st[SPEC_S_TOK_S] = st[SPEC_S_T_TOTAL] > 0 ? s->nsp / st[SPEC_S_T_TOTAL] : 0;
+	/* messaging: time in calls minus the servers' own compute */
+	st[SPEC_S_T_MSG] = st[SPEC_S_T_DRAFT] + st[SPEC_S_T_TARGET] - s->t_server;
+	st[SPEC_S_RESENDS] = s->resends;
+	const int per_pos = !s->is_none || s->viterbi;
+	rep->n_stats = SPEC_S_POS0 + (per_pos ? s->L : 0);
+	for (int i = 0; i < SPEC_S_POS0; i++)
+		rep->stats[i] = st[i];
+	for (int i = 0; per_pos && i < s->L; i++)
+		rep->stats[SPEC_S_POS0 + i] = rounds ? s->accept_pos[i] / rounds : 0;
+	rep->msg[0] = '\0';
+}
+
+void spec_drop(spec_session *s, const spec_io *io)
+{
+	pcg_err err = { "" };
+	proto_msg *r = s->r;
+
+	memset(s->q, 0, offsetof(proto_msg, append));
+	s->q->type = PROTO_DROP;
+	s->q->session = s->id;
+	io->call(io->ctx, SPEC_TARGET, s->q, r, &err);
+	if (!s->is_none && !s->mtp)
+		io->call(io->ctx, SPEC_DRAFT, s->q, r, &err);
+}

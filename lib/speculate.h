@@ -1,0 +1,94 @@
+/* speculate.h: the round loop of speculative decoding, one session at a
+ * time, one round per call, with no socket of its own.
+ *
+ * A session is one utterance: the prompt (text, or a phoneme voice's
+ * speaker and espeak-ng phonemes), the policy and its parameters, and the
+ * state between rounds (the context, the committed speech tokens, the
+ * servers' sync positions, the statistics). A round is
+ *
+ *   0. a phoneme voice: the phoneme tokens due at this frame go in, and the
+ *      round stops short of the next one;
+ *   1. draft: x_1..x_L and p_1..p_L (a "propose" to the draft server, or
+ *      the target's MTP heads from the previous round);
+ *   2. target: q_1..q_{L+1} in one "score" of [last committed, x_1..x_L];
+ *   3. the policy (lib/policy.h) keeps a prefix of the drafts and emits a
+ *      corrected or bonus token (or mtp-viterbi's path, or one token of q
+ *      when the target runs alone);
+ *   4. commit up to the end token or max_tokens.
+ *
+ * The model servers are reached through spec_io: the verifier passes its
+ * clients (lib/client.h), pcg-sim and the tests a server in this process
+ * (modelserver_local). Every random draw comes from the request's seed and
+ * the round number, so a session gives the same tokens however its rounds
+ * interleave with other sessions'. A new policy is a lib/policy.h kind:
+ * the loop does not change.
+ */
+#ifndef PCG_SPECULATE_H
+#define PCG_SPECULATE_H
+
+#include <stdint.h>
+
+#include "asg.h"
+#include "err.h"
+#include "llasa.h"
+#include "proto.h"
+#include "tm.h"
+#include "tokenizer.h"
+#include "voice.h"
+
+/* What sessions share, read-only while they run. */
+typedef struct spec_env {
+	const tokenizer *tok;
+	const llasa_vocab *voc;
+	const voice_info *voice; /* a phoneme voice, or NULL */
+	int unk_phone;           /* its token for a phoneme it does not know */
+	const tm *tm;            /* mtp-viterbi's transition matrix, or NULL */
+} spec_env;
+
+enum { SPEC_DRAFT, SPEC_TARGET };
+
+/* One request to a model server (stage SPEC_DRAFT or SPEC_TARGET): fills r
+ * with the reply (an error reply is a reply: return 0). r's vectors are
+ * read before the next call. Returns -1 with err when no reply came. */
+typedef struct spec_io {
+	int (*call)(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err);
+	void *ctx;
+} spec_io;
+
+/* The stats of a result, in the order of its stats array. */
+enum { SPEC_S_ROUNDS, SPEC_S_DRAFTED, SPEC_S_ACCEPTED, SPEC_S_RATE, SPEC_S_MAL, SPEC_S_TOK_S,
+       SPEC_S_T_DRAFT, SPEC_S_T_TARGET, SPEC_S_T_POLICY, SPEC_S_T_MSG, SPEC_S_TOKENS,
+       SPEC_S_T_TOTAL, SPEC_S_RESENDS, SPEC_S_POS0 };
+
+typedef struct spec_session spec_session;
+
+/* A session for the synth request req (its text, policy, beta, n, sampling,
+ * seed, max_tokens, speaker, viterbi_k, f16) with the ASG groups (for pcg;
+ * borrowed until spec_free), named id at the servers. Returns NULL with err
+ * saying what in the request is wrong (a bad request) or out of memory. */
+spec_session *spec_new(const spec_env *env, const proto_msg *req, const asg *groups, uint64_t id,
+		       pcg_err *err);
+void spec_free(spec_session **s);
+
+/* Runs one round. Returns 1 when the utterance is complete (the end token,
+ * max_tokens, or a phoneme voice's last frame), 0 when more rounds are
+ * due, -1 with err on a server's error or no reply (the session can go on
+ * no further). */
+int spec_round(spec_session *s, const spec_io *io, pcg_err *err);
+
+/* The speech tokens committed so far (model ids). */
+const int *spec_tokens(const spec_session *s, int *n);
+
+/* Tokens emitted by the last round, and for pcg each one's group label
+ * (lib/policy.h: -1 for a bonus token and for other policies); tokens cut
+ * by max_tokens or the end token are not among them. */
+int spec_last_round(const spec_session *s, const int **tokens, const int **groups);
+
+/* Fills rep with the "result" of the session so far: the tokens and stats. */
+void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep);
+
+/* Tells the servers they may drop the session's caches (a lost drop costs
+ * only memory until they evict it). */
+void spec_drop(spec_session *s, const spec_io *io);
+
+#endif
