@@ -393,7 +393,7 @@ int main(int argc, char **argv)
 	audio_out *file = NULL;
 	stream_out so = { .wav = !raw };
 	const int show = !quiet && isatty(2);
-	int got_audio = 0;
+	int got_audio = 0, told_queue = 0;
 
 	if (do_ping) {
 		rc = do_ping_call(ctx, url, q, r);
@@ -434,8 +434,8 @@ int main(int argc, char **argv)
 		if (got == 0) {
 			if ((now_s() - last) * 1000 >= timeout_ms) {
 				send_cancel(sock, q->id);
-				pcg_fail(&err, "%s: no message for %d ms (--timeout-ms): request "
-					 "cancelled", url, timeout_ms);
+				pcg_fail(&err, "%s: no reply: no message for %d ms (--timeout-ms); "
+					 "request cancelled", url, timeout_ms);
 				goto fail;
 			}
 			if (!strncmp(url, "ipc://", 6) && !listening((void *)url)) {
@@ -483,6 +483,8 @@ int main(int argc, char **argv)
 					goto fail;
 				}
 			}
+			if (r->queue > 0 && !show && !quiet && !told_queue++)
+				fprintf(stderr, "%s: queued, %d requests ahead\n", prog, r->queue);
 			if (show && r->queue > 0)
 				fprintf(stderr, "\r%s: waiting, %d requests ahead   ", prog, r->queue);
 			else if (show && r->pos > 0)

@@ -361,8 +361,14 @@ static void run_job(worker *w, job *j)
 fail:
 	/* a cancelled session's caches go now; after an error a server may be
 	 * gone, and waiting for it would only delay the error */
-	if (s && !strcmp(code, PROTO_E_CANCELLED))
+	if (s && !strcmp(code, PROTO_E_CANCELLED)) {
+		int n;
+		spec_tokens(s, &n);
+		fprintf(stderr, "%s: session %llu cancelled after %d tokens: %s\n", prog,
+			(unsigned long long)j->session, n, stop ? "stopping" : "the client went "
+			"away or asked");
 		spec_drop(s, &io);
+	}
 	if (codec_open) { /* the codec may forget the utterance */
 		memset(w->m, 0, offsetof(proto_msg, append));
 		w->m->type = PROTO_DROP;

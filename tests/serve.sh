@@ -1,0 +1,121 @@
+#!/bin/sh
+# tests/serve.sh: many listeners at once on the demo voice, through the
+# four-process pipeline: concurrent clients get the tokens and the audio
+# they get alone (same seeds), to the byte; the first audio chunk reaches
+# the client before the last token is made; audio streamed to standard
+# output (WAV and raw) equals the file written here and the file
+# codec-decode --chunk writes from the same tokens; whole-utterance decoding
+# is still there; a request beyond the sessions waits and is told its
+# place, one beyond the queue gets "busy"; a client killed mid-utterance is
+# cancelled within a round and does not delay the next request; an
+# interrupted client cancels its request.
+set -u
+ROOT=${PCG_ROOT:-$(pwd)}
+T=${TEST_TMP:-$(mktemp -d)}
+. "${PCG_ROOT:-.}/tests/shlib"
+cd "$T" || exit 1
+export PCG_RUNTIME_DIR="$T/rt"
+trap 'pcg-down >/dev/null 2>&1' EXIT INT TERM
+M=$ROOT/models/demo
+[ -f "$M/config.json" ] || { echo "no demo voice (make voice)"; exit 77; }
+ms() { date +%s%3N; }
+# data bytes of a 16-bit WAV file (after its 44-byte header)
+data() { tail -c +45 "$1"; }
+
+expect 0 "pcg-up the demo voice, 4 sessions" pcg-up --target "$M" --sessions 4
+texts="The ox and the sheep.|And the goat, and the hart.|Ye shall eat of them.|These are the beasts."
+# alone, one after another
+i=0
+echo "$texts" | tr '|' '\n' >texts
+while read -r t; do
+	i=$((i + 1))
+	pcg-synth --seed $i --tokens -o alone$i.wav "$t" >alone$i.out 2>alone$i.err ||
+		bad "alone $i: $(cat alone$i.err)"
+done <texts
+# the same four at once
+i=0
+pids=
+while read -r t; do
+	i=$((i + 1))
+	pcg-synth --seed $i --tokens -o conc$i.wav "$t" >conc$i.out 2>conc$i.err & pids="$pids $!"
+done <texts
+for p in $pids; do wait $p || bad "a concurrent client failed"; done
+for i in 1 2 3 4; do
+	[ "$(tail -n 1 alone$i.out)" = "$(tail -n 1 conc$i.out)" ] && [ -s conc$i.wav ] &&
+		ok "client $i: the same tokens alone and among 4" ||
+		bad "client $i: tokens differ alone and among 4"
+	same alone$i.wav conc$i.wav "client $i: the same audio alone and among 4"
+done
+
+# streamed: WAV to a pipe, raw to a pipe, WAV to a file: the same samples
+t="These are the beasts which ye shall eat: the ox, the sheep, and the goat."
+pcg-synth --seed 9 --tokens -o file.wav "$t" >file.out 2>file.err || bad "file: $(cat file.err)"
+pcg-synth --seed 9 -o - "$t" 2>pipe.err | cat >pipe.wav
+pcg-synth --seed 9 --raw -o - "$t" 2>raw.err | cat >pipe.raw
+pcg-synth --seed 9 -o - "$t" >tofile.wav 2>tofile.err
+data file.wav >file.pcm
+data pipe.wav >pipe.pcm
+same file.pcm pipe.pcm "streamed WAV on a pipe = the file's samples"
+same file.pcm pipe.raw "streamed raw PCM = the file's samples"
+same file.wav tofile.wav "streamed WAV to a file = the file, header and all"
+[ "$(od -An -tu4 -j40 -N4 pipe.wav | tr -d ' ')" = 4294967295 ] &&
+	ok "a piped WAV says its length is unknown" || bad "piped WAV data size"
+if command -v sox >/dev/null 2>&1; then
+	sox -t wav - conv.flac <pipe.wav 2>sox.err && [ -s conv.flac ] &&
+		ok "sox converts the stream as it comes" || bad "sox: $(cat sox.err)"
+fi
+# the same chunking offline: codec-decode --chunk on the tokens
+tail -n 1 file.out | tr ' ' '\n' >ids
+expect 0 "codec-decode --chunk 25 --context 50 --lookahead 4" codec-decode --codec kmeans-gl \
+	--weights "$M/codec" --llasa-ids --speech-offset "$(pcg-tokenize --tokenizer "$M" '<|s_0|>')" \
+	--codes ids --chunk 25 --context 50 --lookahead 4 -o offline.wav
+[ -s offline.wav ] && { data offline.wav >offline.pcm; same file.pcm offline.pcm \
+	"streamed audio = codec-decode --chunk of the same tokens"; }
+# whole-utterance decoding: --chunk 0
+pcg-synth --seed 9 --chunk 0 -o whole.wav "$t" >whole.out 2>whole.err || bad "whole: $(cat whole.err)"
+[ "$(stat -c %s whole.wav)" = "$(stat -c %s file.wav)" ] && ! cmp -s whole.wav file.wav &&
+	ok "--chunk 0: the whole utterance at once (other samples, same length)" ||
+	bad "--chunk 0: $(stat -c %s whole.wav) vs $(stat -c %s file.wav) bytes"
+# the first audio before the last token
+first=$(sed -n 's/^first audio after \([0-9.]*\) s/\1/p' file.out)
+total=$(sed -n 's/.* in \([0-9.]*\) s:.*/\1/p' file.out)
+[ -n "$first" ] && [ -n "$total" ] && awk -v f="$first" -v t="$total" 'BEGIN { exit !(f < t / 2) }' &&
+	ok "first audio after $first s of $total s" || bad "first audio $first s, total $total s"
+pcg-down >/dev/null 2>&1
+
+# One session, a queue of one: the second waits and is told, the third is busy.
+expect 0 "pcg-up with 1 session and a queue of 1" pcg-up --target "$M" --sessions 1 --queue 1
+pcg-synth --max-tokens 1500 --seed 1 "$t $t $t" >q1.out 2>q1.err & c1=$!
+sleep 0.3
+pcg-synth --max-tokens 20 --seed 2 "The ox." >q2.out 2>q2.err & c2=$!
+sleep 0.3
+expect 1 "a third request: busy" pcg-synth --max-tokens 20 "The goat."
+err_has "busy"
+wait $c1 || bad "the first request failed: $(cat q1.err)"
+wait $c2 && grep -q "queued, 1 requests ahead" q2.err && ok "the second waited, told its place" ||
+	bad "the second: $(cat q2.err)"
+
+# A client killed mid-utterance: its session goes within a round, and the
+# next request (the only session is free again) starts at once.
+pcg-synth --max-tokens 3000 --seed 3 "$t $t $t $t $t $t" >/dev/null 2>&1 & c=$!
+sleep 0.4
+kill -9 $c
+wait $c 2>/dev/null
+s=$(ms)
+expect 0 "the next request after a killed client" pcg-synth --max-tokens 10 --seed 4 "The ox."
+dt=$(( $(ms) - s ))
+[ $dt -lt 2000 ] && ok "it ran at once (${dt} ms)" || bad "it waited ${dt} ms"
+grep -q "cancelled" "$T/rt/verifier.log" 2>/dev/null || true
+# SIGINT: pcg-synth cancels and says so
+pcg-synth --max-tokens 3000 --seed 5 "$t $t $t $t $t $t" >int.out 2>int.err & c=$!
+sleep 0.4
+kill -INT $c
+wait $c
+rc=$?
+[ $rc -eq 130 ] && grep -q "request cancelled" int.err && ok "SIGINT: the request is cancelled" ||
+	bad "SIGINT: rc $rc: $(cat int.err)"
+expect 0 "still up" pcg-synth --ping
+out_has "0 queued"
+pcg-down >/dev/null 2>&1
+trap - EXIT INT TERM
+finish
