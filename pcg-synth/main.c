@@ -232,7 +232,7 @@ static void stream_finish(stream_out *so)
 		fprintf(stderr, "%s: standard output: cannot fix the WAV header\n", prog);
 }
 
-static void print_result(const proto_msg *r, double t_first)
+static void print_result(const proto_msg *r, double t_first, double lag)
 {
 	const double *s = r->stats;
 	FILE *o = out && !strcmp(out, "-") ? stderr : stdout; /* stdout carries the audio */
@@ -253,7 +253,8 @@ static void print_result(const proto_msg *r, double t_first)
 	if (out && strcmp(out, "-"))
 		fprintf(o, "audio: %s\n", out);
 	if (t_first >= 0)
-		fprintf(o, "first audio after %.3f s\n", t_first);
+		fprintf(o, "first audio after %.3f s; worst lag behind playback %.3f s\n", t_first,
+			lag);
 	if (print_tokens) {
 		for (int i = 0; i < r->n_append; i++)
 			fprintf(o, "%s%d", i ? " " : "", r->append[i]);
@@ -417,7 +418,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	free(packed);
-	double last = now_s(), t0 = last, t_first = 0;
+	double last = now_s(), t0 = last, t_first = 0, played = 0, lag = 0;
 	for (;;) {
 		zmq_msg_t m;
 		int got = net_recv(sock, &m, 250, &err);
@@ -457,9 +458,16 @@ int main(int argc, char **argv)
 		}
 		if (r->type == PROTO_PROGRESS) {
 			if (r->n_pcm > 0 && out) {
+				/* a player that starts with the first chunk: how late
+				 * each chunk comes after the audio before it has played
+				 * (> 0: an underrun) */
+				const double at = now_s() - t0;
 				if (!got_audio)
-					t_first = now_s() - t0;
+					t_first = at, lag = 0;
+				else if (at - t_first - played > lag)
+					lag = at - t_first - played;
 				got_audio = 1;
+				played += (double)r->n_pcm / (r->rate > 0 ? r->rate : 16000);
 				int bad = 0;
 				if (to_stdout) {
 					bad = stream_pcm(&so, r->rate, r->pcm, r->n_pcm, &err) < 0;
@@ -514,7 +522,7 @@ int main(int argc, char **argv)
 		if (out && !got_audio && !to_stdout)
 			fprintf(stderr, "%s: no audio came (no speech tokens): %s not written\n",
 				prog, out);
-		print_result(r, got_audio ? t_first : -1);
+		print_result(r, got_audio ? t_first : -1, lag);
 		zmq_msg_close(&m);
 		rc = 0;
 		break;

@@ -77,7 +77,7 @@ pcg-synth --seed 9 --chunk 0 -o whole.wav "$t" >whole.out 2>whole.err || bad "wh
 	ok "--chunk 0: the whole utterance at once (other samples, same length)" ||
 	bad "--chunk 0: $(stat -c %s whole.wav) vs $(stat -c %s file.wav) bytes"
 # the first audio before the last token
-first=$(sed -n 's/^first audio after \([0-9.]*\) s/\1/p' file.out)
+first=$(sed -n 's/^first audio after \([0-9.]*\) s.*/\1/p' file.out)
 total=$(sed -n 's/.* in \([0-9.]*\) s:.*/\1/p' file.out)
 [ -n "$first" ] && [ -n "$total" ] && awk -v f="$first" -v t="$total" 'BEGIN { exit !(f < t / 2) }' &&
 	ok "first audio after $first s of $total s" || bad "first audio $first s, total $total s"
