@@ -2,6 +2,8 @@
 #include "net.h"
 
 #include <errno.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -295,6 +297,22 @@ static void *open_socket(void *ctx, int type, const char *url, int bind, pcg_err
 		return NULL;
 	}
 	return s;
+}
+
+int net_listening(const char *url)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	const char *path = url + 6;
+	int fd, rc;
+
+	if (strncmp(url, "ipc://", 6) || strlen(path) >= sizeof a.sun_path)
+		return 1;
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+		return 1;
+	rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+	close(fd);
+	return rc == 0 || (errno != ENOENT && errno != ECONNREFUSED);
 }
 
 void *net_server(void *ctx, const char *url, pcg_err *err)

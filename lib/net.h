@@ -31,6 +31,11 @@ int net_curve_setup(const char *key_path, const char *allow_path, const char *pe
  * and the server's key). */
 int net_endpoint_ok(const char *url, int server, pcg_err *err);
 
+/* Whether an ipc:// endpoint has a listener: 0 when its socket file is
+ * missing or nobody accepts on it (a server that is gone), else 1 (and 1
+ * for other transports, which cannot be asked cheaply). */
+int net_listening(const char *url);
+
 /* A bound ROUTER socket for a server; NULL with err on failure. */
 void *net_server(void *ctx, const char *url, pcg_err *err);
 /* A connected DEALER socket for a client. */

@@ -394,7 +394,7 @@ int main(int argc, char **argv)
 	audio_out *file = NULL;
 	stream_out so = { .wav = !raw };
 	const int show = !quiet && isatty(2);
-	int got_audio = 0, told_queue = 0;
+	int got_audio = 0, told_queue = 0, seen = 0;
 
 	if (do_ping) {
 		rc = do_ping_call(ctx, url, q, r);
@@ -439,7 +439,11 @@ int main(int argc, char **argv)
 					 "request cancelled", url, timeout_ms);
 				goto fail;
 			}
-			if (!strncmp(url, "ipc://", 6) && !listening((void *)url)) {
+			/* gone: it listened (or answered) once and listens no more;
+			 * a verifier still starting has not bound yet */
+			const int here = listening((void *)url);
+			seen |= here;
+			if (!strncmp(url, "ipc://", 6) && seen && !here) {
 				pcg_fail(&err, "%s: the server is gone (nobody listens any more)",
 					 url);
 				goto fail;
@@ -447,6 +451,7 @@ int main(int argc, char **argv)
 			continue;
 		}
 		last = now_s();
+		seen = 1;
 		if (proto_parse(zmq_msg_data(&m), zmq_msg_size(&m), r, &err) < 0) {
 			zmq_msg_close(&m);
 			pcg_err_prefix(&err, url);

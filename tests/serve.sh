@@ -8,7 +8,9 @@
 # is still there; a request beyond the sessions waits and is told its
 # place, one beyond the queue gets "busy"; a client killed mid-utterance is
 # cancelled within a round and does not delay the next request; an
-# interrupted client cancels its request.
+# interrupted client cancels its request; with two replicas of targetd and
+# draftd, one targetd killed with SIGKILL in the middle of 8 sessions, all 8
+# complete with the tokens they have alone.
 set -u
 ROOT=${PCG_ROOT:-$(pwd)}
 T=${TEST_TMP:-$(mktemp -d)}
@@ -117,5 +119,30 @@ rc=$?
 expect 0 "still up" pcg-synth --ping
 out_has "0 queued"
 pcg-down >/dev/null 2>&1
+
+# Replicas: a targetd killed mid-utterance; its sessions move, same tokens.
+expect 0 "pcg-up with 2 replicas" pcg-up --target "$M" --replicas 2 --sessions 8
+out_has "targetd 2 of 2 replicas ok"
+[ "$(pcg-runtime --running | grep -c '^targetd')" = 2 ] && ok "two targetd run" || bad "replicas"
+t="These are the beasts which ye shall eat: the ox, the sheep, and the goat, and the hart."
+for i in 1 2 3 4 5 6 7 8; do
+	pcg-synth --seed $i --tokens "$t" >ra$i.out 2>ra$i.err || bad "alone $i: $(cat ra$i.err)"
+done
+pids=
+for i in 1 2 3 4 5 6 7 8; do pcg-synth --seed $i --tokens "$t" >rc$i.out 2>rc$i.err & pids="$pids $!"; done
+sleep 0.25
+kill -9 "$(cat "$T/rt/targetd-2.pid")"
+n=0
+for p in $pids; do wait $p && n=$((n + 1)); done
+[ $n = 8 ] && ok "all 8 sessions completed with a replica killed" || bad "$n of 8 completed"
+same=0
+for i in 1 2 3 4 5 6 7 8; do [ "$(tail -n 1 ra$i.out)" = "$(tail -n 1 rc$i.out)" ] && same=$((same + 1)); done
+[ $same = 8 ] && ok "each with the tokens it has alone" || bad "$same of 8 with their alone tokens"
+moved=$(grep -c "moves to another replica" "$T/rt/verifier.log")
+[ "$moved" -ge 1 ] && ok "$moved sessions moved to the other replica" || bad "no session moved"
+expect 0 "ping with a replica gone" pcg-synth --ping
+out_has "targetd 1 of 2 replicas ok"
+expect 0 "pcg-down" pcg-down
+[ -z "$(pcg-runtime --running)" ] && ok "every daemon is gone" || bad "left: $(pcg-runtime --running)"
 trap - EXIT INT TERM
 finish

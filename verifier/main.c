@@ -64,8 +64,11 @@ static const pcg_opt opts[] = {
 	  "(default with --local: DIR/tm when it exists)" },
 	{ "listen", PCG_OPT_STR, &listen_url, "tcp://127.0.0.1:7600", 1, 0, "URL",
 	  "endpoint for clients" },
-	{ "draft", PCG_OPT_STR, &draft_url, "tcp://127.0.0.1:7601", 1, 0, "URL", "draftd" },
-	{ "target", PCG_OPT_STR, &target_url, "tcp://127.0.0.1:7602", 1, 0, "URL", "targetd" },
+	{ "draft", PCG_OPT_STR, &draft_url, "tcp://127.0.0.1:7601", 1, 0, "URL[,URL...]",
+	  "draftd, or replicas of it" },
+	{ "target", PCG_OPT_STR, &target_url, "tcp://127.0.0.1:7602", 1, 0, "URL[,URL...]",
+	  "targetd, or replicas of it: new sessions go to the least loaded; a session "
+	  "moves to another when its replica stops answering" },
 	{ "codec", PCG_OPT_STR, &codec_url, "none", 1, 0, "URL",
 	  "codec-decode, or none (tokens only)" },
 	{ "sessions", PCG_OPT_INT, &n_sessions, "8", 1, 1024, "N",
@@ -107,6 +110,62 @@ typedef struct sent_asg {
 	struct sent_asg *next;
 } sent_asg;
 
+/* The replicas of a model server: endpoints, sessions on each, and until
+ * when one that stopped answering gets no new sessions. */
+#define MAX_REPLICAS 16
+typedef struct stage {
+	const char *name;
+	char *urls[MAX_REPLICAS];
+	int n;
+	atomic_int load[MAX_REPLICAS];
+	_Atomic double dead_until[MAX_REPLICAS];
+} stage;
+
+static double mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Splits "a,b,c" into st->urls; checks each endpoint. */
+static int stage_parse(stage *st, const char *name, const char *list, pcg_err *err)
+{
+	const char *p = list;
+
+	st->name = name;
+	while (*p) {
+		const char *e = strchr(p, ',');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		if (st->n == MAX_REPLICAS)
+			return pcg_fail(err, "--%s: more than %d replicas", name, MAX_REPLICAS);
+		if (len == 0 || (st->urls[st->n] = strndup(p, len)) == NULL)
+			return pcg_fail(err, "--%s: '%s': an empty endpoint", name, list);
+		if (net_endpoint_ok(st->urls[st->n++], 0, err) < 0)
+			return -1;
+		p += len + (e != NULL);
+	}
+	return st->n ? 0 : pcg_fail(err, "--%s: no endpoint", name);
+}
+
+/* The replica for a new session: the least loaded of those answering
+ * (all of them when none is), not `not`. Counts the session in. */
+static int stage_pick(stage *st, int not)
+{
+	const double t = mono();
+	int best = -1;
+
+	for (int pass = 0; pass < 2 && best < 0; pass++)
+		for (int i = 0; i < st->n; i++)
+			if (i != not && (pass || atomic_load(&st->dead_until[i]) <= t) &&
+			    (best < 0 || atomic_load(&st->load[i]) < atomic_load(&st->load[best])))
+				best = i;
+	if (best < 0)
+		best = not; /* the only one */
+	atomic_fetch_add(&st->load[best], 1);
+	return best;
+}
+
 /* One synth request: queued, then run by a worker. Main owns the list;
  * a worker owns a job from dequeue to its final message. */
 typedef struct job {
@@ -130,7 +189,8 @@ typedef struct verifier {
 	voice_info *voice;    /* --voice: a phoneme voice, else NULL */
 	tm *tm;               /* --tm, for mtp-viterbi */
 	void *ctx;
-	const char *draft_url, *target_url, *codec_url;
+	stage stages[2];      /* SPEC_DRAFT, SPEC_TARGET: their replicas */
+	const char *codec_url;
 	/* the queue of jobs waiting for a worker, and the sent ASGs */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
@@ -227,16 +287,55 @@ typedef struct worker {
 	verifier *v;
 	pthread_t th;
 	int started;
-	pcg_client *draft, *target, *codec;
+	pcg_client *cl[2][MAX_REPLICAS]; /* per stage, per replica */
+	int cur[2];           /* the replica holding the job's session, or -1 */
+	pcg_client *codec;
 	void *out;
 	proto_buf buf;
 	proto_msg *m, *r;
 } worker;
 
-static int io_call(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err)
+/* spec_io's call: to the replica that holds the session. One that does not
+ * answer is set aside for a while and the session moves to another, whose
+ * "unknown-session" makes the round loop resend the whole context: the
+ * client sees a delay, and the same tokens (the servers' results do not
+ * depend on which replica computes them). */
+static int io_call(void *ctx, int sg, proto_msg *q, proto_msg *r, pcg_err *err)
 {
 	worker *w = ctx;
-	return client_call(stage == SPEC_DRAFT ? w->draft : w->target, q, r, err);
+	stage *st = &w->v->stages[sg];
+
+	for (int attempt = 0; attempt < st->n; attempt++) {
+		if (w->cur[sg] < 0)
+			w->cur[sg] = stage_pick(st, -1);
+		const int k = w->cur[sg];
+		if (client_call(w->cl[sg][k], q, r, err) == 0)
+			return 0;
+		if (st->n == 1 || q->type == PROTO_DROP)
+			return -1;
+		atomic_store(&st->dead_until[k], mono() + 10);
+		atomic_fetch_sub(&st->load[k], 1);
+		fprintf(stderr, "%s: %s: %s; session %llu moves to another replica\n", prog,
+			st->name, err->msg, (unsigned long long)q->session);
+		w->cur[sg] = stage_pick(st, k);
+	}
+	return -1;
+}
+
+/* The job is over: its sessions leave their replicas' load. */
+static void release_replicas(worker *w)
+{
+	for (int sg = 0; sg < 2; sg++)
+		if (w->cur[sg] >= 0) {
+			atomic_fetch_sub(&w->v->stages[sg].load[w->cur[sg]], 1);
+			w->cur[sg] = -1;
+		}
+}
+
+/* The liveness probe of a client of an ipc endpoint. */
+static int listening(void *url)
+{
+	return net_listening(url);
 }
 
 /* Sends m to main for the job's client: [job][final][body]. */
@@ -378,6 +477,7 @@ fail:
 	proto_error(rep, req->id, code, "%s", err.msg);
 	to_client(w, j, rep, 1);
 out:
+	release_replicas(w);
 	spec_free(&s);
 	asg_release(v, sa);
 }
@@ -417,12 +517,16 @@ static int worker_start(verifier *v, worker *w, pcg_err *err)
 	w->r = calloc(1, sizeof *w->r);
 	if (w->m == NULL || w->r == NULL)
 		return pcg_fail(err, "out of memory");
-	w->draft = client_new(v->ctx, v->draft_url, timeout_ms, tries, err);
-	if (w->draft == NULL ||
-	    (w->target = client_new(v->ctx, v->target_url, timeout_ms, tries, err)) == NULL)
-		return -1;
-	client_set_ms_per_position(w->draft, ms_per_pos);
-	client_set_ms_per_position(w->target, ms_per_pos);
+	w->cur[0] = w->cur[1] = -1;
+	for (int sg = 0; sg < 2; sg++)
+		for (int k = 0; k < v->stages[sg].n; k++) {
+			const char *u = v->stages[sg].urls[k];
+			if ((w->cl[sg][k] = client_new(v->ctx, u, timeout_ms, tries, err)) == NULL)
+				return -1;
+			client_set_ms_per_position(w->cl[sg][k], ms_per_pos);
+			if (!strncmp(u, "ipc://", 6))
+				client_set_alive(w->cl[sg][k], listening, (void *)u);
+		}
 	if (strcmp(v->codec_url, "none") &&
 	    (w->codec = client_new(v->ctx, v->codec_url, timeout_ms, tries, err)) == NULL)
 		return -1;
@@ -442,8 +546,9 @@ static void worker_free(worker *w)
 {
 	if (w->started)
 		pthread_join(w->th, NULL);
-	client_free(&w->draft);
-	client_free(&w->target);
+	for (int sg = 0; sg < 2; sg++)
+		for (int k = 0; k < MAX_REPLICAS; k++)
+			client_free(&w->cl[sg][k]);
 	client_free(&w->codec);
 	net_close(&w->out);
 	proto_buf_free(&w->buf);
@@ -461,7 +566,7 @@ typedef struct hub {
 	int n_jobs;
 	proto_buf buf;
 	proto_msg *rep;
-	pcg_client *ping[3];
+	pcg_client *ping[2][MAX_REPLICAS], *ping_codec;
 } hub;
 
 static int send_to(hub *h, const unsigned char *route, size_t route_len, int delim,
@@ -513,26 +618,38 @@ static void ping(hub *h, const proto_msg *req, proto_msg *rep)
 {
 	verifier *v = h->v;
 	pcg_err err = { "" };
-	char summary[256] = "";
-	const char *names[3] = { "draftd", "targetd", "codec-decode" };
+	char summary[200] = "", why[160] = "";
 	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
 
 	if (q == NULL || r == NULL) {
 		proto_error(rep, req->id, PROTO_E_INTERNAL, "out of memory");
 		goto out;
 	}
-	for (int i = 0; i < 3; i++) {
-		if (h->ping[i] == NULL)
-			continue;
-		memset(q, 0, offsetof(proto_msg, append));
-		q->type = PROTO_PING;
-		if (client_call(h->ping[i], q, r, &err) < 0 || r->type != PROTO_PONG) {
-			proto_error(rep, req->id, PROTO_E_INTERNAL, "%s: %s", names[i],
-				    r->type == PROTO_ERROR ? r->msg : err.msg);
+	/* every replica of draftd and targetd, then codec-decode: a stage is
+	 * ok while one of its replicas answers */
+	for (int sg = 0; sg < 3; sg++) {
+		const char *name = sg < 2 ? v->stages[sg].name : "codec-decode";
+		const int n = sg < 2 ? v->stages[sg].n : h->ping_codec != NULL;
+		int up = 0;
+		for (int k = 0; k < n; k++) {
+			pcg_client *c = sg < 2 ? h->ping[sg][k] : h->ping_codec;
+			memset(q, 0, offsetof(proto_msg, append));
+			q->type = PROTO_PING;
+			if (client_call(c, q, r, &err) == 0 && r->type == PROTO_PONG)
+				up++;
+			else
+				snprintf(why, sizeof why, "%.150s", r->type == PROTO_ERROR ? r->msg : err.msg);
+		}
+		if (n > 0 && up == 0) {
+			proto_error(rep, req->id, PROTO_E_INTERNAL, "%s: %s", name, why);
 			goto out;
 		}
-		snprintf(summary + strlen(summary), sizeof summary - strlen(summary), "%s%s ok",
-			 *summary ? ", " : "", names[i]);
+		if (n > 1)
+			snprintf(summary + strlen(summary), sizeof summary - strlen(summary),
+				 "%s%s %d of %d replicas ok", *summary ? ", " : "", name, up, n);
+		else if (n == 1)
+			snprintf(summary + strlen(summary), sizeof summary - strlen(summary), "%s%s ok",
+				 *summary ? ", " : "", name);
 	}
 	pthread_mutex_lock(&v->lock);
 	const int queued = v->n_queued, busy = v->n_workers - v->idle;
@@ -540,9 +657,8 @@ static void ping(hub *h, const proto_msg *req, proto_msg *rep)
 	rep->type = PROTO_PONG;
 	rep->id = req->id;
 	snprintf(rep->msg, sizeof rep->msg,
-		 "verifier ok%s%s (speech %d tokens%s; sessions %d running of %d, %d queued)",
-		 *summary ? ", " : "", summary, v->voc.speech_count, v->groups ? ", asg" : "",
-		 busy, v->n_workers, queued);
+		 "verifier ok, %s (speech %d tokens%s; sessions %d running of %d, %d queued)",
+		 summary, v->voc.speech_count, v->groups ? ", asg" : "", busy, v->n_workers, queued);
 out:
 	free(q);
 	free(r);
@@ -793,12 +909,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: %s\n", prog, err.msg);
 		return 1;
 	}
-	const char *urls[4] = { listen_url, draft_url, target_url, codec_url };
-	for (int i = 0; i < 4; i++)
-		if (!(i == 3 && !strcmp(codec_url, "none")) && net_endpoint_ok(urls[i], i == 0, &err) < 0) {
-			fprintf(stderr, "%s: %s\n", prog, err.msg);
-			return 2;
-		}
+	if (net_endpoint_ok(listen_url, 1, &err) < 0 ||
+	    stage_parse(&v.stages[SPEC_DRAFT], "draft", draft_url, &err) < 0 ||
+	    stage_parse(&v.stages[SPEC_TARGET], "target", target_url, &err) < 0 ||
+	    (strcmp(codec_url, "none") && net_endpoint_ok(codec_url, 0, &err) < 0)) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 2;
+	}
+	v.stages[SPEC_DRAFT].name = "draftd";
+	v.stages[SPEC_TARGET].name = "targetd";
 	v.tok = tok_open(tok_path, &err);
 	if (v.tok == NULL || llasa_vocab_init(v.tok, &v.voc, &err) < 0)
 		goto fail;
@@ -837,8 +956,6 @@ int main(int argc, char **argv)
 	v.env = (spec_env){ v.tok, &v.voc, v.voice, v.voice ? tok_token_id(v.tok, "<|p__|>", 7) : 0,
 			    v.tm };
 	atomic_init(&v.next_session, ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid());
-	v.draft_url = draft_url;
-	v.target_url = target_url;
 	v.codec_url = codec_url;
 	v.n_workers = n_sessions;
 	pthread_mutex_init(&v.lock, NULL);
@@ -884,14 +1001,14 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n_sessions; i++)
 		if (worker_start(&v, &workers[i], &err) < 0)
 			goto fail;
-	const char *purls[3] = { draft_url, target_url, codec_url };
-	for (int i = 0; i < 3; i++)
-		if (!(i == 2 && !strcmp(codec_url, "none")) &&
-		    (h.ping[i] = client_new(ctx, purls[i], timeout_ms, 1, &err)) == NULL)
-			goto fail;
-	if (local_dir) /* the first rounds wait for the models to load */
-		for (int i = 0; i < 2; i++)
-			client_set_ms_per_position(h.ping[i], ms_per_pos);
+	for (int sg = 0; sg < 2; sg++)
+		for (int k = 0; k < v.stages[sg].n; k++)
+			if ((h.ping[sg][k] = client_new(ctx, v.stages[sg].urls[k], timeout_ms, 1,
+							&err)) == NULL)
+				goto fail;
+	if (strcmp(codec_url, "none") &&
+	    (h.ping_codec = client_new(ctx, codec_url, timeout_ms, 1, &err)) == NULL)
+		goto fail;
 
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
@@ -929,8 +1046,12 @@ out:
 		free(j->asg_img);
 		free(j);
 	}
-	for (int i = 0; i < 3; i++)
-		client_free(&h.ping[i]);
+	for (int sg = 0; sg < 2; sg++)
+		for (int k = 0; k < MAX_REPLICAS; k++) {
+			client_free(&h.ping[sg][k]);
+			free(v.stages[sg].urls[k]);
+		}
+	client_free(&h.ping_codec);
 	net_close(&h.in);
 	proto_buf_free(&h.buf);
 	free(h.rep);
