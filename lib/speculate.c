@@ -319,6 +319,9 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 		if (Lr > room - 1)
 			Lr = room - 1;
 	}
+	/* no drafts beyond max_tokens: a round emits at most Lr + 1 */
+	if (Lr > s->max_tokens - s->nsp - 1)
+		Lr = s->max_tokens - s->nsp - 1;
 	const int target_only = s->is_none || Lr < 1 || (s->mtp && !s->have_heads);
 
 	/* 1. draft: x_1..x_Lr and p_1..p_Lr, from the draft server or from the

@@ -1,0 +1,683 @@
+/* test_speculate.c: the policies driven through lib/speculate's round loop
+ * with real models, across rounds and positions:
+ *
+ *   1. sd: every emitted token follows the target's conditional
+ *      distribution given the prefix actually emitted before it;
+ *   2. pcg with the demo's ASG: every emitted group follows the target's
+ *      group distribution Q_c (lib/policy.h) given the prefix, and every
+ *      label names a group that holds its token;
+ *   3. a session gives the same tokens and per-position statistics alone,
+ *      round-robin with three others, run twice, or with its servers losing
+ *      its cache after every round;
+ *   4. bad requests fail naming the field; a session stops at max_tokens,
+ *      and a finished session calls no server.
+ *
+ * The models: the demo voice's target (models/demo, on a plain text prompt)
+ * and two drafts. sd's is three of the target's four layers (draftd
+ * --layers 0,2,3): close, so that later slots and bonus tokens are common
+ * (1.2 of 3 drafts accepted a round). pcg's is the demo's own draft, far
+ * from the target on a text prompt (0.65 accepted a round), so that pcg's
+ * tokens are far from q and only its groups follow Q_c. The servers run in
+ * this process (modelserver_local); each reply is packed and parsed as a
+ * client receives it over a socket.
+ *
+ * The statistic of 1 and 2: SESSIONS sessions (seeds BASE_SEED + i, the text
+ * TEXT, lookahead 3, at most T tokens, temperature 1, top-k 20). For each
+ * emitted token y_t the target's exact q_t = q(. | prompt, y_1..y_{t-1}) is
+ * computed afresh by a second copy of the target (one score of the whole
+ * sequence), and y_t is mapped to its randomized probability integral
+ * transform u_t = F_t(y_t-) + v q_t(y_t), v ~ U(0, 1) from the test's own
+ * generator, F_t the CDF of q_t with the tokens ordered by q_t descending
+ * (ties by id; any order fixed by q_t is valid, this one shows a draft that
+ * is flatter or otherwise peaked than the target as a slope across the
+ * bins). When y_t ~ q_t given everything before it, the u_t are independent
+ * U(0, 1) whatever the prefixes, so their histogram over BINS equal bins is
+ * tested for uniformity by chi-square: once pooled over all positions and
+ * once per position t = 1..T (so that a fault at one position is not
+ * diluted). A session that ends on the end token counts it as its last y.
+ * For pcg the same with groups: the label K that spec_last_round gives with
+ * an accepted or corrected token (for a bonus token, label -1, and for the
+ * end token, K ~ w_{., y} is drawn here, which is Q_c-distributed when
+ * y ~ q), against Q_c,t(G_k) = sum_y w_{k,y} q_t(y).
+ *
+ * Significance: 2 (1 + T) chi-square tests, each at ALPHA = 0.001 / (2 (1 +
+ * T)) (Bonferroni), so the file fails by chance with probability below 0.001.
+ * Run for 30 other base seeds (the optional argument), the 480 p-values
+ * were spread as uniform ones (the smallest 0.0045), and at 3000 sessions
+ * the tests pass too.
+ *
+ * Power, checked here: the same statistics must reject (p-value below
+ * ALPHA) pcg's tokens at token level, sd's draft sampling alone (policy none
+ * with the draft as the scoring server: the draft's distribution emitted
+ * instead of the target's) at token level, from POWER_SESSIONS sessions
+ * only, and pcg's draft alone at group level; over the 31 base seeds their
+ * p-values were below 1e-13, 1e-52 and 1e-300. Mutations of lib/speculate.c
+ * were tried once: the bonus token drawn from q_L instead of q_{L+1} failed
+ * sd pooled (p 1e-25) and at three positions; the policy's random stream
+ * made equal to the draft server's failed sd at position 1 (p 4e-15) though
+ * not pooled; labels shifted by one slot failed the membership check; the
+ * target's sync position counting the drafts failed the rounds. Dropping
+ * pcg's labels (all -1, so that K ~ w_{., y} is drawn here for every token)
+ * is seen only weakly (p 0.005): with groups this overlapping, w smooths
+ * pcg's token distribution to nearly Q_c.
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "asg.h"
+#include "check.h"
+#include "chi2.h"
+#include "llasa.h"
+#include "matmul.h"
+#include "modelserver.h"
+#include "proto.h"
+#include "rng.h"
+#include "speculate.h"
+#include "tokenizer.h"
+
+#define TEXT "Blessed are the meek."
+#define SESSIONS 500
+#define POWER_SESSIONS 150
+#define T 8                     /* max_tokens of the statistical sessions */
+#define LOOKAHEAD 3
+#define BINS 16
+#define N_TESTS (2 * (1 + T))
+#define ALPHA (0.001 / N_TESTS)
+#define BASE_SEED 1000
+static const pcg_sampling SAMP = { 1.0f, 20, 1.0f };
+static const int NEAR_LAYERS[] = { 0, 2, 3 };
+
+/* The servers: the drafts and the target under test, and a second copy of
+ * the target that computes the expected distributions. */
+typedef struct rig {
+	ms_local *near, *far, *target, *oracle;
+	tokenizer *tok;
+	llasa_vocab voc;
+	asg *groups;
+	const asg_view *g;
+	spec_env env;
+	int W;               /* rows: the speech tokens, then the end token */
+	int G;               /* the ASG's groups, then singletons beyond its n */
+	long calls;          /* requests served */
+	proto_buf buf;
+	int *prompt;         /* the prompt's ids */
+	size_t n_prompt;
+} rig;
+
+/* Serves q into r, through the wire format. */
+static int serve(rig *g, ms_local *m, const proto_msg *q, proto_msg *r, pcg_err *err)
+{
+	proto_msg *rep = calloc(1, sizeof *rep);
+
+	if (rep == NULL)
+		return pcg_fail(err, "out of memory");
+	g->calls++;
+	modelserver_handle(m, q, rep);
+	int rc = proto_pack_buf(rep, &g->buf, err);
+	free(rep);
+	if (rc < 0)
+		return -1;
+	return proto_parse(g->buf.data, g->buf.len, r, err);
+}
+
+/* Where a session's requests go: its draft, and the target (or, for the
+ * draft's own samples, the draft again). */
+typedef struct route {
+	rig *g;
+	ms_local *draft, *scorer;
+} route;
+
+static int call(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err)
+{
+	route *to = ctx;
+
+	return serve(to->g, stage == SPEC_DRAFT ? to->draft : to->scorer, q, r, err);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A synth request (the caller frees it). */
+static proto_msg *synth(const char *policy, uint64_t seed, int max_tokens)
+{
+	proto_msg *q = calloc(1, sizeof *q);
+
+	if (q == NULL) {
+		fprintf(stderr, "out of memory\n");
+		exit(1);
+	}
+	q->type = PROTO_SYNTH;
+	snprintf(q->text, sizeof q->text, "%s", TEXT);
+	snprintf(q->policy, sizeof q->policy, "%s", policy);
+	q->n = LOOKAHEAD;
+	q->samp = SAMP;
+	q->seed = seed;
+	q->max_tokens = max_tokens;
+	return q;
+}
+
+/* One session to its end: the tokens (model ids; the end token included
+ * when drawn), their group labels from spec_last_round, and its stats. */
+typedef struct run {
+	int y[T + PROTO_MAX_N], k[T + PROTO_MAX_N], n;
+	double rounds, accepted;
+} run;
+
+static int run_session(route *to, const proto_msg *req, uint64_t id, run *out)
+{
+	rig *g = to->g;
+	spec_io io = { call, to };
+	pcg_err err = { "" };
+	spec_session *s = spec_new(&g->env, req, g->groups, id, &err);
+	int rc = 0, n;
+
+	CHECKF(s != NULL, "spec_new: %s", err.msg);
+	if (s == NULL)
+		return -1;
+	out->n = 0;
+	while (rc == 0) {
+		const int *tok, *grp;
+		if ((rc = spec_round(s, &io, &err)) < 0)
+			break;
+		int m = spec_last_round(s, &tok, &grp);
+		for (int i = 0; i < m && out->n < T + PROTO_MAX_N - 1; i++) {
+			out->y[out->n] = tok[i];
+			out->k[out->n++] = grp[i];
+		}
+	}
+	CHECKF(rc == 1, "spec_round: %s", err.msg);
+	const int *all = spec_tokens(s, &n);
+	CHECKF(n == out->n && n <= req->max_tokens &&
+	       !memcmp(all, out->y, (size_t)n * sizeof *all),
+	       "the rounds emitted %d tokens, the session holds %d", out->n, n);
+	if (rc == 1 && n < req->max_tokens) { /* it drew the end token */
+		out->y[out->n] = g->voc.end_id;
+		out->k[out->n++] = -1;
+	}
+	proto_msg *res = calloc(1, sizeof *res);
+	spec_result(s, 0, res);
+	out->rounds = res->stats[SPEC_S_ROUNDS];
+	out->accepted = res->stats[SPEC_S_ACCEPTED];
+	free(res);
+	spec_free(&s);
+	return rc == 1 ? 0 : -1;
+}
+
+/* The target's q_t for each token of r, given the prompt and the tokens
+ * before it: one score of the whole sequence by the second copy of the
+ * target. q: r->n x W. */
+static int expected(rig *g, const run *r, float *q)
+{
+	proto_msg *sq = calloc(1, sizeof *sq), *rep = calloc(1, sizeof *rep);
+	pcg_err err = { "" };
+	int rc = -1;
+
+	sq->type = PROTO_SCORE;
+	sq->session = 1;
+	for (size_t i = 0; i < g->n_prompt; i++)
+		sq->append[sq->n_append++] = g->prompt[i];
+	for (int i = 0; i + 1 < r->n; i++)
+		sq->append[sq->n_append++] = r->y[i];
+	sq->n = r->n;
+	sq->samp = SAMP;
+	sq->rows = (llama_rows){ 2, { g->voc.speech_first, g->voc.end_id },
+				 { g->voc.speech_first + g->voc.speech_count, g->voc.end_id + 1 } };
+	if (serve(g, g->oracle, sq, rep, &err) == 0 && rep->type == PROTO_PROBS &&
+	    rep->n_vec == r->n && rep->width == g->W) {
+		for (int i = 0; i < r->n; i++)
+			proto_vector(rep, i, q + (size_t)i * g->W);
+		rc = 0;
+	}
+	CHECKF(rc == 0, "score: %s %s", err.msg, rep->msg);
+	free(sq);
+	free(rep);
+	return rc;
+}
+
+/* Row of a model id: speech codes, then the end token. */
+static int row_of(const rig *g, int id)
+{
+	int c = llasa_id_to_code(&g->voc, id);
+	return c >= 0 ? c : g->W - 1;
+}
+
+/* The randomized PIT of category y under dist[0..n) ordered by probability
+ * descending (ties by index), v ~ U(0, 1). */
+static double pit(const double *dist, int n, int y, double v)
+{
+	double below = 0, tot = 0;
+
+	for (int i = 0; i < n; i++) {
+		tot += dist[i];
+		if (dist[i] > dist[y] || (dist[i] == dist[y] && i < y))
+			below += dist[i];
+	}
+	return (below + v * dist[y]) / tot;
+}
+
+/* Q_c over the G groups for the token distribution q over the W rows. */
+static void group_masses(const rig *g, const float *q, double *Qc)
+{
+	const asg_view *a = g->g;
+
+	memset(Qc, 0, (size_t)g->G * sizeof *Qc);
+	for (int t = 0; t < g->W; t++) {
+		if (q[t] == 0)
+			continue;
+		if (t >= (int)a->n) {
+			Qc[a->M + (t - a->n)] += q[t];
+			continue;
+		}
+		for (uint64_t j = a->tok_start[t]; j < a->tok_start[t + 1]; j++)
+			Qc[a->tok_grp[j]] += a->tok_w[j] * q[t];
+	}
+}
+
+/* K ~ w_{., t} for row t (a row beyond the ASG: its singleton). */
+static int draw_group(const rig *g, int t, pcg_rng *rng)
+{
+	const asg_view *a = g->g;
+	double u = pcg_rng_uniform(rng), c = 0;
+
+	if (t >= (int)a->n)
+		return (int)(a->M + (t - a->n));
+	for (uint64_t j = a->tok_start[t]; j < a->tok_start[t + 1]; j++) {
+		c += a->tok_w[j];
+		if (u < c)
+			return (int)a->tok_grp[j];
+	}
+	return (int)a->tok_grp[a->tok_start[t + 1] - 1];
+}
+
+/* Whether row t is in group K: the label of an accepted token (K ~ w_{., x})
+ * and of a corrected one (y ~ q w_{K, .}) always names a group of y. */
+static int member(const rig *g, int t, int K)
+{
+	const asg_view *a = g->g;
+
+	if (K < 0 || K >= g->G)
+		return 0;
+	if (t >= (int)a->n)
+		return K == (int)(a->M + (t - a->n));
+	for (uint64_t j = a->tok_start[t]; j < a->tok_start[t + 1]; j++)
+		if ((int)a->tok_grp[j] == K)
+			return 1;
+	return 0;
+}
+
+/* Histograms of PIT values: pooled, and per position. */
+typedef struct hist {
+	long pooled[BINS], pos[T][BINS], n;
+} hist;
+
+static void hist_add(hist *h, int t, double u)
+{
+	int b = (int)(u * BINS);
+	b = b < 0 ? 0 : b >= BINS ? BINS - 1 : b;
+	h->pooled[b]++;
+	h->pos[t][b]++;
+	h->n++;
+}
+
+static double uniform_p(const long *obs, double *stat, int *df)
+{
+	double e[BINS];
+	long n = 0;
+
+	for (int i = 0; i < BINS; i++) {
+		e[i] = 1.0;
+		n += obs[i];
+	}
+	return chi2_p(obs, e, BINS, n, stat, df);
+}
+
+static int n_tests;
+
+/* The pooled and per-position tests of h must pass (want 1), or the pooled
+ * test must reject (want 0: a check of power). */
+static void expect_uniform(const char *what, const hist *h, int want)
+{
+	double stat;
+	int df;
+	double pv = uniform_p(h->pooled, &stat, &df);
+
+	printf("  %-40s %5ld values  chi2(%d) = %7.1f  p = %.3g\n", what, h->n, df, stat, pv);
+	if (!want) {
+		CHECKF(pv < ALPHA, "%s: not rejected (p = %.3g): the test has no power", what, pv);
+		return;
+	}
+	n_tests++;
+	CHECKF(pv >= ALPHA, "%s: pooled PIT not uniform (p = %.3g < %.2g)", what, pv, ALPHA);
+	for (int t = 0; t < T; t++) {
+		pv = uniform_p(h->pos[t], &stat, &df);
+		n_tests++;
+		printf("    position %d                           chi2(%d) = %7.1f  p = %.3g\n",
+		       t + 1, df, stat, pv);
+		CHECKF(pv >= ALPHA, "%s: position %d: PIT not uniform (p = %.3g < %.2g)", what,
+		       t + 1, pv, ALPHA);
+	}
+}
+
+/* n sessions of policy through to from seed base: the tokens' PIT under
+ * the target's q into ht, the groups' PIT under Q_c into hg (each when not
+ * NULL). */
+static void collect(route *to, const char *policy, int n, uint64_t base, hist *ht, hist *hg)
+{
+	rig *g = to->g;
+	run *r = malloc(sizeof *r);
+	float *q = malloc((size_t)(T + 1) * g->W * sizeof *q);
+	double *d = malloc((size_t)(g->W > g->G ? g->W : g->G) * sizeof *d);
+	double rounds = 0, accepted = 0, t0 = now();
+	long tokens = 0, bonus = 0, bad = 0;
+	pcg_rng rng;
+
+	pcg_rng_init(&rng, base, 77);
+	for (int i = 0; i < n; i++) {
+		proto_msg *req = synth(policy, base + (uint64_t)i, T);
+		/* one server session for all: the servers keep the prompt's
+		 * cache, as they keep any prefix that matches */
+		int rc = run_session(to, req, 1, r);
+		free(req);
+		if (rc < 0 || r->n > T || expected(g, r, q) < 0)
+			break; /* (checked in run_session) */
+		tokens += r->n;
+		rounds += r->rounds;
+		accepted += r->accepted;
+		for (int t = 0; t < r->n; t++) {
+			const float *qt = q + (size_t)t * g->W;
+			const int y = row_of(g, r->y[t]);
+			if (ht) {
+				for (int j = 0; j < g->W; j++)
+					d[j] = qt[j];
+				hist_add(ht, t, pit(d, g->W, y, pcg_rng_uniform(&rng)));
+			}
+			if (hg == NULL)
+				continue;
+			bonus += r->k[t] < 0 && r->y[t] != g->voc.end_id;
+			int K = r->k[t] >= 0 ? r->k[t] : draw_group(g, y, &rng);
+			if (!member(g, y, K)) {
+				bad++;
+				continue;
+			}
+			group_masses(g, qt, d);
+			hist_add(hg, t, pit(d, g->G, K, pcg_rng_uniform(&rng)));
+		}
+	}
+	CHECKF(bad == 0, "%s: %ld tokens labelled with a group they are not in", policy, bad);
+	printf(" %s: %d sessions, %.2f tokens and %.2f rounds a session, %.2f drafts accepted a "
+	       "round", policy, n, (double)tokens / n, rounds / n, rounds ? accepted / rounds : 0);
+	if (hg && strcmp(policy, "none"))
+		printf(", %.1f%% bonus tokens", 100.0 * bonus / tokens);
+	printf(" (%.1f s)\n", now() - t0);
+	free(r);
+	free(q);
+	free(d);
+}
+
+/* ---- 3: determinism ---- */
+
+/* Whether two results have the same stats, apart from those that measure time. */
+static int same_stats(const proto_msg *a, const proto_msg *b)
+{
+	static const int idx[] = { SPEC_S_ROUNDS, SPEC_S_DRAFTED, SPEC_S_ACCEPTED, SPEC_S_RATE,
+				   SPEC_S_MAL, SPEC_S_TOKENS, SPEC_S_RESENDS };
+
+	if (a->n_stats != b->n_stats || a->n_stats != SPEC_S_POS0 + LOOKAHEAD)
+		return 0;
+	for (size_t i = 0; i < sizeof idx / sizeof *idx; i++)
+		if (a->stats[idx[i]] != b->stats[idx[i]])
+			return 0;
+	for (int i = SPEC_S_POS0; i < a->n_stats; i++)
+		if (a->stats[i] != b->stats[i])
+			return 0;
+	return 1;
+}
+
+static int same_tokens(const proto_msg *a, const proto_msg *b)
+{
+	return a->n_append == b->n_append &&
+	       !memcmp(a->append, b->append, (size_t)a->n_append * sizeof *a->append);
+}
+
+/* sd through to_sd, pcg through to_pcg. */
+static void test_determinism(rig *g, route *to_sd, route *to_pcg)
+{
+	enum { NS = 4, MAXT = 24 };
+	static const char *pol[NS] = { "sd", "sd", "pcg", "pcg" };
+	const spec_io io[NS] = { { call, to_sd }, { call, to_sd }, { call, to_pcg },
+				 { call, to_pcg } };
+	pcg_err err = { "" };
+	spec_session *s[NS];
+	proto_msg *rr[NS], *ra = calloc(1, sizeof *ra);
+	int done[NS] = { 0 }, left = NS;
+
+	/* round-robin: one round of each in turn */
+	for (int i = 0; i < NS; i++) {
+		proto_msg *req = synth(pol[i], 11 + (uint64_t)i, MAXT);
+		s[i] = spec_new(&g->env, req, g->groups, 101 + (uint64_t)i, &err);
+		free(req);
+		rr[i] = calloc(1, sizeof *rr[i]);
+		CHECKF(s[i] != NULL, "%s", err.msg);
+		if (s[i] == NULL)
+			exit(check_done("test_speculate"));
+	}
+	while (left > 0)
+		for (int i = 0; i < NS; i++) {
+			if (done[i])
+				continue;
+			int rc = spec_round(s[i], &io[i], &err);
+			CHECKF(rc >= 0, "%s", err.msg);
+			if (rc != 0) {
+				done[i] = 1;
+				left--;
+			}
+		}
+	for (int i = 0; i < NS; i++) {
+		spec_result(s[i], 0, rr[i]);
+		spec_free(&s[i]);
+	}
+	/* alone, on fresh server sessions; the same seeds again on those
+	 * sessions (their caches hold the whole previous run); once more with
+	 * the servers dropping the session after every round, so that each
+	 * round resends the context from position 0 to both */
+	for (int pass = 0; pass < 3; pass++)
+		for (int i = 0; i < NS; i++) {
+			proto_msg *req = synth(pol[i], 11 + (uint64_t)i, MAXT);
+			spec_session *a = spec_new(&g->env, req, g->groups,
+						   (pass < 2 ? 201 : 301) + (uint64_t)i, &err);
+			int rc = 0, rounds = 0;
+			free(req);
+			CHECKF(a != NULL, "%s", err.msg);
+			if (a == NULL)
+				continue;
+			while (rc == 0) {
+				rc = spec_round(a, &io[i], &err);
+				rounds++;
+				if (pass == 2)
+					spec_drop(a, &io[i]);
+			}
+			CHECKF(rc == 1, "%s", err.msg);
+			spec_result(a, 0, ra);
+			CHECKF(same_tokens(ra, rr[i]), "%s seed %d, pass %d: tokens differ from "
+			       "the round-robin run", pol[i], 11 + i, pass);
+			if (pass == 2) {
+				CHECKF(ra->stats[SPEC_S_RESENDS] == 2 * (rounds - 1),
+				       "%g resends in %d rounds, want %d",
+				       ra->stats[SPEC_S_RESENDS], rounds, 2 * (rounds - 1));
+				ra->stats[SPEC_S_RESENDS] = 0;
+			}
+			CHECKF(same_stats(ra, rr[i]), "%s seed %d, pass %d: statistics differ "
+			       "from the round-robin run", pol[i], 11 + i, pass);
+			spec_free(&a);
+		}
+	/* the seeds matter, and the runs are long enough to show it */
+	CHECK(!same_tokens(rr[0], rr[1]) && !same_tokens(rr[2], rr[3]));
+	for (int i = 0; i < NS; i++) {
+		CHECK(rr[i]->n_append > LOOKAHEAD);
+		printf("  %s seed %d: %d tokens in %g rounds, %g of %g drafts accepted\n", pol[i],
+		       11 + i, rr[i]->n_append, rr[i]->stats[SPEC_S_ROUNDS],
+		       rr[i]->stats[SPEC_S_ACCEPTED], rr[i]->stats[SPEC_S_DRAFTED]);
+		free(rr[i]);
+	}
+	free(ra);
+}
+
+/* ---- 4: edge cases ---- */
+
+static void bad_request(rig *g, const char *policy, int n, const asg *groups, const char *want)
+{
+	proto_msg *req = synth(policy, 1, 10);
+	pcg_err err = { "" };
+
+	req->n = n;
+	spec_session *s = spec_new(&g->env, req, groups, 900, &err);
+	CHECKF(s == NULL && strstr(err.msg, want) != NULL,
+	       "policy %s, n %d: want an error naming %s, got '%s'", policy, n, want,
+	       s ? "a session" : err.msg);
+	spec_free(&s);
+	free(req);
+}
+
+static void test_edges(rig *g, route *to)
+{
+	spec_io io = { call, to };
+	pcg_err err = { "" };
+
+	bad_request(g, "best", LOOKAHEAD, g->groups, "'policy'");
+	bad_request(g, "mtp-best", LOOKAHEAD, g->groups, "'policy'");
+	bad_request(g, "pcg", LOOKAHEAD, NULL, "pcg needs an ASG");
+	bad_request(g, "sd", 0, NULL, "'n'");
+	bad_request(g, "sd", PROTO_MAX_N, NULL, "'n'");
+	bad_request(g, "pcg", -1, g->groups, "'n'");
+	proto_msg *req = synth("sd", 5, 10);
+	req->n = PROTO_MAX_N - 1; /* the largest lookahead is fine */
+	spec_session *s = spec_new(&g->env, req, NULL, 901, &err);
+	CHECKF(s != NULL, "lookahead %d: %s", PROTO_MAX_N - 1, err.msg);
+	spec_free(&s);
+	free(req);
+
+	/* max_tokens 5 with lookahead 3: the last round's surplus is cut (and
+	 * not among its tokens); then the session is done and calls no server */
+	for (uint64_t seed = 1; seed <= 4; seed++) {
+		req = synth(seed % 2 ? "sd" : "pcg", seed, 5);
+		s = spec_new(&g->env, req, g->groups, 902, &err);
+		free(req);
+		CHECKF(s != NULL, "%s", err.msg);
+		if (s == NULL)
+			return;
+		int rc = 0, rounds = 0, n, emitted = 0;
+		const int *tok;
+		while (rc == 0 && rounds < 10) {
+			rc = spec_round(s, &io, &err);
+			rounds++;
+			emitted += spec_last_round(s, &tok, NULL);
+		}
+		spec_tokens(s, &n);
+		CHECKF(rc == 1 && n == 5 && emitted == 5,
+		       "seed %d: rc %d after %d rounds, %d tokens, %d emitted (want 1, 5, 5)",
+		       (int)seed, rc, rounds, n, emitted);
+		long calls = g->calls;
+		CHECK(spec_round(s, &io, &err) == 1 && spec_round(s, &io, &err) == 1);
+		CHECKF(g->calls == calls, "a finished session made %ld calls", g->calls - calls);
+		spec_tokens(s, &n);
+		CHECK(n == 5);
+		spec_free(&s);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *root = getenv("PCG_ROOT");
+	const uint64_t base = argc > 1 ? strtoull(argv[1], NULL, 10) : BASE_SEED;
+	char dir[4096], ddir[4200], path[4300];
+	pcg_err err = { "" };
+	rig g = { 0 };
+
+	/* The models are tiny: one thread. (A second one mostly waits, and on
+	 * a busy machine its spinning makes the run many times slower.) */
+	pcg_set_threads(1);
+	snprintf(dir, sizeof dir, "%s/models/demo", root ? root : ".");
+	snprintf(ddir, sizeof ddir, "%s/draft", dir);
+	snprintf(path, sizeof path, "%s/model.safetensors", ddir);
+	if (access(path, R_OK) != 0)
+		SKIP("models/demo has no draft (make voice)");
+	ms_config nc = { .prog = "draftd", .model_dir = dir, .kv_mem = 1LL << 30,
+			 .layers = NEAR_LAYERS,
+			 .n_layers = sizeof NEAR_LAYERS / sizeof *NEAR_LAYERS };
+	ms_config fc = { .prog = "draftd", .model_dir = ddir, .kv_mem = 1LL << 30 };
+	ms_config tc = { .prog = "targetd", .model_dir = dir, .kv_mem = 1LL << 30 };
+	g.near = modelserver_local(&nc, &err);
+	CHECKF(g.near != NULL, "%s", err.msg);
+	g.far = modelserver_local(&fc, &err);
+	CHECKF(g.far != NULL, "%s", err.msg);
+	g.target = modelserver_local(&tc, &err);
+	CHECKF(g.target != NULL, "%s", err.msg);
+	g.oracle = modelserver_local(&tc, &err);
+	CHECKF(g.oracle != NULL, "%s", err.msg);
+	snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+	g.tok = tok_load(path, &err);
+	CHECKF(g.tok != NULL, "%s", err.msg);
+	snprintf(path, sizeof path, "%s/asg", dir);
+	g.groups = asg_open(path, &err);
+	CHECKF(g.groups != NULL, "%s", err.msg);
+	llasa_prompt pr = { .text = TEXT };
+	if (!g.near || !g.far || !g.target || !g.oracle || !g.tok || !g.groups ||
+	    llasa_vocab_init(g.tok, &g.voc, &err) < 0 ||
+	    llasa_prompt_ids(g.tok, &g.voc, &pr, &g.prompt, &g.n_prompt, &err) < 0) {
+		CHECKF(0, "%s", err.msg);
+		return check_done("test_speculate");
+	}
+	g.g = asg_get(g.groups);
+	g.env = (spec_env){ .tok = g.tok, .voc = &g.voc };
+	g.W = g.voc.speech_count + 1;
+	g.G = (int)(g.g->M + (g.W - g.g->n));
+	CHECK(g.g->token_offset == (uint32_t)g.voc.speech_first && (int)g.g->n <= g.W);
+
+	route to_sd = { &g, g.near, g.target }, to_pcg = { &g, g.far, g.target };
+	route near_alone = { &g, g.near, g.near }, far_alone = { &g, g.far, g.far };
+	double t0 = now();
+	printf("edge cases\n");
+	test_edges(&g, &to_sd);
+	printf("determinism and interleaving\n");
+	test_determinism(&g, &to_sd, &to_pcg);
+	printf(" (%.1f s)\n", now() - t0);
+
+	printf("the target's distributions: lookahead %d, top-k %d, at most %d tokens, base seed "
+	       "%llu, alpha %.2g per test\n", LOOKAHEAD, SAMP.top_k, T, (unsigned long long)base,
+	       ALPHA);
+	hist *h[5];
+	for (int i = 0; i < 5; i++)
+		h[i] = calloc(1, sizeof *h[i]);
+	collect(&to_sd, "sd", SESSIONS, base, h[0], NULL);
+	expect_uniform("sd: tokens ~ q", h[0], 1);
+	collect(&to_pcg, "pcg", SESSIONS, base + 1000000, h[1], h[2]);
+	expect_uniform("pcg: groups ~ Q_c", h[2], 1);
+	CHECKF(n_tests == N_TESTS, "%d tests, ALPHA assumes %d", n_tests, N_TESTS);
+	printf("power: these must be rejected\n");
+	expect_uniform("pcg: tokens ~ q", h[1], 0);
+	collect(&near_alone, "none", POWER_SESSIONS, base + 2000000, h[3], NULL);
+	expect_uniform("sd's draft alone: tokens ~ q", h[3], 0);
+	collect(&far_alone, "none", POWER_SESSIONS, base + 3000000, NULL, h[4]);
+	expect_uniform("pcg's draft alone: groups ~ Q_c", h[4], 0);
+
+	for (int i = 0; i < 5; i++)
+		free(h[i]);
+	free(g.prompt);
+	proto_buf_free(&g.buf);
+	asg_close(&g.groups);
+	tok_free(&g.tok);
+	modelserver_local_free(&g.near);
+	modelserver_local_free(&g.far);
+	modelserver_local_free(&g.target);
+	modelserver_local_free(&g.oracle);
+	return check_done("test_speculate");
+}
