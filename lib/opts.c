@@ -93,6 +93,13 @@ int pcg_opts_parse(const pcg_opt *opts, int argc, char **argv, pcg_err *err)
 			free(pos);
 			return PCG_OPTS_HELP;
 		}
+		if (!strcmp(a, "--version")) { /* as every tool does: print, exit */
+			const char *slash = strrchr(argv[0], '/');
+			printf("%s (pcg-tts) %s\n", slash ? slash + 1 : argv[0], PCG_VERSION);
+			fflush(stdout);
+			free(pos);
+			exit(ferror(stdout) ? 1 : 0);
+		}
 		if (!strcmp(a, "--")) {
 			for (i++; i < argc; i++)
 				pos[npos++] = argv[i];
@@ -158,6 +165,8 @@ void pcg_opts_usage(FILE *f, const char *prog, const char *synopsis, const pcg_o
 			fprintf(f, " (default %s)", o->def);
 		fputc('\n', f);
 	}
+	fprintf(f, "  %-24s %s\n  %-24s %s\n", "-h, --help", "this help", "--version",
+		"the version of pcg-tts");
 }
 
 int pcg_parse_ids(const char *s, int **out, int *n)

@@ -36,12 +36,16 @@ typedef struct pcg_opt {
 	const char *help;
 } pcg_opt;
 
+/* The release of pcg-tts, printed by every program's --version. */
+#define PCG_VERSION "0.2.0"
+
 /* Result codes besides the index of the first positional argument. */
 #define PCG_OPTS_HELP (-2)
 
 /* Sets every default, then parses. Returns the index of the first
  * positional argument (argc when none), PCG_OPTS_HELP for -h/--help, or -1
- * with err naming the flag and the problem. */
+ * with err naming the flag and the problem. --version prints
+ * "PROG (pcg-tts) VERSION" and exits 0, as every command-line tool does. */
 int pcg_opts_parse(const pcg_opt *opts, int argc, char **argv, pcg_err *err);
 
 /* Prints "usage: prog synopsis" and one line per flag with its default. */

@@ -9,6 +9,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "opts.h"
+
 #include "fileio.h"
 
 static const char *prog = "pcg-keygen";
@@ -21,6 +23,10 @@ int main(int argc, char **argv)
 
 	if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
 		printf("usage: %s NAME\n  writes NAME.key (keypair, mode 0600) and NAME.pub\n", prog);
+		return 0;
+	}
+	if (argc == 2 && !strcmp(argv[1], "--version")) {
+		printf("%s (pcg-tts) %s\n", prog, PCG_VERSION);
 		return 0;
 	}
 	if (argc != 2 || argv[1][0] == '-' || strlen(argv[1]) > 4000) {

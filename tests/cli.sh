@@ -78,4 +78,12 @@ sed 's/LlamaForCausalLM/GPT2LMHeadModel/' m1/config.json > broken/config.json
 expect 1 "unknown architecture" pcg-run --model broken --tokens 1
 err_has "architectures"
 
+# --version: every program says its name and the release, exit 0.
+for p in asg-build asg-info codec-decode draftd targetd verifier pcg-keygen pcg-mcd pcg-mkmodel \
+	pcg-mtp pcg-phonemize pcg-quantize pcg-run pcg-sim pcg-synth pcg-tokenize tm-build tm-info; do
+	v=$("$p" --version 2>&1) && case $v in "$p (pcg-tts) "[0-9]*) true ;; *) false ;; esac ||
+		bad "$p --version: $v"
+done
+ok "--version on every program"
+
 finish
