@@ -3,6 +3,7 @@
  * cannot run (see config.h).
  */
 #include "config.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -262,7 +263,7 @@ int llama_config_parse(const char *json, size_t len, llama_config *c, pcg_err *e
 	memset(&tmp, 0, sizeof tmp);
 	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
 	if (root == NULL)
-		return pcg_fail(err, "not valid JSON: %s (line %d)", je.text, je.line);
+		return pcg_json_fail(err, "config", &je);
 	if (!json_is_object(root))
 		rc = pcg_fail(err, "not a JSON object");
 	else

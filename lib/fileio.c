@@ -1,6 +1,8 @@
 /* fileio.c: atomic whole-file writes (see fileio.h). */
 #include "fileio.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -218,4 +220,14 @@ int pcg_spans_overlap(pcg_span *sp, int n)
 			reach = sp[i].end;
 	}
 	return -1;
+}
+
+int pcg_json_fail(pcg_err *err, const char *what, const void *json_error)
+{
+	const json_error_t *je = json_error;
+
+	if (je->line < 1)
+		return pcg_fail(err, "%s: %s", what, je->text);
+	return pcg_fail(err, "%s: not valid JSON at line %d, column %d: %s", what, je->line,
+			je->column, je->text);
 }

@@ -61,4 +61,10 @@ typedef struct pcg_span {
  * empty range shares no byte. */
 int pcg_spans_overlap(pcg_span *sp, int n);
 
+/* Fills err with jansson's parse error (a json_error_t) of what, in words
+ * for the user: "WHAT: not valid JSON at line L, column C: TEXT", or, when
+ * the file could not be read at all (jansson says line -1), "WHAT: TEXT".
+ * Returns -1. */
+int pcg_json_fail(pcg_err *err, const char *what, const void *json_error);
+
 #endif

@@ -3,6 +3,7 @@
  * and tests/ref/make_kmeans_fixtures.py computes it in numpy.
  */
 #include "kmeans_codec.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <fftw3.h>
@@ -50,7 +51,7 @@ int kmc_config_load(const char *path, kmc_config *c, pcg_err *err)
 	int rc = -1;
 
 	if (root == NULL)
-		return pcg_fail(err, "%s: line %d: %s", path, je.line, je.text);
+		return pcg_json_fail(err, path, &je);
 	if (!json_is_object(root)) {
 		pcg_fail(err, "not a JSON object");
 		goto out;

@@ -404,7 +404,7 @@ static st_ckpt *open_index(const char *dir, const char *index, pcg_err *err)
 
 	root = json_load_file(index, JSON_REJECT_DUPLICATES, &je);
 	if (root == NULL) {
-		pcg_fail(err, "%s: %s (line %d)", index, je.text, je.line);
+		pcg_json_fail(err, index, &je);
 		return NULL;
 	}
 	wm = json_object_get(root, "weight_map");

@@ -13,6 +13,7 @@
 #include <espeak-ng/speak_lib.h>
 
 #include "voice.h"
+#include "fileio.h"
 
 int voice_load(const char *path, voice_info *v, pcg_err *err)
 {
@@ -23,7 +24,7 @@ int voice_load(const char *path, voice_info *v, pcg_err *err)
 
 	memset(v, 0, sizeof *v);
 	if (root == NULL)
-		return pcg_fail(err, "%s: line %d: %s", path, je.line, je.text);
+		return pcg_json_fail(err, path, &je);
 	if (!json_is_object(root)) {
 		pcg_fail(err, "%s: not a JSON object", path);
 		goto out;

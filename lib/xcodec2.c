@@ -19,6 +19,7 @@
  * torchtune RoPE, confirm it.
  */
 #include "xcodec2.h"
+#include "fileio.h"
 
 /* fftw3.h before cblas.h: OpenBLAS's header pulls in <complex.h>, which
  * would turn fftwf_complex from float[2] into float _Complex. */
@@ -149,7 +150,7 @@ int xc2_config_load(const char *path, xc2_config *c, pcg_err *err)
 	xc2_config_default(c);
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
 	if (root == NULL)
-		return pcg_fail(err, "%s: line %d: %s", path, je.line, je.text);
+		return pcg_json_fail(err, path, &je);
 	if (!json_is_object(root)) {
 		pcg_fail(err, "%s: not a JSON object", path);
 		goto out;

@@ -232,6 +232,20 @@ static void stream_finish(stream_out *so)
 		fprintf(stderr, "%s: standard output: cannot fix the WAV header\n", prog);
 }
 
+/* An error reply in words for the user: a bad request is the user's to fix
+ * (the message says what and how); the rest say what happened. */
+static void print_error(const proto_msg *r)
+{
+	if (!strcmp(r->code, PROTO_E_BAD_REQUEST))
+		fprintf(stderr, "%s: %s\n", prog, r->msg);
+	else if (!strcmp(r->code, PROTO_E_BUSY))
+		fprintf(stderr, "%s: the pipeline is busy: %s\n", prog, r->msg);
+	else if (!strcmp(r->code, PROTO_E_CANCELLED))
+		fprintf(stderr, "%s: the request was cancelled: %s\n", prog, r->msg);
+	else
+		fprintf(stderr, "%s: the pipeline failed: %s\n", prog, r->msg);
+}
+
 static void print_result(const proto_msg *r, double t_first, double lag)
 {
 	const double *s = r->stats;
@@ -274,7 +288,7 @@ static int do_ping_call(void *ctx, const char *url, proto_msg *q, proto_msg *r)
 	if (c == NULL || client_call(c, q, r, &err) < 0)
 		fprintf(stderr, "%s: %s\n", prog, err.msg);
 	else if (r->type == PROTO_ERROR)
-		fprintf(stderr, "%s: verifier: %s: %s\n", prog, r->code, r->msg);
+		print_error(r);
 	else if (r->type == PROTO_PONG && printf("%s\n", r->msg) > 0)
 		rc = 0;
 	client_free(&c);
@@ -509,7 +523,7 @@ int main(int argc, char **argv)
 		if (show)
 			fprintf(stderr, "\r\033[K");
 		if (r->type == PROTO_ERROR) {
-			fprintf(stderr, "%s: verifier: %s: %s\n", prog, r->code, r->msg);
+			print_error(r);
 			zmq_msg_close(&m);
 			goto out;
 		}

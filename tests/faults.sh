@@ -73,9 +73,12 @@ wait $c; rc=$?
 dt=$(( $(now_ms) - t0 ))
 [ $rc -eq 1 ] && [ $dt -le 3000 ] && ok "draftd killed: error in ${dt} ms" || bad "draftd killed: rc $rc after $dt ms"
 
-# 5. SIGTERM: clean exit within 2 s.
+# 5. SIGTERM: clean exit within 2 s (once the new draftd is up: before its
+# main() runs, SIGTERM's default action would end it with no clean-up).
+rm -f "$T/d.sock"
 start_draft
-sleep 0.3
+i=0
+while [ ! -S "$T/d.sock" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
 for p in $vpid $tpid $dpid; do kill -TERM $p 2>/dev/null; done
 t0=$(now_ms)
 for p in $vpid $tpid $dpid; do

@@ -93,7 +93,7 @@ pcg-synth --max-tokens 20 --seed 2 "The ox." >q2.out 2>q2.err & c2=$!
 sleep 0.3
 expect 1 "a third request: busy" pcg-synth --max-tokens 20 "The goat."
 err_has "busy"
-wait $c1 || bad "the first request failed: $(cat q1.err)"
+wait $c1 || bad "the first request failed: $(cat q1.err) $(grep -i cancel "$T/rt/verifier.log")"
 wait $c2 && grep -q "queued, 1 requests ahead" q2.err && ok "the second waited, told its place" ||
 	bad "the second: $(cat q2.err)"
 

@@ -82,7 +82,7 @@ expect 1 "pitch not a number" pcg-phonemize --voice-file bad3.json "Hi."
 err_has "speakers[1]"
 printf '{ "frontend": ' >bad4.json
 expect 1 "truncated JSON" pcg-phonemize --voice-file bad4.json "Hi."
-err_has "bad4.json: line"
+err_has "bad4.json: not valid JSON at line 1"
 expect 1 "missing file" pcg-phonemize --voice-file nothing.json "Hi."
 err_has "nothing.json"
 

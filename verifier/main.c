@@ -569,6 +569,15 @@ typedef struct hub {
 	pcg_client *ping[2][MAX_REPLICAS], *ping_codec;
 } hub;
 
+/* A job whose client cannot be reached: gone (EHOSTUNREACH) or not reading
+ * (its queue is full): its session ends at the next round. */
+static void unreachable(job *j)
+{
+	if (atomic_exchange(&j->cancel, 1) == 0)
+		fprintf(stderr, "%s: session %llu: the client cannot be reached (%s): cancelling\n",
+			prog, (unsigned long long)j->session, zmq_strerror(zmq_errno()));
+}
+
 static int send_to(hub *h, const unsigned char *route, size_t route_len, int delim,
 		   const void *body, size_t len)
 {
@@ -602,13 +611,14 @@ static void tell_queue(hub *h)
 		if (!j->req->stream)
 			continue;
 		memset(h->rep, 0, offsetof(proto_msg, append));
+		h->rep->n_append = 0;
 		h->rep->type = PROTO_PROGRESS;
 		h->rep->id = j->req->id;
 		h->rep->queue = pos;
 		pcg_err err = { "" };
 		if (proto_pack_buf(h->rep, &h->buf, &err) == 0 &&
 		    send_to(h, j->route, j->route_len, j->delim, h->buf.data, h->buf.len) < 0)
-			atomic_store(&j->cancel, 1);
+			unreachable(j);
 	}
 	pthread_mutex_unlock(&v->lock);
 }
@@ -728,6 +738,7 @@ static void cancel(hub *h, const net_req *nr, const proto_msg *req)
 		}
 	if (found) {
 		memset(h->rep, 0, offsetof(proto_msg, append));
+		h->rep->n_append = 0;
 		h->rep->type = PROTO_OK;
 		h->rep->id = req->id;
 	} else {
@@ -793,7 +804,7 @@ static void from_worker(hub *h)
 		if (zmq_msg_size(&f[2]) > 0 &&
 		    send_to(h, j->route, j->route_len, j->delim, zmq_msg_data(&f[2]),
 			    zmq_msg_size(&f[2])) < 0)
-			atomic_store(&j->cancel, 1);
+			unreachable(j);
 		if (final) {
 			for (job **pp = &h->jobs; *pp; pp = &(*pp)->next)
 				if (*pp == j) {
