@@ -137,7 +137,7 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 		}
 		if (net_send(c->sock, c->req.data, c->req.len, err) < 0)
 			continue;
-		const double until = now_ms() + wait_ms;
+		double until = now_ms() + wait_ms;
 		for (;;) {
 			zmq_msg_t m;
 			int got = recv_probed(c, &m, until, &gone, err);
@@ -155,6 +155,11 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 			if (rep->id != req->id) { /* a late reply to an abandoned request */
 				c->stale++;
 				zmq_msg_close(&m);
+				continue;
+			}
+			if (rep->type == PROTO_PROGRESS) { /* the server works on it: wait on */
+				zmq_msg_close(&m);
+				until = now_ms() + wait_ms;
 				continue;
 			}
 			zmq_msg_init(&c->last);

@@ -4,7 +4,9 @@
  * dropped), and on a timeout reopens its socket and resends, up to a number
  * of tries, then gives up with an error that names the server. Requests of
  * the pipeline are idempotent (they name the position they extend from), so
- * a resend is always safe. */
+ * a resend is always safe. A "progress" message with the request's id (a
+ * server saying it still works on it, behind other sessions' work) starts
+ * the wait again. */
 #ifndef PCG_CLIENT_H
 #define PCG_CLIENT_H
 

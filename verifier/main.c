@@ -76,7 +76,8 @@ static const pcg_opt opts[] = {
 	{ "queue", PCG_OPT_INT, &max_queue, "256", 0, 1 << 20, "N",
 	  "requests that may wait for a session; beyond, a request gets the error busy" },
 	{ "timeout-ms", PCG_OPT_INT, &timeout_ms, "3000", 10, 600000, "N",
-	  "per-try timeout of a request to a server" },
+	  "per-try timeout of a request to a server, counted from the last sign of life "
+	  "(a server busy with other sessions says so every second)" },
 	{ "tries", PCG_OPT_INT, &tries, "2", 1, 100, "N", "tries per request before giving up" },
 	{ "ms-per-position", PCG_OPT_INT, &ms_per_pos, "250", 0, 600000, "N",
 	  "more wait per position a request makes a model server compute (a prompt's prefill)" },
