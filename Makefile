@@ -6,7 +6,8 @@
 #   make install    PREFIX=/usr/local (bin/, share/man/)
 #   make eval-deps  pip-installs what pcg-eval's WER needs (tools/eval/requirements.txt)
 #   make test-deps  pip-installs gguf-py and numpy, for the tests that check our GGUF
-#                   files with llama.cpp's own reader (they skip loudly without it)
+#                   files with llama.cpp's own reader (they skip loudly without it),
+#                   and openai, the official client tests/http.sh runs against pcg-httpd
 #   make clean
 # CUDA sources (lib/cuda/*.cu) build when nvcc is found; CUDA=0 turns that off.
 
@@ -86,6 +87,10 @@ bin/$(1): $(patsubst %.c,build/%.o,$(wildcard $(1)/*.c)) build/libpcg.a | $(CUDA
 endef
 $(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
 
+# pcg-httpd alone links libmicrohttpd, libsamplerate and librubberband.
+HTTPD_PKGS := libmicrohttpd samplerate rubberband
+bin/pcg-httpd: LDLIBS_ALL += $(shell pkg-config --libs $(HTTPD_PKGS) 2>/dev/null || echo -lmicrohttpd -lsamplerate -lrubberband)
+
 bin/bench-%: build/bench/%.o build/libpcg.a | $(CUDA_LIB)
 	@mkdir -p bin
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
@@ -142,9 +147,10 @@ eval-deps:
 	$(PYTHON) -m pip install --break-system-packages -r tools/eval/requirements.txt
 
 # gguf-py (llama.cpp's own GGUF package) for tests/gguf.sh, tests/quant.sh and
-# tests/quantize.sh; make test runs without it.
+# tests/quantize.sh; openai (OpenAI's Python client) for tests/http.sh; make test
+# runs without them.
 test-deps:
-	$(PYTHON) -m pip install --break-system-packages 'gguf>=0.17' numpy
+	$(PYTHON) -m pip install --break-system-packages 'gguf>=0.17' numpy openai
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin

@@ -1,0 +1,127 @@
+/* speech.h: one POST /v1/audio/speech of pcg-httpd, from its JSON body to
+ * the bytes of the response.
+ *
+ * The body is checked as OpenAI's endpoint checks it (speech_parse); the
+ * input is cut into pieces at sentence ends (split.h), and each piece is
+ * one "synth" to the verifier (protocol 4, man 7 pcg-protocol) on a DEALER
+ * socket of this request alone, with stream and audio on: "progress"
+ * messages bring the audio as it is decoded, the "result" ends a piece, and
+ * the next piece follows; the audio of all pieces goes through one encoder
+ * (encode.h), so the response is one continuous file with one header.
+ *
+ * A speech belongs to one thread at a time (its socket is a ZeroMQ
+ * socket): libmicrohttpd calls it from the connection's thread only.
+ */
+#ifndef PCG_HTTPD_SPEECH_H
+#define PCG_HTTPD_SPEECH_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "encode.h"
+#include "err.h"
+
+/* An error as OpenAI's API returns it: the HTTP status and the body
+ * {"error": {"message", "type", "param", "code"}}. param and code are
+ * empty for null. status 499: the client went away (nothing to send). */
+typedef struct api_error {
+	int status;
+	const char *type;
+	char param[32];
+	char code[40];
+	char message[600];
+} api_error;
+
+int api_fail(api_error *e, int status, const char *type, const char *param, const char *code,
+	     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+#define SPEECH_MAX_INPUT 4096 /* characters, as OpenAI */
+#define SPEECH_MAX_SPEAKERS 64
+
+/* The speakers of the model and the names they answer to. */
+typedef struct speech_voices {
+	int n;
+	char name[SPEECH_MAX_SPEAKERS][64]; /* voice.json's "name", else its "voice" */
+} speech_voices;
+
+/* Reads the speakers of a phoneme voice's voice.json; path NULL: a model
+ * with one speaker ("default"). Returns 0 or -1 with err. */
+int speech_voices_load(const char *path, speech_voices *v, pcg_err *err);
+
+/* OpenAI's voice names, in the order they map onto the speakers (modulo
+ * their number); NULL-terminated. */
+extern const char *const speech_openai_voices[];
+/* The model names accepted; NULL-terminated. */
+extern const char *const speech_models[];
+/* The verifier's policies; NULL-terminated. */
+extern const char *const speech_policies[];
+
+/* How this server speaks: fixed at start, shared by every request. */
+typedef struct speech_cfg {
+	void *zmq;                 /* the ZeroMQ context */
+	const char *verifier;      /* its endpoint */
+	int timeout_ms;            /* silence of a running request before it is given up */
+	int piece_chars;           /* characters per synth at most */
+	int chunk, left, right;    /* the audio's chunking, in codes */
+	int max_tokens;            /* per piece */
+	int resampler;             /* enc_resampler_parse */
+	const char *policy;        /* defaults of the pcg-specific fields */
+	int seed, lookahead, top_k;
+	double temp, top_p, beta;
+	const speech_voices *voices;
+	atomic_int *stop;          /* set: the server is stopping */
+} speech_cfg;
+
+/* A request, checked. */
+typedef struct speech_req {
+	char *input;               /* malloc'd, UTF-8 */
+	size_t input_chars;
+	char model[64];
+	enc_format fmt;
+	int sse;                   /* stream_format "sse" */
+	double speed;
+	int speaker;
+	char policy[16];
+	int seed, lookahead, top_k;
+	double temp, top_p, beta;
+} speech_req;
+
+/* Parses and checks a body. Returns 0, or -1 with e filled (400). */
+int speech_parse(const char *body, size_t len, const speech_cfg *cfg, speech_req *r,
+		 api_error *e);
+void speech_req_free(speech_req *r);
+
+typedef struct speech speech;
+
+/* Sends the first piece to the verifier. client_fd (the HTTP connection,
+ * -1: none) is watched so that a client that goes away cancels its
+ * generation within a round. Takes r's input. NULL with e on failure. */
+speech *speech_start(const speech_cfg *cfg, speech_req *r, int client_fd, api_error *e);
+
+/* Waits for the pipeline: with until_audio, until the first audio came
+ * (or the speech ended without any), else until there are bytes to send.
+ * Returns 1 (audio came / bytes to send), 0 (the end: every byte taken),
+ * -1 with e (the generation is cancelled; status 499 if the client went
+ * away). */
+int speech_pump(speech *s, int until_audio, api_error *e);
+
+/* The bytes to send (*n of them), and taking n of them. */
+const unsigned char *speech_bytes(const speech *s, size_t *n);
+void speech_take(speech *s, size_t n);
+
+/* What it did, for the log. */
+typedef struct speech_stats {
+	int done;                  /* every piece spoken */
+	int pieces;
+	long speech_tokens;
+	double audio_s;            /* seconds of audio sent */
+	double first_audio_s;      /* after the start; < 0: none */
+	double elapsed_s;
+} speech_stats;
+void speech_get_stats(const speech *s, speech_stats *st);
+
+/* Cancels the generation if it runs (a "cancel" to the verifier), frees
+ * everything and sets *s to NULL. */
+void speech_free(speech **s);
+
+#endif
