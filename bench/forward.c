@@ -7,8 +7,12 @@
  * against the memory-bandwidth bound: the weight bytes one step reads (every
  * layer's matrices and the lm_head rows of the speech range) over the
  * bandwidth.
+ * With --batch N, instead: B = 1, 2, 4, .. N sequences, each with its own
+ * cache after --ctx positions, decoding --batch-block positions a step
+ * (speech range), as one llama_forward_batch a step against one
+ * llama_forward per sequence, alternated step by step.
  * Usage: bench-forward --model PATH [--threads N] [--ctx N] [--steps N] [--block N]
- *        [--device DEV] [--bandwidth GBPS] [--layers LIST]
+ *        [--device DEV] [--bandwidth GBPS] [--layers LIST] [--batch N [--batch-block N]]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +27,7 @@
 
 static const char *model_dir, *device, *layers_s;
 static double bandwidth;
-static int threads, ctx, steps, block, speech_begin, speech_end, end_token;
+static int threads, ctx, steps, block, speech_begin, speech_end, end_token, batch, batch_block;
 static const pcg_opt opts[] = {
 	{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "PATH", "model directory or GGUF file" },
 	{ "threads", PCG_OPT_INT, &threads, "2", 0, 1024, "N", "threads" },
@@ -41,6 +45,10 @@ static const pcg_opt opts[] = {
 	  "run only these layers, e.g. 0,1 (a draft made of the target's first layers)" },
 	{ "bandwidth", PCG_OPT_FLOAT, &bandwidth, "0", 0, 1e6, "GBPS",
 	  "memory bandwidth for the bound (H100 SXM: 3350; 0: not shown)" },
+	{ "batch", PCG_OPT_INT, &batch, "0", 0, 256, "N",
+	  "only time 1, 2, 4 .. N sequences batched against one by one (0: off)" },
+	{ "batch-block", PCG_OPT_INT, &batch_block, "1", 1, 8, "N",
+	  "positions per sequence and step with --batch" },
 	{ NULL },
 };
 
@@ -111,13 +119,102 @@ static double blockf(llama_model *m, llama_kv *kv, int n, const llama_rows *rows
 	return best;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	const double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Seconds per step of B sequences (caches kv[0..B), from ctx) decoding
+ * batch_block positions a step: t[0] one llama_forward per sequence, t[1]
+ * one llama_forward_batch. The two alternate step by step, on the same
+ * caches (so at the same context lengths), and each is the median of its
+ * steps: the bursts of a shared machine hit both alike and drop out. */
+static void decode_batch(llama_model *m, llama_kv **kv, int B, const llama_rows *rows,
+			 float *logits, int count, double t[2])
+{
+	llama_seq seqs[256];
+	int toks[256][8];
+	double *dt = malloc((size_t)2 * steps * sizeof *dt);
+	pcg_err err;
+
+	if (dt == NULL)
+		exit(1);
+	for (int b = 0; b < B; b++) {
+		llama_kv_truncate(kv[b], ctx, &err);
+		for (int i = 0; i < batch_block; i++)
+			toks[b][i] = 100 + 17 * b + i;
+		seqs[b] = (llama_seq){ kv[b], toks[b], batch_block, batch_block,
+				       logits + (size_t)b * batch_block * count, NULL };
+	}
+	for (int s = 0; s < steps; s++) {
+		for (int way = 0; way < 2; way++) {
+			double t0 = now();
+			if (way == 1) {
+				if (llama_forward_batch(m, seqs, B, rows, NULL, &err) < 0)
+					die("batch", &err);
+			} else {
+				for (int b = 0; b < B; b++)
+					if (llama_forward(m, kv[b], toks[b], batch_block, batch_block,
+							  rows, seqs[b].out, &err) < 0)
+						die("decode", &err);
+			}
+			dt[way * steps + s] = now() - t0;
+			for (int b = 0; b < B; b++)
+				for (int i = 0; i < batch_block; i++)
+					toks[b][i] = (toks[b][i] * 7 + 13) % 1000;
+		}
+	}
+	for (int way = 0; way < 2; way++) {
+		qsort(dt + way * steps, (size_t)steps, sizeof *dt, cmp_double);
+		t[way] = dt[way * steps + steps / 2];
+	}
+	free(dt);
+}
+
+/* --batch: the table of B = 1, 2, 4 .. batch, batched against one by one. */
+static void bench_batch(llama_model *m, const llama_rows *speech, const int *prompt)
+{
+	const int count = llama_rows_count(m, speech);
+	llama_kv **kv = calloc((size_t)batch, sizeof *kv);
+	float *logits = malloc((size_t)batch * batch_block * count * sizeof *logits);
+	double t[2];
+	pcg_err err;
+
+	if (kv == NULL || logits == NULL)
+		exit(1);
+	for (int b = 0; b < batch; b++) {
+		kv[b] = llama_kv_new(m);
+		if (kv[b] == NULL)
+			exit(1);
+		if (llama_forward(m, kv[b], prompt, ctx, 0, NULL, NULL, &err) < 0)
+			die("prefill", &err);
+	}
+	printf("%d sequences of %d position%s a step, speech range (%d rows), median of %d "
+	       "steps each way, alternated:\n", batch, batch_block, batch_block > 1 ? "s" : "",
+	       count, steps);
+	printf("    B  rows  one by one tokens/s  batched tokens/s  speed-up\n");
+	decode_batch(m, kv, 1, speech, logits, count, t); /* warm up */
+	for (int B = 1; B <= batch; B = B < batch && 2 * B > batch ? batch : 2 * B) {
+		decode_batch(m, kv, B, speech, logits, count, t);
+		const double tok = (double)B * batch_block;
+		printf("  %3d  %4d  %19.2f  %16.2f  %7.2fx\n", B, B * batch_block, tok / t[0],
+		       tok / t[1], t[0] / t[1]);
+		fflush(stdout);
+	}
+	for (int b = 0; b < batch; b++)
+		llama_kv_free(&kv[b]);
+	free(kv);
+	free(logits);
+}
+
 int main(int argc, char **argv)
 {
 	pcg_err err = { "" };
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 
 	if (first == PCG_OPTS_HELP || first < 0 || model_dir == NULL) {
-		if (first < 0)
+		if (first < 0 && first != PCG_OPTS_HELP)
 			fprintf(stderr, "bench-forward: %s\n", err.msg);
 		pcg_opts_usage(first == PCG_OPTS_HELP ? stdout : stderr, "bench-forward",
 			       "--model DIR [options]", opts);
@@ -150,6 +247,20 @@ int main(int argc, char **argv)
 	for (int i = 0; i < ctx; i++)
 		prompt[i] = (i * 31 + 7) % (c->vocab < 1000 ? c->vocab : 1000);
 
+	if (batch > 0) {
+		printf("model %s: hidden %d, layers %d, heads %d/%d, ffn %d, vocab %d, %.2f GB "
+		       "mapped\ncpu %s; threads %d, kernels %s (float) %s (quantised), ctx %d\n",
+		       model_dir, c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn,
+		       c->vocab, llama_mapped_bytes(m) / 1e9, cpu_name(), threads,
+		       pcg_matmul_isa(), pcg_qmatmul_path(), ctx);
+		bench_batch(m, &speech, prompt);
+		llama_kv_free(&kv);
+		llama_close(&m);
+		free(logits);
+		free(prompt);
+		free((int *)oo.layers);
+		return 0;
+	}
 	t0 = now();
 	if (llama_forward(m, kv, prompt, ctx, 1, NULL, logits, &err) < 0)
 		die("prefill", &err);

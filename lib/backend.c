@@ -89,6 +89,15 @@ static int cpu_matmul(pcg_backend *be, float *y, int ldy, const float *x, int B,
 	return 0;
 }
 
+static int cpu_matmul_rows(pcg_backend *be, float *y, int ldy, const float *x, int B,
+			   const pcg_mat *W, int r0, int nr, pcg_err *err)
+{
+	(void)be;
+	(void)err;
+	pcg_matmul_rows(y, ldy, x, B, W, r0, nr);
+	return 0;
+}
+
 /* apply_rotary_pos_emb with rotate_half: pairs (x[i], x[i + hd/2]). cos and
  * sin of pos * inv_freq in f32, as LlamaRotaryEmbedding. */
 static int cpu_rope(pcg_backend *be, float *x, int T, int n_heads, int hd, int pos0,
@@ -204,8 +213,8 @@ static int cpu_probs(pcg_backend *be, float *p, const float *logits, int rows, i
 
 static const pcg_backend_ops cpu_ops = {
 	cpu_alloc, cpu_free, cpu_grow, cpu_copy, cpu_copy,
-	cpu_embed, cpu_rmsnorm, cpu_matmul, cpu_rope, cpu_attention, cpu_add, cpu_swiglu,
-	cpu_probs,
+	cpu_embed, cpu_rmsnorm, cpu_matmul, cpu_matmul_rows, cpu_rope, cpu_attention, cpu_add,
+	cpu_swiglu, cpu_probs,
 };
 
 static pcg_backend cpu_backend = { &cpu_ops, PCG_DEVICE_CPU, 1, NULL };

@@ -41,6 +41,11 @@ typedef struct pcg_backend_ops {
 	/* y[b * ldy + r] = sum_k x[b * K + k] * W[r0 + r][k], b < B, r < nr. */
 	int (*matmul)(pcg_backend *be, float *y, int ldy, const float *x, int B, const pcg_mat *W,
 		      int r0, int nr, pcg_err *err);
+	/* matmul where each row of x gets what it gets in a product of at most
+	 * PCG_MATMUL_SMALL rows, whatever B is: a batch of several sequences'
+	 * rows, each as alone (CPU: bit for bit, pcg_matmul_rows). */
+	int (*matmul_rows)(pcg_backend *be, float *y, int ldy, const float *x, int B,
+			   const pcg_mat *W, int r0, int nr, pcg_err *err);
 	/* Rotate-half RoPE of T rows of n_heads heads (row stride n_heads * hd)
 	 * at positions pos0.., angles pos * inv_freq[i] (inv_freq: backend memory). */
 	int (*rope)(pcg_backend *be, float *x, int T, int n_heads, int hd, int pos0,

@@ -9,7 +9,9 @@
  * Large batches (prefill) go to OpenBLAS sgemm, which wins once
  * the weights are reused many times; block-quantised weights go to
  * lib/qmatmul.c in blocks of 8 instead, which beats sgemm on their
- * dequantised tiles.
+ * dequantised tiles. pcg_matmul_rows runs the streaming kernel on any
+ * number of rows, for a batch of sequences whose rows must each get what
+ * they get alone.
  */
 #include "matmul.h"
 
@@ -264,6 +266,9 @@ const char *pcg_matmul_isa(void)
 	return isas[isa].name;
 }
 
+/* Any number of rows through the streaming kernel: each row gets the same
+ * sums whatever B is (tile_dot), and each tile of weight rows is applied to
+ * all rows of x while it is in cache. */
 static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0,
 			 int nr)
 {
@@ -271,21 +276,29 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 	const int chunk = 16;
 	const int nchunks = (nr + chunk - 1) / chunk;
 	const int K = W->cols;
+	const int bf16 = W->dtype == PCG_BF16;
 	rows_fn *rows = rows_kernel();
-	float xs[PCG_MATMUL_SMALL * K]; /* K <= a few 10^4: a few hundred KB at most */
+	/* The bf16 kernel wants x as evens then odds in each block of 32: on the
+	 * stack for a few rows (K <= a few 10^4: a few hundred KB at most). */
+	float xs_small[bf16 && B <= PCG_MATMUL_SMALL ? B * K : 1];
+	float *xw = bf16 && B > PCG_MATMUL_SMALL ? malloc((size_t)B * K * sizeof *xw) : xs_small;
+	const float *xs = bf16 ? xw : x;
 
-	/* The bf16 kernel wants x as evens then odds in each block of 32. */
-	if (W->dtype == PCG_BF16) {
-		for (int b = 0; b < B; b++) {
-			const float *xr = x + (size_t)b * K;
-			float *o = xs + (size_t)b * K;
-			int k = 0;
-			for (; k + 2 * VW <= K; k += 2 * VW)
-				for (int j = 0; j < VW; j++) {
-					o[k + j] = xr[k + 2 * j];
-					o[k + VW + j] = xr[k + 2 * j + 1];
-				}
-		}
+	if (xw == NULL) { /* the same sums, in products that need no memory */
+		for (int b = 0; b < B; b += PCG_MATMUL_SMALL)
+			matmul_small(y + (size_t)b * ldy, ldy, x + (size_t)b * K,
+				     B - b < PCG_MATMUL_SMALL ? B - b : PCG_MATMUL_SMALL, W, r0, nr);
+		return;
+	}
+	for (int b = 0; bf16 && b < B; b++) {
+		const float *xr = x + (size_t)b * K;
+		float *o = xw + (size_t)b * K;
+		int k = 0;
+		for (; k + 2 * VW <= K; k += 2 * VW)
+			for (int j = 0; j < VW; j++) {
+				o[k + j] = xr[k + 2 * j];
+				o[k + VW + j] = xr[k + 2 * j + 1];
+			}
 	}
 #pragma omp parallel for schedule(static) if (nchunks > 1)
 	for (int c = 0; c < nchunks; c++) {
@@ -293,6 +306,8 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 		int e = a + chunk < r0 + nr ? a + chunk : r0 + nr;
 		rows(y, ldy, x, xs, B, W, a, e, r0);
 	}
+	if (xw != xs_small)
+		free(xw);
 }
 
 /* Prefill: sgemm on tiles of W widened to f32 (f32 weights are used in
@@ -365,6 +380,17 @@ void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 		matmul_small(y, ldy, x, B, W, r0, nr);
 	else
 		matmul_blas(y, ldy, x, B, W, r0, nr);
+}
+
+void pcg_matmul_rows(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0,
+		     int nr)
+{
+	if (B <= 0 || nr <= 0)
+		return;
+	if (pcg_dtype_is_quant(W->dtype) || B <= PCG_MATMUL_SMALL)
+		pcg_matmul(y, ldy, x, B, W, r0, nr); /* blocks of 8, or the kernel below */
+	else
+		matmul_small(y, ldy, x, B, W, r0, nr);
 }
 
 void pcg_set_threads(int n)

@@ -8,7 +8,8 @@
  * the weights widened to f32 when they are f16/bf16, so a bf16 checkpoint is
  * never copied whole. Block-quantised weights (GGUF's Q8_0, Q4_0, K-quants)
  * go through lib/qmatmul.c's int8 kernels for any number of rows, in blocks
- * of PCG_MATMUL_SMALL.
+ * of PCG_MATMUL_SMALL. pcg_matmul_rows keeps any number of rows on the
+ * small kernels (the rows of a batch of sequences, each as alone).
  */
 #ifndef PCG_MATMUL_H
 #define PCG_MATMUL_H
@@ -29,6 +30,15 @@ typedef struct pcg_mat {
 /* y[b * ldy + r] = sum_k x[b * K + k] * W[r0 + r][k]   for b < B, r < nr,
  * K = W->cols. y must not alias x. Multi-threaded (see pcg_set_threads). */
 void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr);
+
+/* pcg_matmul where each row of x gets, bit for bit, what it gets in a
+ * product of at most PCG_MATMUL_SMALL rows, for any B (a batch of several
+ * sequences' rows): more rows than that go through the streaming kernels
+ * (f32, f16, bf16: each tile of weight rows applied to all rows of x while
+ * it is in cache, so the weights are read once) or the quantised ones in
+ * blocks of PCG_MATMUL_SMALL, never through sgemm. */
+void pcg_matmul_rows(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0,
+		     int nr);
 
 /* Sets the threads used by the kernels and by OpenBLAS; n <= 0: all cores. */
 void pcg_set_threads(int n);

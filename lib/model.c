@@ -542,7 +542,22 @@ static int kv_reserve(llama_kv *kv, int need, pcg_err *err)
 	return 0;
 }
 
-/* ---------------------------------------------------------------- forward */
+/* ---------------------------------------------------------------- forward
+ *
+ * A pass runs the positions of one or more sequences, each with its own
+ * cache, as one block of rows: each product over the rows reads its weight
+ * matrix once for all of them, while k, v, RoPE and attention run per
+ * sequence, on its cache at its positions. llama_forward is a pass of one.
+ *
+ * A row's products must not depend on the rows it shares them with, so
+ * that a sequence gives in a batch what it gives alone. On the CPU, products
+ * of up to PCG_MATMUL_SMALL rows have that property and longer ones do not
+ * (OpenBLAS; lib/matmul.h). So the rows of the short sequences (at most
+ * PCG_MATMUL_SMALL positions, what they are alone) come first and go through
+ * matmul_rows, which gives every row what such a product gives it however
+ * many rows there are; a longer sequence's rows are a product of their own
+ * (matmul), as when it runs alone.
+ */
 
 static int check_rows(const llama_model *m, const llama_rows *rows, pcg_err *err)
 {
@@ -557,21 +572,30 @@ static int check_rows(const llama_model *m, const llama_rows *rows, pcg_err *err
 	return 0;
 }
 
+/* y = x W^T for B rows of x (rows [r0, r0 + nr) of W). exact: each row as
+ * in a product of at most PCG_MATMUL_SMALL rows (matmul_rows). */
+static int mm(pcg_backend *be, float *y, int ldy, const float *x, int B, int exact,
+	      const pcg_mat *W, int r0, int nr, pcg_err *err)
+{
+	if (exact)
+		return be->ops->matmul_rows(be, y, ldy, x, B, W, r0, nr, err);
+	return be->ops->matmul(be, y, ldy, x, B, W, r0, nr, err);
+}
+
 /* logits [B][count] = lm_head(h) over the chosen rows, in their order; h
- * and logits are backend memory. */
-static int lm_head_rows(const llama_model *m, const float *h, int B, const llama_rows *rows,
-			float *logits, pcg_err *err)
+ * and logits are backend memory; exact as mm. */
+static int lm_head_rows(const llama_model *m, const float *h, int B, int exact,
+			const llama_rows *rows, float *logits, pcg_err *err)
 {
 	pcg_backend *be = m->be;
 	const int n_logits = llama_rows_count(m, rows);
 
 	if (rows == NULL)
-		return be->ops->matmul(be, logits, n_logits, h, B, &m->lm_head, 0, m->cfg.vocab,
-				       err);
+		return mm(be, logits, n_logits, h, B, exact, &m->lm_head, 0, m->cfg.vocab, err);
 	for (int i = 0, off = 0; i < rows->n; i++) {
 		int len = rows->end[i] - rows->begin[i];
-		if (be->ops->matmul(be, logits + off, n_logits, h, B, &m->lm_head, rows->begin[i],
-				    len, err) < 0)
+		if (mm(be, logits + off, n_logits, h, B, exact, &m->lm_head, rows->begin[i], len,
+		       err) < 0)
 			return -1;
 		off += len;
 	}
@@ -583,7 +607,6 @@ int llama_lm_head(const llama_model *m, const float *h, int B, const llama_rows 
 {
 	pcg_backend *be = m->be;
 	const size_t hb = (size_t)B * m->cfg.hidden * sizeof(float);
-	const size_t lb = (size_t)B * llama_rows_count(m, rows) * sizeof(float);
 	void *d;
 	int rc;
 
@@ -591,14 +614,15 @@ int llama_lm_head(const llama_model *m, const float *h, int B, const llama_rows 
 		return pcg_fail(err, "lm_head: %d vectors", B);
 	if (check_rows(m, rows, err) < 0)
 		return -1;
+	const size_t lb = (size_t)B * llama_rows_count(m, rows) * sizeof(float);
 	if (be->host)
-		return lm_head_rows(m, h, B, rows, logits, err);
+		return lm_head_rows(m, h, B, 0, rows, logits, err);
 	/* a device: h up, the product, the logits down */
 	if (be->ops->alloc(be, &d, hb + lb, "lm_head", err) < 0)
 		return -1;
 	rc = be->ops->upload(be, d, h, hb, err);
 	if (rc == 0)
-		rc = lm_head_rows(m, d, B, rows, (float *)((char *)d + hb), err);
+		rc = lm_head_rows(m, d, B, 0, rows, (float *)((char *)d + hb), err);
 	if (rc == 0)
 		rc = be->ops->download(be, logits, (char *)d + hb, lb, err);
 	be->ops->free(be, d);
@@ -630,130 +654,259 @@ static float *scratch(llama_model *m, size_t bytes, pcg_err *err)
 	return m->scratch;
 }
 
-/* The pass; with samp, what goes to logits is pcg_probs of the logits,
- * computed where the pass ran. */
-static int forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
-		   const llama_rows *rows, const pcg_sampling *samp, float *logits,
-		   float *hidden, pcg_err *err)
+/* Checks what a pass is given, before anything changes; seq names the
+ * sequence in messages when there are several. */
+static int check_seqs(const llama_model *m, const llama_seq *s, int n_seqs, pcg_err *err)
+{
+	const llama_config *c = &m->cfg;
+	const int kv_dim = c->n_kv_heads * c->head_dim;
+	char seq[32] = "";
+
+	if (n_seqs < 1)
+		return pcg_fail(err, "forward: %d sequences", n_seqs);
+	for (int i = 0; i < n_seqs; i++) {
+		const llama_kv *kv = s[i].kv;
+		if (n_seqs > 1)
+			snprintf(seq, sizeof seq, "sequence %d: ", i);
+		if (kv == NULL || kv->be != m->be || kv->n_layers != m->n_layers ||
+		    kv->kv_dim != kv_dim)
+			return pcg_fail(err, "forward: %snot a cache of this model", seq);
+		for (int j = 0; j < i; j++)
+			if (s[j].kv == kv)
+				return pcg_fail(err, "forward: sequences %d and %d share a cache", j, i);
+		if (s[i].n < 1 || s[i].n_out < 0 || s[i].n_out > s[i].n)
+			return pcg_fail(err, "forward: %s%d positions, %d outputs", seq, s[i].n,
+					s[i].n_out);
+		if (s[i].tokens == NULL)
+			return pcg_fail(err, "forward: %sno tokens", seq);
+		if (s[i].n > c->max_pos - kv->len)
+			return pcg_fail(err, "forward: %spositions up to %d exceed "
+					"max_position_embeddings %d", seq, kv->len + s[i].n - 1,
+					c->max_pos);
+		for (int t = 0; t < s[i].n; t++)
+			if (s[i].tokens[t] < 0 || s[i].tokens[t] >= c->vocab)
+				return pcg_fail(err, "%stoken %d at index %d out of range [0, %d)",
+						seq, s[i].tokens[t], t, c->vocab);
+	}
+	return 0;
+}
+
+/* Where each sequence's rows are among the pass's: position rows row..,
+ * output rows orow.. (the last n_out positions after the final norm). */
+struct seq_at {
+	int row, orow;
+};
+
+/* The pass's layout: the short sequences that want logits, the other short
+ * ones, then the long ones, each group in the caller's order. */
+struct pass {
+	struct seq_at *at;
+	int rows, outs;      /* all positions, all outputs */
+	int short_rows;      /* positions of the short sequences: rows [0, short_rows) */
+	int short_lm;        /* outputs of the short sequences that want logits: [0, short_lm) */
+	int lm;              /* 1: some sequence wants logits */
+};
+
+static int is_long(const llama_seq *s) { return s->n > PCG_MATMUL_SMALL; }
+
+static int pass_layout(struct pass *p, const llama_seq *s, int n_seqs, pcg_err *err)
+{
+	p->at = malloc((size_t)n_seqs * sizeof *p->at);
+	if (p->at == NULL)
+		return pcg_fail(err, "forward: out of memory for %d sequences", n_seqs);
+	p->rows = p->outs = p->short_rows = p->short_lm = p->lm = 0;
+	for (int group = 0; group < 3; group++) {
+		for (int i = 0; i < n_seqs; i++) {
+			const int g = is_long(&s[i]) ? 2 : s[i].out != NULL ? 0 : 1;
+			if (g != group)
+				continue;
+			p->at[i] = (struct seq_at){ p->rows, p->outs };
+			p->rows += s[i].n;
+			p->outs += s[i].n_out;
+			p->lm |= s[i].out != NULL && s[i].n_out > 0;
+		}
+		if (group == 0)
+			p->short_lm = p->outs;
+		if (group == 1)
+			p->short_rows = p->rows;
+	}
+	return 0;
+}
+
+/* y = x W^T over all rows of a pass: the short sequences' together (row
+ * exact), each long one's alone. */
+static int pass_mm(const llama_model *m, const struct pass *p, const llama_seq *s, int n_seqs,
+		   float *y, int ldy, const float *x, const pcg_mat *W, pcg_err *err)
+{
+	const int K = W->cols;
+
+	if (p->short_rows > 0 &&
+	    mm(m->be, y, ldy, x, p->short_rows, 1, W, 0, W->rows, err) < 0)
+		return -1;
+	for (int i = 0; i < n_seqs; i++) {
+		const int r = p->at[i].row;
+		if (is_long(&s[i]) && mm(m->be, y + (size_t)r * ldy, ldy, x + (size_t)r * K,
+					 s[i].n, 0, W, 0, W->rows, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* The pass over sequences s, checked; with samp, what goes to out is
+ * pcg_probs of the logits, computed where the pass ran. The caches grow
+ * only when the whole pass succeeded. */
+static int pass(llama_model *m, llama_seq *s, int n_seqs, const llama_rows *rows,
+		const pcg_sampling *samp, pcg_err *err)
 {
 	const llama_config *c = &m->cfg;
 	const pcg_backend_ops *op = m->be->ops;
 	pcg_backend *be = m->be;
 	const int H = c->hidden, hd = c->head_dim, F = c->ffn;
 	const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
-	const int pos0 = kv->len;
-	const int n_logits = llama_rows_count(m, rows);
-	float *buf, *x, *xb, *q, *att, *hb, *hb2, *lg;
+	struct pass p = { 0 };
+	float *buf = NULL, *x, *xb, *q, *att, *hb, *hb2, *lg;
 	int rc = -1;
 
-	if (n < 1 || n_out < 0 || n_out > n)
-		return pcg_fail(err, "forward: %d positions, %d outputs", n, n_out);
-	if (pos0 + n > c->max_pos)
-		return pcg_fail(err, "forward: positions up to %d exceed max_position_embeddings %d",
-				pos0 + n - 1, c->max_pos);
-	for (int i = 0; i < n; i++)
-		if (tokens[i] < 0 || tokens[i] >= c->vocab)
-			return pcg_fail(err, "token %d at index %d out of range [0, %d)", tokens[i],
-					i, c->vocab);
-	if (check_rows(m, rows, err) < 0)
+	if (check_seqs(m, s, n_seqs, err) < 0 || check_rows(m, rows, err) < 0)
 		return -1;
-	if (kv_reserve(kv, pos0 + n, err) < 0)
+	for (int i = 0; i < n_seqs; i++)
+		if (kv_reserve(s[i].kv, s[i].kv->len + s[i].n, err) < 0)
+			return -1;
+	if (pass_layout(&p, s, n_seqs, err) < 0)
 		return -1;
+	const int n_logits = llama_rows_count(m, rows); /* rows checked */
 
-	/* Activations of the block: x, xb (H); q, att (q_dim); hb, hb2 (F); on
-	 * a device also the logits of the outputs (the host's go straight into
-	 * the caller's array). */
-	size_t per = (size_t)2 * H + 2 * (size_t)q_dim + 2 * (size_t)F;
-	size_t lg_n = be->host || logits == NULL ? 0 : (size_t)n_out * n_logits;
-	buf = scratch(m, (per * n + lg_n) * sizeof *buf, err);
+	/* Activations of the rows: x, xb (H); q, att (q_dim); hb, hb2 (F); the
+	 * logits of the outputs, unless they go straight into the caller's array
+	 * (one sequence on the host). */
+	const int direct = be->host && n_seqs == 1;
+	const size_t per = (size_t)2 * H + 2 * (size_t)q_dim + 2 * (size_t)F;
+	const size_t lg_n = direct || !p.lm ? 0 : (size_t)p.outs * n_logits;
+	const int N = p.rows;
+	buf = scratch(m, (per * N + lg_n) * sizeof *buf, err);
 	if (buf == NULL)
-		return -1;
+		goto out;
 	x = buf;
-	xb = x + (size_t)n * H;
-	q = xb + (size_t)n * H;
-	att = q + (size_t)n * q_dim;
-	hb = att + (size_t)n * q_dim;
-	hb2 = hb + (size_t)n * F;
-	lg = be->host ? logits : hb2 + (size_t)n * F;
+	xb = x + (size_t)N * H;
+	q = xb + (size_t)N * H;
+	att = q + (size_t)N * q_dim;
+	hb = att + (size_t)N * q_dim;
+	hb2 = hb + (size_t)N * F;
+	lg = direct ? s[0].out : hb2 + (size_t)N * F;
 
 #define OP(call) do { if ((call) < 0) goto out; } while (0)
 	/* inputs_embeds = embed_tokens(input_ids) */
-	OP(op->embed(be, x, &m->embed, tokens, n, err));
+	for (int i = 0; i < n_seqs; i++)
+		OP(op->embed(be, x + (size_t)p.at[i].row * H, &m->embed, s[i].tokens, s[i].n,
+			     err));
 
 	for (int l = 0; l < m->n_layers; l++) {
 		const struct layer *L = &m->layers[l];
-		float *kc = kv->k[l] + (size_t)pos0 * kv_dim; /* (n, kv_dim) slots of the block */
-		float *vc = kv->v[l] + (size_t)pos0 * kv_dim;
 
 		/* hidden_states = input_layernorm(hidden_states) */
-		OP(op->rmsnorm(be, xb, x, L->attn_norm, n, H, c->eps, err));
-		/* q_proj, k_proj, v_proj; k and v go straight into the cache */
-		OP(op->matmul(be, q, q_dim, xb, n, &L->wq, 0, q_dim, err));
-		OP(op->matmul(be, kc, kv_dim, xb, n, &L->wk, 0, kv_dim, err));
-		OP(op->matmul(be, vc, kv_dim, xb, n, &L->wv, 0, kv_dim, err));
-		if (m->qk_perm) { /* a GGUF file's row order (host memory) */
-			unpermute(q, n, c->n_heads, hd);
-			unpermute(kc, n, c->n_kv_heads, hd);
+		OP(op->rmsnorm(be, xb, x, L->attn_norm, N, H, c->eps, err));
+		/* q_proj */
+		OP(pass_mm(m, &p, s, n_seqs, q, q_dim, xb, &L->wq, err));
+		if (m->qk_perm) /* a GGUF file's row order (host memory) */
+			unpermute(q, N, c->n_heads, hd);
+		for (int i = 0; i < n_seqs; i++) {
+			const llama_kv *kv = s[i].kv;
+			const int n = s[i].n, r = p.at[i].row, pos0 = kv->len;
+			float *qs = q + (size_t)r * q_dim;
+			float *kc = kv->k[l] + (size_t)pos0 * kv_dim; /* (n, kv_dim) slots */
+			float *vc = kv->v[l] + (size_t)pos0 * kv_dim;
+			/* k_proj, v_proj, straight into the sequence's cache */
+			OP(mm(be, kc, kv_dim, xb + (size_t)r * H, n, 0, &L->wk, 0, kv_dim, err));
+			OP(mm(be, vc, kv_dim, xb + (size_t)r * H, n, 0, &L->wv, 0, kv_dim, err));
+			if (m->qk_perm)
+				unpermute(kc, n, c->n_kv_heads, hd);
+			/* apply_rotary_pos_emb(q, k, cos, sin) at its positions */
+			OP(op->rope(be, qs, n, c->n_heads, hd, pos0, m->inv_freq, err));
+			OP(op->rope(be, kc, n, c->n_kv_heads, hd, pos0, m->inv_freq, err));
+			/* softmax(q k^T / sqrt(hd) + causal mask) v over its cache */
+			OP(op->attention(be, att + (size_t)r * q_dim, qs, kv->k[l], kv->v[l], n,
+					 pos0, c->n_heads, c->n_kv_heads, hd, err));
 		}
-		/* apply_rotary_pos_emb(q, k, cos, sin) */
-		OP(op->rope(be, q, n, c->n_heads, hd, pos0, m->inv_freq, err));
-		OP(op->rope(be, kc, n, c->n_kv_heads, hd, pos0, m->inv_freq, err));
-		/* softmax(q k^T / sqrt(hd) + causal mask) v */
-		OP(op->attention(be, att, q, kv->k[l], kv->v[l], n, pos0, c->n_heads,
-				 c->n_kv_heads, hd, err));
 		/* hidden_states = residual + o_proj(attn_output) */
-		OP(op->matmul(be, xb, H, att, n, &L->wo, 0, H, err));
-		OP(op->add(be, x, xb, (size_t)n * H, err));
+		OP(pass_mm(m, &p, s, n_seqs, xb, H, att, &L->wo, err));
+		OP(op->add(be, x, xb, (size_t)N * H, err));
 		/* hidden_states = post_attention_layernorm(hidden_states) */
-		OP(op->rmsnorm(be, xb, x, L->ffn_norm, n, H, c->eps, err));
+		OP(op->rmsnorm(be, xb, x, L->ffn_norm, N, H, c->eps, err));
 		/* mlp: down_proj(silu(gate_proj(x)) * up_proj(x)) */
-		OP(op->matmul(be, hb, F, xb, n, &L->gate, 0, F, err));
-		OP(op->matmul(be, hb2, F, xb, n, &L->up, 0, F, err));
-		OP(op->swiglu(be, hb, hb2, (size_t)n * F, err));
-		OP(op->matmul(be, xb, H, hb, n, &L->down, 0, H, err));
-		OP(op->add(be, x, xb, (size_t)n * H, err));
+		OP(pass_mm(m, &p, s, n_seqs, hb, F, xb, &L->gate, err));
+		OP(pass_mm(m, &p, s, n_seqs, hb2, F, xb, &L->up, err));
+		OP(op->swiglu(be, hb, hb2, (size_t)N * F, err));
+		OP(pass_mm(m, &p, s, n_seqs, xb, H, hb, &L->down, err));
+		OP(op->add(be, x, xb, (size_t)N * H, err));
 	}
 
-	/* norm, then lm_head on the last n_out positions and the chosen rows only */
-	if (n_out > 0) {
-		OP(op->rmsnorm(be, xb, x + (size_t)(n - n_out) * H, m->norm, n_out, H, c->eps, err));
-		if (hidden != NULL)
-			OP(op->download(be, hidden, xb, (size_t)n_out * H * sizeof *hidden, err));
-		if (logits != NULL) {
-			OP(lm_head_rows(m, xb, n_out, rows, lg, err));
+	/* norm of each sequence's last n_out positions into its output rows of
+	 * xb; lm_head on those and the chosen vocabulary rows only */
+	for (int i = 0; i < n_seqs; i++) {
+		const int n = s[i].n, n_out = s[i].n_out, r = p.at[i].row;
+		if (n_out > 0)
+			OP(op->rmsnorm(be, xb + (size_t)p.at[i].orow * H,
+				       x + (size_t)(r + n - n_out) * H, m->norm, n_out, H, c->eps,
+				       err));
+	}
+	if (p.short_lm > 0)
+		OP(lm_head_rows(m, xb, p.short_lm, 1, rows, lg, err));
+	for (int i = 0; i < n_seqs; i++) {
+		const int o = p.at[i].orow, n_out = s[i].n_out;
+		float *lgs = lg + (size_t)o * n_logits;
+		if (n_out > 0 && s[i].out != NULL) {
+			if (is_long(&s[i]))
+				OP(lm_head_rows(m, xb + (size_t)o * H, n_out, 0, rows, lgs, err));
 			if (samp != NULL)
-				OP(op->probs(be, lg, lg, n_out, n_logits, samp, err));
-			if (!be->host)
-				OP(op->download(be, logits, lg, (size_t)n_out * n_logits *
-						sizeof *logits, err));
+				OP(op->probs(be, lgs, lgs, n_out, n_logits, samp, err));
+			if (!direct)
+				OP(op->download(be, s[i].out, lgs,
+						(size_t)n_out * n_logits * sizeof *lgs, err));
 		}
+		if (n_out > 0 && s[i].hidden != NULL)
+			OP(op->download(be, s[i].hidden, xb + (size_t)o * H,
+					(size_t)n_out * H * sizeof *s[i].hidden, err));
 	}
 #undef OP
-	kv->len = pos0 + n;
+	for (int i = 0; i < n_seqs; i++)
+		s[i].kv->len += s[i].n;
 	rc = 0;
 out:
 	if (be->host)
 		free(buf);
+	free(p.at);
 	return rc;
+}
+
+int llama_forward_batch(llama_model *m, llama_seq *seqs, int n_seqs, const llama_rows *rows,
+			const pcg_sampling *samp, pcg_err *err)
+{
+	if (samp != NULL && pcg_sampling_check(samp, err) < 0)
+		return -1;
+	return pass(m, seqs, n_seqs, rows, samp, err);
 }
 
 int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
 		  const llama_rows *rows, float *logits, pcg_err *err)
 {
-	return forward(m, kv, tokens, n, n_out, rows, NULL, logits, NULL, err);
+	llama_seq s = { kv, tokens, n, n_out, logits, NULL };
+
+	return pass(m, &s, 1, rows, NULL, err);
 }
 
 int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
 			 const llama_rows *rows, float *logits, float *hidden, pcg_err *err)
 {
-	return forward(m, kv, tokens, n, n_out, rows, NULL, logits, hidden, err);
+	llama_seq s = { kv, tokens, n, n_out, logits, hidden };
+
+	return pass(m, &s, 1, rows, NULL, err);
 }
 
 int llama_forward_probs(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
 			const llama_rows *rows, const pcg_sampling *samp, float *probs,
 			float *hidden, pcg_err *err)
 {
-	if (pcg_sampling_check(samp, err) < 0)
-		return -1;
-	return forward(m, kv, tokens, n, n_out, rows, samp, probs, hidden, err);
+	llama_seq s = { kv, tokens, n, n_out, probs, hidden };
+
+	return llama_forward_batch(m, &s, 1, rows, samp, err);
 }

@@ -94,6 +94,31 @@ int llama_forward_probs(llama_model *m, llama_kv *kv, const int *tokens, int n, 
 			const llama_rows *rows, const pcg_sampling *samp, float *probs,
 			float *hidden, pcg_err *err);
 
+/* One sequence of a batch: its tokens, appended to its own cache. */
+typedef struct llama_seq {
+	llama_kv *kv;        /* this sequence's cache; the tokens are appended to it */
+	const int *tokens;   /* tokens[0..n) at positions len(kv) .. */
+	int n, n_out;        /* positions, outputs (the last n_out; 0 <= n_out <= n) */
+	float *out;          /* [n_out][count]: logits, or probabilities with samp; or NULL */
+	float *hidden;       /* [n_out][hidden] final states, or NULL */
+} llama_seq;
+
+/* Runs n_seqs >= 1 sequences, each on its own cache, in one pass: every
+ * product with a weight matrix (q, o, gate, up, down, lm_head) covers the
+ * rows of all of them, so the weights are read once for the batch; k, v,
+ * RoPE and attention run per sequence. Each sequence gets what
+ * llama_forward_probs (samp given) or llama_forward_hidden (samp NULL)
+ * gives it alone, and on the CPU bit for bit: the rows of sequences of at
+ * most PCG_MATMUL_SMALL positions share products in which each row gets
+ * what it gets in a product of at most that many rows (pcg_matmul_rows);
+ * a longer sequence's rows are a product of their own, as alone (so its
+ * weights are read again). count = llama_rows_count(m, rows)
+ * for every sequence. Everything is checked before anything runs: token
+ * ids, max_position_embeddings, rows, n and n_out, a cache given twice; on
+ * any error, then or later, every cache keeps its length. */
+int llama_forward_batch(llama_model *m, llama_seq *seqs, int n_seqs, const llama_rows *rows,
+			const pcg_sampling *samp, pcg_err *err);
+
 /* lm_head applied to B arbitrary vectors h [B][hidden] (the same product
  * llama_forward ends with): logits [B][count], count =
  * llama_rows_count(m, rows). Returns -1 with err on rows outside the

@@ -1,5 +1,6 @@
-/* modelserver.c: draftd and targetd (see modelserver.h). One poll loop:
- * receive, validate, serve, reply; signal handlers only set a flag. */
+/* modelserver.c: draftd and targetd (see modelserver.h). One loop: take
+ * every request that waits, advance them all by one batched pass of the
+ * model, reply to those that are done; signal handlers only set a flag. */
 #include "modelserver.h"
 
 #include <errno.h>
@@ -27,6 +28,7 @@ typedef struct session {
 	int32_t *tokens; /* the ids in the cache, so a resent prefix is not recomputed */
 	int cap;
 	uint64_t last_use;
+	int busy;        /* a request of it is pending: never evicted */
 } session;
 
 typedef struct server {
@@ -105,7 +107,8 @@ static void evict(server *sv, uint64_t keep)
 		session *lru = NULL;
 		for (int i = 0; i < sv->n; i++) {
 			total += llama_kv_bytes(sv->s[i].kv);
-			if (sv->s[i].id != keep && (!lru || sv->s[i].last_use < lru->last_use))
+			if (sv->s[i].id != keep && !sv->s[i].busy &&
+			    (!lru || sv->s[i].last_use < lru->last_use))
 				lru = &sv->s[i];
 		}
 		if ((long long)total <= sv->kv_mem || lru == NULL)
@@ -305,69 +308,585 @@ static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 		evict(sv, q->session);
 }
 
-int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *stop_flag)
+/* ------------------------------------------------------------ batching
+ *
+ * The serving loop batches: it takes every request that is waiting, and
+ * each pass of the model advances all of them by one step at once (a
+ * score: its block; a propose: one drafted token), so the weights are read
+ * once for all sessions (lib/model.h llama_forward_batch; each session
+ * keeps its own cache and attention). A step of at most PCG_MATMUL_SMALL
+ * positions joins the batch, and gets the bits it would get alone. A
+ * longer span (a prompt's prefill) runs alone in pieces of PREFILL_CHUNK
+ * positions, one piece per pass, between the batches, so it never stalls
+ * the other sessions' rounds for more than a piece. The pieces are cut by
+ * the request alone (never by the load), so a session's results do not
+ * depend on what else runs. A lone request never waits: a pass starts as
+ * soon as anything is ready. */
+
+#define PREFILL_CHUNK 32
+#define MAX_PENDING 256
+
+typedef struct pending {
+	unsigned char route[256];  /* the client's */
+	size_t route_len;
+	int delim;
+	proto_msg *q;              /* the request, parsed (ids copied) */
+	int next;                  /* q->append[next..] are still to run */
+	int step;                  /* propose: tokens drafted so far */
+	int width;
+	float *out;                /* n x width outputs */
+	int32_t x[PROTO_MAX_N];    /* propose: the drafted ids */
+	pcg_rng rng;
+	double t_compute;
+	double t_told;             /* when the client last heard of it */
+	int done, failed;
+	struct pending *nextp;
+} pending;
+
+typedef struct sched {
+	server *sv;
+	void *sock;
+	pending *head;
+	int n;
+	proto_msg *rep;
+	proto_buf buf;
+	net_counts nc;
+	unsigned long batches, batched_rows;
+} sched;
+
+static int same_work(const proto_msg *a, const proto_msg *b)
+{
+	return !memcmp(&a->rows, &b->rows, sizeof a->rows) &&
+	       a->samp.temperature == b->samp.temperature && a->samp.top_k == b->samp.top_k &&
+	       a->samp.top_p == b->samp.top_p;
+}
+
+static void reply_pending(sched *sc, pending *p, const proto_msg *rep)
 {
 	pcg_err err = { "" };
-	server sv = { .prog = cfg->prog };
-	void *sock = NULL;
-	int rc = 1;
+	net_req r = { .route_len = p->route_len, .delim = p->delim };
 
+	memcpy(r.route, p->route, p->route_len);
+	if (rep->type == PROTO_ERROR) {
+		sc->nc.errors++;
+		fprintf(stderr, "%s: request %llu: %s: %s\n", sc->sv->prog,
+			(unsigned long long)rep->id, rep->code, rep->msg);
+	} else {
+		sc->nc.served++;
+	}
+	if (proto_pack_buf(rep, &sc->buf, &err) < 0 ||
+	    net_reply(sc->sock, &r, sc->buf.data, sc->buf.len, &err) < 0)
+		fprintf(stderr, "%s: %s\n", sc->sv->prog, err.msg);
+}
+
+static void pending_free(pending *p)
+{
+	if (p == NULL)
+		return;
+	free(p->q);
+	free(p->out);
+	free(p);
+}
+
+/* The session of p, made ready: its cache brought to the request's pos
+ * with the cached positions that match kept. Fills an error reply and
+ * returns -1 when the request cannot run. */
+static int pending_start(server *sv, pending *p, proto_msg *rep)
+{
+	pcg_err err = { "" };
+	const proto_msg *q = p->q;
+	const llama_config *c = llama_get_config(sv->model);
+
+	for (int i = 0; i < q->rows.n; i++)
+		if (q->rows.end[i] > c->vocab) {
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
+				    "field 'rows': [%d, %d) beyond the vocabulary of %d",
+				    q->rows.begin[i], q->rows.end[i], c->vocab);
+			return -1;
+		}
+	for (int i = 0; i < q->n_append; i++)
+		if (q->append[i] < 0 || q->append[i] >= c->vocab) {
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
+				    "token %d at index %d out of range [0, %d)", q->append[i], i,
+				    c->vocab);
+			return -1;
+		}
+	if (pcg_sampling_check(&q->samp, &err) < 0) {
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		return -1;
+	}
+	session *x = find(sv, q->session);
+	if (x == NULL || q->pos > llama_kv_len(x->kv)) {
+		if (q->pos != 0) {
+			proto_error(rep, q->id, PROTO_E_UNKNOWN_SESSION,
+				    "session %llu: not held up to position %d; resend from 0",
+				    (unsigned long long)q->session, q->pos);
+			return -1;
+		}
+		if (x == NULL && (x = create(sv, q->session, &err)) == NULL) {
+			proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
+			return -1;
+		}
+	}
+	x->last_use = ++sv->clock;
+	/* Reuse the cached positions whose ids match, but always run the
+	 * outputs' positions. */
+	const int n_out = q->type == PROTO_SCORE ? q->n : 1;
+	int keep = q->pos, i = 0, len = llama_kv_len(x->kv);
+	while (i < q->n_append - n_out && keep < len && x->tokens[keep] == q->append[i])
+		keep++, i++;
+	if (llama_kv_truncate(x->kv, keep, &err) < 0) {
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		return -1;
+	}
+	const int need = keep + q->n_append - i + PROTO_MAX_N;
+	if (need > x->cap) {
+		int32_t *t = realloc(x->tokens, (size_t)need * 2 * sizeof *t);
+		if (t == NULL) {
+			proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory");
+			return -1;
+		}
+		x->tokens = t;
+		x->cap = need * 2;
+	}
+	p->next = i;
+	p->width = llama_rows_count(sv->model, &q->rows);
+	p->out = malloc((size_t)q->n * p->width * sizeof *p->out);
+	if (p->out == NULL) {
+		proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory");
+		return -1;
+	}
+	if (q->type == PROTO_PROPOSE)
+		pcg_rng_init(&p->rng, q->seed, 0);
+	return 0;
+}
+
+/* What p runs next: tokens, count, outputs (and where they go). */
+static int pending_span(const pending *p, const int32_t **toks, int *n_out, float **out)
+{
+	const proto_msg *q = p->q;
+
+	if (q->type == PROTO_PROPOSE && p->step > 0) {
+		*toks = &p->x[p->step - 1];
+		*n_out = 1;
+		*out = p->out + (size_t)p->step * p->width;
+		return 1;
+	}
+	const int left = q->n_append - p->next, want = q->type == PROTO_SCORE ? q->n : 1;
+	int n = left;
+	if (left > PREFILL_CHUNK) /* the last piece holds every output */
+		n = left - want < PREFILL_CHUNK ? left - want : PREFILL_CHUNK;
+	*toks = q->append + p->next;
+	*n_out = n == left ? want : 0;
+	*out = p->out;
+	return n;
+}
+
+/* After a step ran: the cache's ids, the next step, or done. */
+static void pending_advance(server *sv, pending *p, const int32_t *toks, int n, int n_out)
+{
+	session *x = find(sv, p->q->session);
+	const int len = llama_kv_len(x->kv);
+
+	memcpy(x->tokens + len - n, toks, (size_t)n * sizeof *toks);
+	if (!(p->q->type == PROTO_PROPOSE && p->step > 0))
+		p->next += n;
+	if (n_out == 0)
+		return;
+	if (p->q->type == PROTO_SCORE) {
+		p->done = 1;
+		return;
+	}
+	/* propose: x_i ~ p_i, fed back to get p_{i+1}; x_n is not fed */
+	const float *pr = p->out + (size_t)p->step * p->width;
+	int idx = pcg_sample(pr, p->width, pcg_rng_uniform(&p->rng));
+	p->x[p->step] = row_token(&p->q->rows, idx < 0 ? 0 : idx);
+	if (++p->step == p->q->n)
+		p->done = 1;
+}
+
+static void pending_fail(sched *sc, pending *p, const char *msg)
+{
+	proto_error(sc->rep, p->q->id, PROTO_E_INTERNAL, "%s", msg);
+	reply_pending(sc, p, sc->rep);
+	p->failed = 1;
+}
+
+/* One pass: a piece of one long span, then one batched step of every
+ * request whose step is short, grouped by rows and sampling. */
+static void sched_pass(sched *sc)
+{
+	server *sv = sc->sv;
+	pcg_err err = { "" };
+	llama_seq seqs[MAX_PENDING];
+	pending *who[MAX_PENDING];
+	int taken[MAX_PENDING] = { 0 }, n_ready = 0;
+	pending *ready[MAX_PENDING];
+
+	/* the short steps wait for the batch; the oldest long span runs a
+	 * piece (the list is in arrival order) */
+	int piece = 0;
+	for (pending *p = sc->head; p; p = p->nextp) {
+		const int32_t *toks;
+		int n_out;
+		float *out;
+		if (p->done || p->failed)
+			continue;
+		int n = pending_span(p, &toks, &n_out, &out);
+		if (n <= PCG_MATMUL_SMALL) {
+			ready[n_ready++] = p;
+			continue;
+		}
+		if (piece)
+			continue;
+		piece = 1;
+		session *x = find(sv, p->q->session);
+		double t = now();
+		if (x == NULL) {
+			pending_fail(sc, p, "the session was dropped");
+			continue;
+		}
+		llama_seq s = { x->kv, toks, n, n_out, n_out ? out : NULL, NULL };
+		if (llama_forward_batch(sv->model, &s, 1, &p->q->rows, &p->q->samp, &err) < 0) {
+			pending_fail(sc, p, err.msg);
+			continue;
+		}
+		p->t_compute += now() - t;
+		pending_advance(sv, p, toks, n, n_out);
+	}
+	/* the short steps, batched */
+	for (int a = 0; a < n_ready; a++) {
+		if (taken[a])
+			continue;
+		int nb = 0;
+		for (int b = a; b < n_ready; b++) {
+			if (taken[b] || !same_work(ready[a]->q, ready[b]->q))
+				continue;
+			pending *p = ready[b];
+			session *x = find(sv, p->q->session);
+			taken[b] = 1;
+			if (x == NULL) {
+				pending_fail(sc, p, "the session was dropped");
+				continue;
+			}
+			const int32_t *toks;
+			int n_out;
+			float *out;
+			int n = pending_span(p, &toks, &n_out, &out);
+			seqs[nb] = (llama_seq){ x->kv, toks, n, n_out, n_out ? out : NULL, NULL };
+			who[nb++] = p;
+		}
+		if (nb == 0)
+			continue;
+		double t = now();
+		int rc = llama_forward_batch(sv->model, seqs, nb, &ready[a]->q->rows,
+					     &ready[a]->q->samp, &err);
+		if (rc < 0 && nb > 1) { /* find the one that fails: the rest go on alone */
+			for (int i = 0; i < nb; i++)
+				if (llama_forward_batch(sv->model, &seqs[i], 1, &who[i]->q->rows,
+							&who[i]->q->samp, &err) < 0) {
+					pending_fail(sc, who[i], err.msg);
+				} else {
+					pending_advance(sv, who[i], seqs[i].tokens, seqs[i].n,
+							seqs[i].n_out);
+				}
+			continue;
+		}
+		if (rc < 0) {
+			pending_fail(sc, who[0], err.msg);
+			continue;
+		}
+		const double dt = now() - t;
+		sc->batches++;
+		sc->batched_rows += (unsigned long)nb;
+		for (int i = 0; i < nb; i++) {
+			who[i]->t_compute += dt;
+			pending_advance(sv, who[i], seqs[i].tokens, seqs[i].n, seqs[i].n_out);
+		}
+	}
+}
+
+/* Replies to the requests that are done, frees them and the failed ones. */
+static void sched_reap(sched *sc)
+{
+	server *sv = sc->sv;
+
+	for (pending **pp = &sc->head; *pp;) {
+		pending *p = *pp;
+		if (!p->done && !p->failed) {
+			pp = &p->nextp;
+			continue;
+		}
+		if (p->done) {
+			proto_msg *rep = sc->rep;
+			memset(rep, 0, offsetof(proto_msg, append));
+			rep->n_append = 0;
+			rep->type = PROTO_PROBS;
+			rep->id = p->q->id;
+			rep->width = p->width;
+			rep->f16 = p->q->f16;
+			rep->sparse = truncates(&p->q->samp, p->width);
+			rep->probs = p->out;
+			rep->n_vec = p->q->n;
+			if (p->q->type == PROTO_PROPOSE) {
+				rep->n_x = p->q->n;
+				memcpy(rep->x, p->x, (size_t)p->q->n * sizeof *p->x);
+			}
+			rep->n_stats = 1;
+			rep->stats[0] = p->t_compute;
+			reply_pending(sc, p, rep);
+		}
+		session *x = find(sv, p->q->session);
+		if (x)
+			x->busy = 0;
+		*pp = p->nextp;
+		sc->n--;
+		if (p->done)
+			evict(sv, p->q->session);
+		pending_free(p);
+	}
+}
+
+/* A request that arrived: served at once (ping, drop, MTP scores, errors)
+ * or added to the pending ones. A request for a session that already has
+ * one pending replaces it: the client gave up on the old one and resent. */
+static void sched_take(sched *sc, const net_req *nr)
+{
+	server *sv = sc->sv;
+	pcg_err err = { "" };
+	proto_msg *rep = sc->rep;
+	pending *p = calloc(1, sizeof *p);
+
+	memset(rep, 0, offsetof(proto_msg, append));
+	rep->n_append = 0;
+	rep->n_stats = 0;
+	if (p == NULL || (p->q = malloc(sizeof *p->q)) == NULL) {
+		free(p);
+		p = NULL;
+		proto_error(rep, 0, PROTO_E_INTERNAL, "out of memory");
+		goto reply;
+	}
+	memcpy(p->route, nr->route, nr->route_len);
+	p->route_len = nr->route_len;
+	p->delim = nr->delim;
+	p->t_told = now();
+	if (proto_parse(nr->body, nr->len, p->q, &err) < 0) {
+		proto_error(rep, p->q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		goto reply;
+	}
+	const proto_msg *q = p->q;
+	if ((q->type != PROTO_PROPOSE && q->type != PROTO_SCORE) || q->heads > 0 ||
+	    sc->n >= MAX_PENDING) {
+		handle(sv, q, rep); /* at once, alone */
+		goto reply;
+	}
+	for (pending *o = sc->head; o; o = o->nextp)
+		if (o->q->session == q->session && !o->done)
+			o->failed = 1; /* superseded: no reply (its client stopped waiting) */
+	sched_reap(sc);
+	if (pending_start(sv, p, rep) < 0)
+		goto reply;
+	find(sv, q->session)->busy = 1;
+	pending **pp = &sc->head;
+	while (*pp)
+		pp = &(*pp)->nextp;
+	*pp = p;
+	sc->n++;
+	return;
+reply:
+	if (p) {
+		reply_pending(sc, p, rep);
+		pending_free(p);
+	}
+}
+
+/* Every request pending for a second since its client last heard of it
+ * gets a "progress" message, so the client's timeout counts from there: a
+ * request that waits behind other sessions' work is not taken for a dead
+ * server. */
+#define KEEPALIVE_S 1.0
+static void sched_keepalive(sched *sc)
+{
+	const double t = now();
+	proto_msg *m = sc->rep;
+
+	for (pending *p = sc->head; p; p = p->nextp) {
+		if (p->done || p->failed || t - p->t_told < KEEPALIVE_S)
+			continue;
+		memset(m, 0, offsetof(proto_msg, append));
+		m->n_append = 0;
+		m->type = PROTO_PROGRESS;
+		m->id = p->q->id;
+		pcg_err err = { "" };
+		net_req r = { .route_len = p->route_len, .delim = p->delim };
+		memcpy(r.route, p->route, p->route_len);
+		if (proto_pack_buf(m, &sc->buf, &err) == 0)
+			net_reply(sc->sock, &r, sc->buf.data, sc->buf.len, &err);
+		p->t_told = t;
+	}
+}
+
+/* The serving loop: wait for work only when there is none. */
+static int sched_serve(sched *sc, volatile sig_atomic_t *stop_flag)
+{
+	pcg_err err = { "" };
+
+	while (!*stop_flag) {
+		for (int got = 1; got == 1 && sc->n < MAX_PENDING;) {
+			net_req nr;
+			got = net_recv_req(sc->sock, &nr, sc->head ? 0 : 100, &err);
+			if (got < 0) {
+				sc->nc.dropped++;
+				fprintf(stderr, "%s: %s\n", sc->sv->prog, err.msg);
+				break;
+			}
+			if (got == 1) {
+				sched_take(sc, &nr);
+				net_req_free(&nr);
+			}
+		}
+		if (sc->head) {
+			sched_keepalive(sc);
+			sched_pass(sc);
+			sched_reap(sc);
+		}
+	}
+	while (sc->head) { /* stopping: what is pending gets no reply */
+		pending *p = sc->head;
+		sc->head = p->nextp;
+		pending_free(p);
+	}
+	while (sc->head) { /* stopping: what is pending gets no reply */
+		pending *p = sc->head;
+		sc->head = p->nextp;
+		pending_free(p);
+	}
+	return 0;
+}
+
+/* Loads the model (and MTP heads beside it) into sv. */
+static int server_open(server *sv, const ms_config *cfg, pcg_err *err)
+{
+	memset(sv, 0, sizeof *sv);
+	sv->prog = cfg->prog;
 	llama_open_opts lo = { .layers = cfg->n_layers ? cfg->layers : NULL,
 			       .n_layers = cfg->n_layers, .device = cfg->device };
-	sv.model = llama_open(cfg->model_dir, &lo, &err);
-	if (sv.model == NULL)
-		goto fail;
-	sv.kv_mem = cfg->kv_mem;
-	const int V = llama_get_config(sv.model)->vocab;
-	sv.logits = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
-	sv.probs = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
-	if (!sv.logits || !sv.probs) {
-		pcg_fail(&err, "out of memory");
-		goto fail;
-	}
+	sv->model = llama_open(cfg->model_dir, &lo, err);
+	if (sv->model == NULL)
+		return -1;
+	sv->kv_mem = cfg->kv_mem;
+	const int V = llama_get_config(sv->model)->vocab;
+	sv->logits = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
+	sv->probs = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
+	if (!sv->logits || !sv->probs)
+		return pcg_fail(err, "out of memory");
 	/* MTP heads beside the model (a draft made of a layer subset has none:
 	 * they read the whole target's last state). */
 	char hpath[4200];
 	snprintf(hpath, sizeof hpath, "%s/%s", cfg->model_dir, MTP_FILE_NAME);
 	if (cfg->n_layers == 0 && access(hpath, F_OK) == 0) {
-		if ((sv.heads = mtp_open(sv.model, hpath, &err)) == NULL)
-			goto fail;
-		const int nh = mtp_n_heads(sv.heads), H = llama_get_config(sv.model)->hidden;
-		sv.hidden = malloc((size_t)PROTO_MAX_N * H * sizeof(float));
-		sv.hprobs = malloc((size_t)PROTO_MAX_N * (1 + nh) * V * sizeof(float));
-		if (!sv.hidden || !sv.hprobs) {
-			pcg_fail(&err, "out of memory for %d MTP heads", nh);
-			goto fail;
-		}
+		if ((sv->heads = mtp_open(sv->model, hpath, err)) == NULL)
+			return -1;
+		const int nh = mtp_n_heads(sv->heads), H = llama_get_config(sv->model)->hidden;
+		sv->hidden = malloc((size_t)PROTO_MAX_N * H * sizeof(float));
+		sv->hprobs = malloc((size_t)PROTO_MAX_N * (1 + nh) * V * sizeof(float));
+		if (!sv->hidden || !sv->hprobs)
+			return pcg_fail(err, "out of memory for %d MTP heads", nh);
 	}
+	return 0;
+}
+
+static void server_close(server *sv)
+{
+	while (sv->n > 0)
+		drop(sv, &sv->s[0]);
+	free(sv->s);
+	free(sv->logits);
+	free(sv->probs);
+	free(sv->hidden);
+	free(sv->hprobs);
+	mtp_close(&sv->heads);
+	llama_close(&sv->model);
+}
+
+struct ms_local {
+	server sv;
+};
+
+ms_local *modelserver_local(const ms_config *cfg, pcg_err *err)
+{
+	ms_local *m = calloc(1, sizeof *m);
+
+	if (m == NULL) {
+		pcg_fail(err, "out of memory");
+		return NULL;
+	}
+	if (server_open(&m->sv, cfg, err) < 0) {
+		server_close(&m->sv);
+		free(m);
+		return NULL;
+	}
+	return m;
+}
+
+void modelserver_handle(ms_local *m, const proto_msg *q, proto_msg *rep)
+{
+	handle(&m->sv, q, rep);
+	if (rep->type != PROTO_PROBS)
+		return;
+	/* as proto_vector reads a parsed reply: every vector dense, f32 */
+	rep->f16 = 0;
+	rep->sparse = 0;
+	rep->n_nnz = rep->n_vec;
+	for (int i = 0; i < rep->n_vec; i++) {
+		rep->nnz[i] = rep->width;
+		rep->voff[i] = (size_t)i * rep->width;
+		rep->ioff[i] = 0;
+	}
+}
+
+void modelserver_local_free(ms_local **mp)
+{
+	if (mp == NULL || *mp == NULL)
+		return;
+	server_close(&(*mp)->sv);
+	free(*mp);
+	*mp = NULL;
+}
+
+int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *stop_flag)
+{
+	pcg_err err = { "" };
+	server sv;
+	void *sock = NULL;
+	int rc = 1;
+
+	if (server_open(&sv, cfg, &err) < 0)
+		goto fail;
 	sock = net_server(ctx, cfg->listen_url, &err);
 	if (sock == NULL)
 		goto fail;
 	logf_(&sv, "serving %s (%d layers, %d MTP heads) on %s", cfg->model_dir,
 	      llama_n_layers(sv.model), sv.heads ? mtp_n_heads(sv.heads) : 0, cfg->listen_url);
 
-	net_counts nc = { 0 };
-	if (net_serve(sock, cfg->prog, handle, &sv, stop_flag, &nc) < 0) {
+	sched sc = { .sv = &sv, .sock = sock, .rep = calloc(1, sizeof *sc.rep) };
+	if (sc.rep == NULL) {
 		pcg_fail(&err, "out of memory");
 		goto fail;
 	}
-	logf_(&sv, "stopping: %lu served, %lu errors, %lu dropped, %lu evicted", nc.served, nc.errors,
-	      nc.dropped, sv.evicted);
+	sched_serve(&sc, stop_flag);
+	logf_(&sv, "stopping: %lu served, %lu errors, %lu dropped, %lu evicted; %lu batched "
+	      "passes of %.2f requests on average", sc.nc.served, sc.nc.errors, sc.nc.dropped,
+	      sv.evicted, sc.batches, sc.batches ? (double)sc.batched_rows / sc.batches : 0.0);
+	free(sc.rep);
+	proto_buf_free(&sc.buf);
 	rc = 0;
 	goto out;
 fail:
 	fprintf(stderr, "%s: %s\n", cfg->prog, err.msg);
 out:
 	net_server_close(&sock, cfg->listen_url);
-	while (sv.n > 0)
-		drop(&sv, &sv.s[0]);
-	free(sv.s);
-	free(sv.logits);
-	free(sv.probs);
-	free(sv.hidden);
-	free(sv.hprobs);
-	mtp_close(&sv.heads);
-	llama_close(&sv.model);
+	server_close(&sv);
 	return rc;
 }
 

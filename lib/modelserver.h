@@ -10,6 +10,7 @@
 #include <signal.h>
 
 #include "err.h"
+#include "proto.h"
 
 typedef enum ms_role { MS_DRAFT, MS_TARGET } ms_role;
 
@@ -28,6 +29,16 @@ typedef struct ms_config {
  * endpoints: the verifier's --local mode). Returns 0, or 1 with the reason
  * printed. */
 int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *stop);
+
+/* A model server in this process without a socket: the tests and pcg-sim
+ * drive lib/speculate's rounds through it. cfg->listen_url is not used. */
+typedef struct ms_local ms_local;
+ms_local *modelserver_local(const ms_config *cfg, pcg_err *err);
+/* Serves one request into rep, as a client would parse it (its vectors
+ * dense f32 in the server's memory until the next request: read them with
+ * proto_vector). */
+void modelserver_handle(ms_local *m, const proto_msg *q, proto_msg *rep);
+void modelserver_local_free(ms_local **m);
 
 /* Parses "0,1,15" into layers (at most max). Returns the count or -1. */
 int modelserver_parse_layers(const char *s, int *layers, int max, pcg_err *err);

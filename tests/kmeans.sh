@@ -23,8 +23,6 @@ expect 0 "--help" codec-decode --help
 grep -q -- "kmeans-gl" out && ok "--help names kmeans-gl" || bad "--help lacks kmeans-gl"
 expect 2 "unknown codec" codec-decode --codec kmeans --weights "$FX" --codes "$FX/codes.txt" -o a.wav
 err_has "xcodec2, kmeans-gl or auto"
-expect 2 "--chunk with kmeans-gl" $CD --codes "$FX/codes.txt" -o a.wav --chunk 10
-err_has "--chunk goes with --codec xcodec2"
 expect 2 "--daemon with codes" $CD --daemon --codes "$FX/codes.txt"
 err_has "not --codes or -o"
 
@@ -39,6 +37,14 @@ same a.wav auto.wav "auto picks kmeans-gl"
 [ "$(u 4 24 a.wav)" = 16000 ] && ok "16 kHz" || bad "rate $(u 4 24 a.wav)"
 [ "$(u 4 40 a.wav)" = $((2 * samples)) ] && ok "data: 320 samples per code ($samples)" ||
 	bad "data chunk $(u 4 40 a.wav) bytes, want $((2 * samples))"
+
+# --- --chunk: the streaming decode (what the daemon sends), same length; a
+# chunk as long as the utterance is the whole decode
+expect 0 "--chunk 10 --context 20 --lookahead 2" $CD --codes "$FX/codes.txt" -o c.wav --chunk 10 \
+	--context 20 --lookahead 2
+[ "$(u 4 40 c.wav)" = $((2 * samples)) ] && ok "chunked: the same length" || bad "chunked length"
+expect 0 "--chunk beyond the utterance" $CD --codes "$FX/codes.txt" -o w.wav --chunk 100000
+same a.wav w.wav "a chunk of the whole utterance = the whole decode"
 
 # --- raw float: the model file or its directory, text or int32 codes, same samples
 expect 0 "raw float to stdout" $CD --codes "$FX/codes.txt" -o - --format raw-f32

@@ -349,6 +349,21 @@ static int cu_matmul(pcg_backend *be, float *y, int ldy, const float *x, int B, 
 	return 0;
 }
 
+/* Any number of rows through gemv, PCG_MATMUL_SMALL at a time: each row's
+ * sums do not depend on the others (one lane's share of a row of x, then a
+ * warp sum), and no row goes through cuBLAS on rounded activations. */
+static int cu_matmul_rows(pcg_backend *be, float *y, int ldy, const float *x, int B,
+			  const pcg_mat *W, int r0, int nr, pcg_err *err)
+{
+	for (int b = 0; b < B; b += PCG_MATMUL_SMALL) {
+		const int nb = B - b < PCG_MATMUL_SMALL ? B - b : PCG_MATMUL_SMALL;
+		if (cu_matmul(be, y + (size_t)b * ldy, ldy, x + (size_t)b * W->cols, nb, W, r0, nr,
+			      err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------------------ rope */
 
 /* apply_rotary_pos_emb with rotate_half: pairs (x[i], x[i + hd/2]) of every
@@ -519,8 +534,8 @@ static int cu_probs(pcg_backend *be, float *p, const float *logits, int rows, in
 
 static const pcg_backend_ops cuda_ops = {
 	cu_alloc, cu_free, cu_grow, cu_upload, cu_download,
-	cu_embed, cu_rmsnorm, cu_matmul, cu_rope, cu_attention, cu_add, cu_swiglu,
-	cu_probs,
+	cu_embed, cu_rmsnorm, cu_matmul, cu_matmul_rows, cu_rope, cu_attention, cu_add,
+	cu_swiglu, cu_probs,
 };
 
 static int open_ctx(cuda_ctx *c, int device, pcg_err *err)
