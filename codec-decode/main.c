@@ -56,7 +56,7 @@ static const pcg_opt opts[] = {
 	  "with --llasa-ids: the id of code 0" },
 	{ "end-id", PCG_OPT_INT, &end_id, "128261", -1, 2147483647, "ID",
 	  "with --llasa-ids: an end token to drop when last (-1: none)" },
-	{ "o", PCG_OPT_STR, &out_path, NULL, 1, 0, "OUT", "the output file ('-': raw to stdout)" },
+	{ "o", PCG_OPT_STR, &out_path, NULL, 1, 0, "OUT", "the output file ('-': standard output; WAV there says its length is unknown)" },
 	{ "format", PCG_OPT_STR, &format_s, NULL, 1, 0, "FMT",
 	  "wav, wav-f32, flac, raw or raw-f32 (default: from the -o extension)" },
 	{ "chunk", PCG_OPT_INT, &chunk, "0", 0, 1 << 24, "N",
@@ -69,7 +69,7 @@ static const pcg_opt opts[] = {
 	  "where X-codec2 decodes: the CPU, or CUDA device N (cuda: device 0)" },
 	{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
 	{ "daemon", PCG_OPT_FLAG, &daemon_mode, NULL, 1, 0, NULL,
-	  "serve the pipeline: decode the tokens of each session, write its file" },
+	  "serve the pipeline: decode the tokens of each session, return its audio chunk by chunk" },
 	{ "listen", PCG_OPT_STR, &listen_url, "tcp://127.0.0.1:7603", 1, 0, "URL",
 	  "with --daemon: the endpoint to bind" },
 	{ "curve-key", PCG_OPT_STR, &curve_key, NULL, 1, 0, "FILE",
@@ -311,8 +311,6 @@ int main(int argc, char **argv)
 		     : audio_format_from_path(out_path, &fmt) < 0)
 		return usage_error(format_s ? "--format: wav, wav-f32, flac, raw or raw-f32"
 				   : "-o: unknown extension (.wav, .flac, .raw); give --format");
-	if (!strcmp(out_path, "-") && fmt != AUDIO_RAW && fmt != AUDIO_RAW_F32)
-		return usage_error("-o -: standard output takes raw or raw-f32 only");
 	if (!chunk && (pcg_opts_given(opts, "context") || pcg_opts_given(opts, "lookahead")))
 		return usage_error("--context and --lookahead go with --chunk");
 	/* Before anything is read: a device that is not there fails at once. */

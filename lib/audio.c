@@ -120,6 +120,40 @@ static int make_temp(audio_out *a, pcg_err *err)
 	return pcg_fail(err, "%s: no free temporary name", a->path);
 }
 
+static void le32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8);
+	p[2] = (unsigned char)(v >> 16), p[3] = (unsigned char)(v >> 24);
+}
+
+/* A 44-byte WAV header, mono, 16-bit PCM or 32-bit float, sizes unknown. */
+static int write_wav_header(int fd, int rate, int f32, pcg_err *err)
+{
+	unsigned char h[44];
+	const int bytes = f32 ? 4 : 2;
+
+	memcpy(h, "RIFF", 4);
+	le32(h + 4, 0xffffffffu);
+	memcpy(h + 8, "WAVEfmt ", 8);
+	le32(h + 16, 16);
+	h[20] = f32 ? 3 : 1, h[21] = 0;      /* IEEE float or PCM */
+	h[22] = 1, h[23] = 0;                /* mono */
+	le32(h + 24, (uint32_t)rate);
+	le32(h + 28, (uint32_t)rate * bytes);
+	h[32] = (unsigned char)bytes, h[33] = 0, h[34] = (unsigned char)(8 * bytes), h[35] = 0;
+	memcpy(h + 36, "data", 4);
+	le32(h + 40, 0xffffffffu);
+	for (size_t done = 0; done < sizeof h;) {
+		ssize_t w = write(fd, h + done, sizeof h - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return pcg_fail(err, "standard output: %s", strerror(errno));
+		done += (size_t)w;
+	}
+	return 0;
+}
+
 audio_out *audio_open(const char *path, int rate, audio_format f, pcg_err *err)
 {
 	audio_out *a = calloc(1, sizeof *a);
@@ -137,11 +171,21 @@ audio_out *audio_open(const char *path, int rate, audio_format f, pcg_err *err)
 		goto fail;
 	}
 	a->to_stdout = !strcmp(path, "-");
-	if (a->to_stdout && !is_raw(f)) {
-		pcg_fail(err, "standard output: %s needs a seekable file; use raw or raw-f32",
-			 formats[f].name);
+	/* Standard output that is a file: libsndfile writes there as to any
+	 * file. A pipe: WAV gets a header whose sizes say "unknown" (the
+	 * largest, as streaming writers do; libsndfile cannot write WAV to a
+	 * pipe), then the samples as raw; FLAC cannot be finished there. */
+	if (a->to_stdout && f == AUDIO_FLAC && lseek(STDOUT_FILENO, 0, SEEK_CUR) < 0) {
+		pcg_fail(err, "standard output: FLAC needs a file it can seek in, not a pipe; "
+			 "use WAV, which streams, or name a file");
 		goto fail;
 	}
+	const int wav_out = a->to_stdout && (f == AUDIO_WAV || f == AUDIO_WAV_F32) &&
+			    lseek(STDOUT_FILENO, 0, SEEK_CUR) < 0;
+	if (wav_out && write_wav_header(STDOUT_FILENO, rate, f == AUDIO_WAV_F32, err) < 0)
+		goto fail;
+	if (wav_out)
+		f = a->fmt = f == AUDIO_WAV ? AUDIO_RAW : AUDIO_RAW_F32;
 	a->path = strdup(path);
 	if (a->path == NULL) {
 		pcg_fail(err, "out of memory");

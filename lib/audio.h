@@ -9,8 +9,10 @@
  *   fsync of the directory. On any failure the temporary file is removed and
  *   whatever was at the final path stays as it was.
  *
- * "-" is standard output (raw formats only: WAV and FLAC need to seek back
- * to write their header).
+ * "-" is standard output: raw as it is, WAV with a header whose sizes say
+ * "unknown" (0xFFFFFFFF, as streaming writers do: it cannot seek back to
+ * fill them), FLAC when standard output is a file (libsndfile seeks back to
+ * finish it).
  */
 #ifndef PCG_AUDIO_H
 #define PCG_AUDIO_H

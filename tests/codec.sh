@@ -37,7 +37,8 @@ err_has "--codes-format"
 expect 2 "unknown extension" $CD --codes "$FX/codes.txt" -o a.mp3
 err_has "--format"
 expect 2 "bad --format" $CD --codes "$FX/codes.txt" -o a.wav --format ogg
-expect 2 "WAV to stdout" $CD --codes "$FX/codes.txt" -o - --format wav
+expect 0 "WAV to standard output (a file here)" $CD --codes "$FX/codes.txt" -o - --format wav
+[ "$(head -c 4 "$T/out")" = RIFF ] && ok "a WAV on standard output" || bad "no WAV on stdout"
 expect 2 "--context without --chunk" $CD --codes "$FX/codes.txt" -o a.wav --context 10
 expect 2 "negative --chunk" $CD --codes "$FX/codes.txt" -o a.wav --chunk -1
 

@@ -46,6 +46,20 @@ expect 0 "--chunk 10 --context 20 --lookahead 2" $CD --codes "$FX/codes.txt" -o 
 expect 0 "--chunk beyond the utterance" $CD --codes "$FX/codes.txt" -o w.wav --chunk 100000
 same a.wav w.wav "a chunk of the whole utterance = the whole decode"
 
+# --- WAV and FLAC on standard output: a piped WAV streams (sizes "unknown",
+# the file's samples); FLAC needs a file to seek in (a redirect), not a pipe
+$CD --codes "$FX/codes.txt" -o - --format wav 2>err | cat >p.wav
+[ "$(u 4 40 p.wav)" = 4294967295 ] && [ "$(u 4 4 p.wav)" = 4294967295 ] &&
+	ok "piped WAV: sizes 0xFFFFFFFF" || bad "piped WAV header: $(u 4 40 p.wav)"
+tail -c +45 a.wav >a.pcm; tail -c +45 p.wav >p.pcm
+same a.pcm p.pcm "piped WAV: the file's samples"
+$CD --codes "$FX/codes.txt" -o - --format flac 2>err | cat >p.flac
+grep -q "FLAC needs a file it can seek in" err && ok "FLAC on a pipe: refused, says why" ||
+	bad "FLAC on a pipe: $(cat err)"
+expect 0 "FLAC to a redirected standard output" sh -c "$CD --codes $FX/codes.txt -o - --format flac >r.flac"
+$CD --codes "$FX/codes.txt" -o f.flac 2>/dev/null
+same f.flac r.flac "FLAC on standard output = the FLAC file"
+
 # --- raw float: the model file or its directory, text or int32 codes, same samples
 expect 0 "raw float to stdout" $CD --codes "$FX/codes.txt" -o - --format raw-f32
 [ "$(size out)" = $((4 * samples)) ] && ok "raw-f32: 4 bytes x $samples" || bad "raw-f32 size $(size out)"
