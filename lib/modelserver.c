@@ -28,7 +28,7 @@ typedef struct session {
 	int32_t *tokens; /* the ids in the cache, so a resent prefix is not recomputed */
 	int cap;
 	uint64_t last_use;
-	int busy;        /* a request of it is pending: never evicted */
+	int busy;        /* requests of it running: never evicted */
 } session;
 
 typedef struct server {
@@ -339,6 +339,7 @@ typedef struct pending {
 	pcg_rng rng;
 	double t_compute;
 	double t_told;             /* when the client last heard of it */
+	int started;               /* its session brought to its pos (pending_start) */
 	int done, failed;
 	struct pending *nextp;
 } pending;
@@ -523,6 +524,27 @@ static void sched_pass(sched *sc)
 	int taken[MAX_PENDING] = { 0 }, n_ready = 0;
 	pending *ready[MAX_PENDING];
 
+	/* requests start in arrival order, one at a time per session (a
+	 * client's resend after a timeout runs after the abandoned one) */
+	for (pending *p = sc->head; p; p = p->nextp) {
+		int blocked = 0;
+		if (p->started || p->done || p->failed)
+			continue;
+		for (pending *o = sc->head; o != p && !blocked; o = o->nextp)
+			blocked = o->q->session == p->q->session && !o->done && !o->failed;
+		if (blocked)
+			continue;
+		memset(sc->rep, 0, offsetof(proto_msg, append));
+		sc->rep->n_append = 0;
+		sc->rep->n_stats = 0;
+		if (pending_start(sv, p, sc->rep) < 0) {
+			reply_pending(sc, p, sc->rep);
+			p->failed = 1;
+			continue;
+		}
+		p->started = 1;
+		find(sv, p->q->session)->busy++;
+	}
 	/* the short steps wait for the batch; the oldest long span runs a
 	 * piece (the list is in arrival order) */
 	int piece = 0;
@@ -530,7 +552,7 @@ static void sched_pass(sched *sc)
 		const int32_t *toks;
 		int n_out;
 		float *out;
-		if (p->done || p->failed)
+		if (!p->started || p->done || p->failed)
 			continue;
 		int n = pending_span(p, &toks, &n_out, &out);
 		if (n <= PCG_MATMUL_SMALL) {
@@ -637,8 +659,8 @@ static void sched_reap(sched *sc)
 			reply_pending(sc, p, rep);
 		}
 		session *x = find(sv, p->q->session);
-		if (x)
-			x->busy = 0;
+		if (x && p->started)
+			x->busy--;
 		*pp = p->nextp;
 		sc->n--;
 		if (p->done)
@@ -648,8 +670,8 @@ static void sched_reap(sched *sc)
 }
 
 /* A request that arrived: served at once (ping, drop, MTP scores, errors)
- * or added to the pending ones. A request for a session that already has
- * one pending replaces it: the client gave up on the old one and resent. */
+ * or added to the pending ones, to start when its session has no earlier
+ * one (sched_pass). */
 static void sched_take(sched *sc, const net_req *nr)
 {
 	server *sv = sc->sv;
@@ -680,13 +702,6 @@ static void sched_take(sched *sc, const net_req *nr)
 		handle(sv, q, rep); /* at once, alone */
 		goto reply;
 	}
-	for (pending *o = sc->head; o; o = o->nextp)
-		if (o->q->session == q->session && !o->done)
-			o->failed = 1; /* superseded: no reply (its client stopped waiting) */
-	sched_reap(sc);
-	if (pending_start(sv, p, rep) < 0)
-		goto reply;
-	find(sv, q->session)->busy = 1;
 	pending **pp = &sc->head;
 	while (*pp)
 		pp = &(*pp)->nextp;
