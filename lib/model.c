@@ -553,10 +553,12 @@ static int kv_reserve(llama_kv *kv, int need, pcg_err *err)
  * that a sequence gives in a batch what it gives alone. On the CPU, products
  * of up to PCG_MATMUL_SMALL rows have that property and longer ones do not
  * (OpenBLAS; lib/matmul.h). So the rows of the short sequences (at most
- * PCG_MATMUL_SMALL positions, what they are alone) come first and go through
- * matmul_rows, which gives every row what such a product gives it however
+ * EXACT_MAX positions) come first and go through matmul_rows, which gives
+ * every row what a product of at most PCG_MATMUL_SMALL rows gives it however
  * many rows there are; a longer sequence's rows are a product of their own
- * (matmul), as when it runs alone.
+ * (matmul), as when it runs alone. A position computed in a prefill of up
+ * to EXACT_MAX positions, a verification block or a single step thus gets
+ * the same bits whichever way it was cut.
  */
 
 static int check_rows(const llama_model *m, const llama_rows *rows, pcg_err *err)
@@ -707,7 +709,12 @@ struct pass {
 	int lm;              /* 1: some sequence wants logits */
 };
 
-static int is_long(const llama_seq *s) { return s->n > PCG_MATMUL_SMALL; }
+/* Up to this many positions a sequence's rows go through the streaming
+ * kernels (matmul_rows: each row as alone, and on this engine's CPUs 2 to 4
+ * times faster than widened tiles + sgemm below 64 rows for f32/f16/bf16);
+ * beyond, a product of their own through sgemm, which wins there. */
+#define EXACT_MAX 64
+static int is_long(const llama_seq *s) { return s->n > EXACT_MAX; }
 
 static int pass_layout(struct pass *p, const llama_seq *s, int n_seqs, pcg_err *err)
 {

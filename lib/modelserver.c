@@ -355,9 +355,19 @@ typedef struct sched {
 	unsigned long batches, batched_rows;
 } sched;
 
+static int same_rows(const llama_rows *a, const llama_rows *b)
+{
+	if (a->n != b->n)
+		return 0;
+	for (int i = 0; i < a->n; i++) /* the ranges beyond n are not set */
+		if (a->begin[i] != b->begin[i] || a->end[i] != b->end[i])
+			return 0;
+	return 1;
+}
+
 static int same_work(const proto_msg *a, const proto_msg *b)
 {
-	return !memcmp(&a->rows, &b->rows, sizeof a->rows) &&
+	return same_rows(&a->rows, &b->rows) &&
 	       a->samp.temperature == b->samp.temperature && a->samp.top_k == b->samp.top_k &&
 	       a->samp.top_p == b->samp.top_p;
 }
