@@ -561,6 +561,12 @@ static int kv_reserve(llama_kv *kv, int need, pcg_err *err)
  * the same bits whichever way it was cut.
  */
 
+/* Up to this many positions a sequence's rows go through the streaming
+ * kernels (matmul_rows: each row as alone, and on this engine's CPUs 2 to 4
+ * times faster than widened tiles + sgemm below 64 rows for f32/f16/bf16);
+ * beyond, a product of their own through sgemm, which wins there. */
+#define EXACT_MAX 64
+
 static int check_rows(const llama_model *m, const llama_rows *rows, pcg_err *err)
 {
 	if (rows != NULL && (rows->n < 0 || rows->n > LLAMA_MAX_RANGES))
@@ -617,14 +623,16 @@ int llama_lm_head(const llama_model *m, const float *h, int B, const llama_rows 
 	if (check_rows(m, rows, err) < 0)
 		return -1;
 	const size_t lb = (size_t)B * llama_rows_count(m, rows) * sizeof(float);
+	/* the same products as a forward pass of B positions */
+	const int exact = B <= EXACT_MAX;
 	if (be->host)
-		return lm_head_rows(m, h, B, 0, rows, logits, err);
+		return lm_head_rows(m, h, B, exact, rows, logits, err);
 	/* a device: h up, the product, the logits down */
 	if (be->ops->alloc(be, &d, hb + lb, "lm_head", err) < 0)
 		return -1;
 	rc = be->ops->upload(be, d, h, hb, err);
 	if (rc == 0)
-		rc = lm_head_rows(m, d, B, 0, rows, (float *)((char *)d + hb), err);
+		rc = lm_head_rows(m, d, B, exact, rows, (float *)((char *)d + hb), err);
 	if (rc == 0)
 		rc = be->ops->download(be, logits, (char *)d + hb, lb, err);
 	be->ops->free(be, d);
@@ -709,11 +717,6 @@ struct pass {
 	int lm;              /* 1: some sequence wants logits */
 };
 
-/* Up to this many positions a sequence's rows go through the streaming
- * kernels (matmul_rows: each row as alone, and on this engine's CPUs 2 to 4
- * times faster than widened tiles + sgemm below 64 rows for f32/f16/bf16);
- * beyond, a product of their own through sgemm, which wins there. */
-#define EXACT_MAX 64
 static int is_long(const llama_seq *s) { return s->n > EXACT_MAX; }
 
 static int pass_layout(struct pass *p, const llama_seq *s, int n_seqs, pcg_err *err)

@@ -426,6 +426,11 @@ static int pending_start(server *sv, pending *p, proto_msg *rep)
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
 		return -1;
 	}
+	if (q->n < 1) {
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'n': %d; a %s needs 1 to %d",
+			    q->n, proto_type_name(q->type), PROTO_MAX_N);
+		return -1;
+	}
 	session *x = find(sv, q->session);
 	if (x == NULL || q->pos > llama_kv_len(x->kv)) {
 		if (q->pos != 0) {
