@@ -386,7 +386,7 @@ static void reply_pending(sched *sc, pending *p, const proto_msg *rep)
 		sc->nc.served++;
 	}
 	if (proto_pack_buf(rep, &sc->buf, &err) < 0 ||
-	    net_reply(sc->sock, &r, sc->buf.data, sc->buf.len, &err) < 0)
+	    net_reply_nowait(sc->sock, &r, sc->buf.data, sc->buf.len, &err) < 0)
 		fprintf(stderr, "%s: %s\n", sc->sv->prog, err.msg);
 }
 
@@ -751,7 +751,7 @@ static void sched_keepalive(sched *sc)
 		net_req r = { .route_len = p->route_len, .delim = p->delim };
 		memcpy(r.route, p->route, p->route_len);
 		if (proto_pack_buf(m, &sc->buf, &err) == 0)
-			net_reply(sc->sock, &r, sc->buf.data, sc->buf.len, &err);
+			net_reply_nowait(sc->sock, &r, sc->buf.data, sc->buf.len, &err);
 		p->t_told = t;
 	}
 }

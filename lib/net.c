@@ -486,6 +486,15 @@ int net_reply(void *sock, const net_req *r, const void *body, size_t len, pcg_er
 	return 0;
 }
 
+int net_reply_nowait(void *sock, const net_req *r, const void *body, size_t len, pcg_err *err)
+{
+	if (zmq_send(sock, r->route, r->route_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	    (r->delim && zmq_send(sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) ||
+	    zmq_send(sock, body, len, ZMQ_DONTWAIT) < 0)
+		return pcg_fail(err, "reply: %s", zmq_strerror(zmq_errno()));
+	return 0;
+}
+
 void net_req_free(net_req *r)
 {
 	if (r->body) {

@@ -63,6 +63,9 @@ typedef struct net_req {
 int net_recv_req(void *sock, net_req *r, int timeout_ms, pcg_err *err);
 /* Server: sends body back to the peer of r (a copy). */
 int net_reply(void *sock, const net_req *r, const void *body, size_t len, pcg_err *err);
+/* net_reply that never waits: a peer whose queue is full (it does not read
+ * its replies) loses this one instead of stalling the server. */
+int net_reply_nowait(void *sock, const net_req *r, const void *body, size_t len, pcg_err *err);
 void net_req_free(net_req *r);
 
 /* A server's handler: fills rep (a reply, or an error) for the parsed req. */
