@@ -270,6 +270,8 @@ static int limits(void *s, pcg_err *err)
 	return 0;
 }
 
+static int server_sndhwm; /* net_server_hwm's, for the socket being opened */
+
 static void *open_socket(void *ctx, int type, const char *url, int bind, pcg_err *err)
 {
 	void *s;
@@ -290,6 +292,8 @@ static void *open_socket(void *ctx, int type, const char *url, int bind, pcg_err
 	if (type == ZMQ_ROUTER) { /* unroutable replies are errors, not silent drops */
 		int one = 1;
 		zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+		if (server_sndhwm > 0) /* before bind: the listener copies the options */
+			zmq_setsockopt(s, ZMQ_SNDHWM, &server_sndhwm, sizeof server_sndhwm);
 	}
 	if ((bind ? zmq_bind(s, url) : zmq_connect(s, url)) != 0) {
 		pcg_fail(err, "%s %s: %s", bind ? "bind" : "connect", url, zmq_strerror(zmq_errno()));
@@ -318,6 +322,14 @@ int net_listening(const char *url)
 void *net_server(void *ctx, const char *url, pcg_err *err)
 {
 	return open_socket(ctx, ZMQ_ROUTER, url, 1, err);
+}
+
+void *net_server_hwm(void *ctx, const char *url, int sndhwm, pcg_err *err)
+{
+	server_sndhwm = sndhwm; /* read by open_socket before it binds */
+	void *s = open_socket(ctx, ZMQ_ROUTER, url, 1, err);
+	server_sndhwm = 0;
+	return s;
 }
 
 void *net_client(void *ctx, const char *url, pcg_err *err)

@@ -38,6 +38,9 @@ int net_listening(const char *url);
 
 /* A bound ROUTER socket for a server; NULL with err on failure. */
 void *net_server(void *ctx, const char *url, pcg_err *err);
+/* net_server whose peers may each have sndhwm messages queued (set before
+ * the bind, which copies the options for the connections it accepts). */
+void *net_server_hwm(void *ctx, const char *url, int sndhwm, pcg_err *err);
 /* A connected DEALER socket for a client. */
 void *net_client(void *ctx, const char *url, pcg_err *err);
 void net_close(void **sock);

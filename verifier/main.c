@@ -995,13 +995,11 @@ int main(int argc, char **argv)
 			ls[i].started = 1;
 		}
 	}
-	sock = net_server(ctx, listen_url, &err);
-	if (sock == NULL)
-		goto fail;
 	/* progress messages queue per client while it reads: room for a long
 	 * utterance's worth, so that only a stuck client fills it */
-	int hwm = 100000;
-	zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+	sock = net_server_hwm(ctx, listen_url, 100000, &err);
+	if (sock == NULL)
+		goto fail;
 	h.v = &v;
 	h.sock = sock;
 	if ((h.in = zmq_socket(ctx, ZMQ_PULL)) == NULL ||
