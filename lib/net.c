@@ -319,6 +319,22 @@ int net_listening(const char *url)
 	return rc == 0 || (errno != ENOENT && errno != ECONNREFUSED);
 }
 
+const char *net_default_verifier(char *buf, size_t n)
+{
+	const char *e = getenv("PCG_VERIFIER"), *d;
+
+	if (e && *e)
+		return e;
+	if ((d = getenv("PCG_RUNTIME_DIR")) && *d)
+		snprintf(buf, n, "ipc://%s/verifier.sock", d);
+	else if ((d = getenv("XDG_RUNTIME_DIR")) && *d)
+		snprintf(buf, n, "ipc://%s/pcg-tts/verifier.sock", d);
+	else
+		snprintf(buf, n, "ipc://%s/pcg-tts-%u/verifier.sock",
+			 (d = getenv("TMPDIR")) && *d ? d : "/tmp", (unsigned)getuid());
+	return buf;
+}
+
 void *net_server(void *ctx, const char *url, pcg_err *err)
 {
 	return open_socket(ctx, ZMQ_ROUTER, url, 1, err);

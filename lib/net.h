@@ -38,6 +38,12 @@ int net_listening(const char *url);
 
 /* A bound ROUTER socket for a server; NULL with err on failure. */
 void *net_server(void *ctx, const char *url, pcg_err *err);
+/* The verifier a client talks to when none is named: $PCG_VERIFIER, else
+ * the one pcg-up starts, ipc in its runtime directory ($PCG_RUNTIME_DIR,
+ * else $XDG_RUNTIME_DIR/pcg-tts, else ${TMPDIR:-/tmp}/pcg-tts-UID; see
+ * pcg-runtime). Written into buf (n bytes) unless it is the variable. */
+const char *net_default_verifier(char *buf, size_t n);
+
 /* net_server whose peers may each have sndhwm messages queued (set before
  * the bind, which copies the options for the connections it accepts). */
 void *net_server_hwm(void *ctx, const char *url, int sndhwm, pcg_err *err);

@@ -584,22 +584,6 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 	fprintf(stderr, "%s: libmicrohttpd: %s\n", prog, msg);
 }
 
-static const char *default_verifier(char *buf, size_t n)
-{
-	const char *e = getenv("PCG_VERIFIER"), *d;
-
-	if (e && *e)
-		return e;
-	if ((d = getenv("PCG_RUNTIME_DIR")) && *d)
-		snprintf(buf, n, "ipc://%s/verifier.sock", d);
-	else if ((d = getenv("XDG_RUNTIME_DIR")) && *d)
-		snprintf(buf, n, "ipc://%s/pcg-tts/verifier.sock", d);
-	else
-		snprintf(buf, n, "ipc://%s/pcg-tts-%u/verifier.sock",
-			 (d = getenv("TMPDIR")) && *d ? d : "/tmp", (unsigned)getuid());
-	return buf;
-}
-
 static int read_token(const char *path, pcg_err *err)
 {
 	FILE *f = fopen(path, "r");
@@ -709,7 +693,7 @@ int main(int argc, char **argv)
 		.policy = policy, .seed = seed, .lookahead = lookahead, .top_k = top_k,
 		.temp = temp, .top_p = top_p, .beta = beta, .voices = &voices, .stop = &stopping,
 	};
-	cfg.verifier = verifier_url ? verifier_url : default_verifier(vbuf, sizeof vbuf);
+	cfg.verifier = verifier_url ? verifier_url : net_default_verifier(vbuf, sizeof vbuf);
 	if (net_endpoint_ok(cfg.verifier, 0, &err) < 0) {
 		fprintf(stderr, "%s: --verifier %s\n", prog, err.msg);
 		return 2;

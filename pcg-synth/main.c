@@ -10,8 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -81,52 +79,23 @@ static const pcg_opt opts[] = {
 	{ NULL },
 };
 
-/* The verifier pcg-up starts: ipc in the runtime directory (see pcg-runtime). */
-static const char *default_url(char *buf, size_t n)
-{
-	const char *e = getenv("PCG_VERIFIER"), *d;
-
-	if (e && *e)
-		return e;
-	if ((d = getenv("PCG_RUNTIME_DIR")) && *d)
-		snprintf(buf, n, "ipc://%s/verifier.sock", d);
-	else if ((d = getenv("XDG_RUNTIME_DIR")) && *d)
-		snprintf(buf, n, "ipc://%s/pcg-tts/verifier.sock", d);
-	else
-		snprintf(buf, n, "ipc://%s/pcg-tts-%u/verifier.sock",
-			 (d = getenv("TMPDIR")) && *d ? d : "/tmp", (unsigned)getuid());
-	return buf;
-}
-
 /* Whether an ipc:// endpoint has nobody listening (no socket file, or one
  * left by a process that is gone): then a request would only wait for its
  * timeout. Other transports are not checked. */
 static int no_listener(const char *url, pcg_err *err)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	const char *path = url + 6;
-	int fd, rc;
-
-	if (strncmp(url, "ipc://", 6) || strlen(path) >= sizeof a.sun_path)
-		return 0;
-	memcpy(a.sun_path, path, strlen(path) + 1);
-	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-		return 0;
-	rc = connect(fd, (struct sockaddr *)&a, sizeof a);
-	close(fd);
-	if (rc == 0 || (errno != ENOENT && errno != ECONNREFUSED))
+	if (net_listening(url))
 		return 0;
 	pcg_fail(err, "no pipeline at %s (%s): start one with pcg-up, or name a verifier "
 		 "with --verifier or PCG_VERIFIER", url,
-		 errno == ENOENT ? "no such socket" : "nobody listens on it");
+		 access(url + 6, F_OK) ? "no such socket" : "nobody listens on it");
 	return 1;
 }
 
 /* The liveness probe of the client: an ipc endpoint still has a listener. */
 static int listening(void *url)
 {
-	pcg_err e = { "" };
-	return !no_listener(url, &e);
+	return net_listening(url);
 }
 
 static char *read_all(FILE *f, size_t max)
@@ -395,7 +364,7 @@ int main(int argc, char **argv)
 	 * waits for it until the timeout) */
 	const int pcg_up = url == NULL && !(getenv("PCG_VERIFIER") && *getenv("PCG_VERIFIER"));
 	if (url == NULL)
-		url = default_url(ubuf, sizeof ubuf);
+		url = net_default_verifier(ubuf, sizeof ubuf);
 	if (net_curve_setup(curve_key, NULL, curve_server, &err) < 0) {
 		fprintf(stderr, "%s: %s\n", prog, err.msg);
 		return 1;
