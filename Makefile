@@ -152,6 +152,12 @@ eval-deps:
 test-deps:
 	$(PYTHON) -m pip install --break-system-packages 'gguf>=0.17' numpy openai
 
+# torch, transformers and safetensors for tools/draft/distill_draft.py (a draft
+# distilled from a target) and tests/draft.sh; make test runs without them.
+.PHONY: draft-deps
+draft-deps:
+	$(PYTHON) -m pip install --break-system-packages torch transformers safetensors
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin
