@@ -124,9 +124,12 @@ static void evict(server *sv, uint64_t keep)
  * whose ids match, and computes the last n_out positions' logits into
  * sv->logits, or with samp their probabilities into out (computed where the
  * model runs: on a GPU only probabilities come back). */
-static int extend(server *sv, session *x, int pos, const int32_t *toks, int n, int n_out,
-		  const llama_rows *rows, const pcg_sampling *samp, float *out, float *hidden,
-		  pcg_err *err)
+/* Brings x to pos tokens, keeping the cached positions after it whose ids
+ * equal toks[0..n) (but never the last n_out: their outputs are wanted),
+ * with room for the rest and `more` tokens. Returns how many of toks are
+ * kept, or -1. */
+static int prepare(session *x, int pos, const int32_t *toks, int n, int n_out, int more,
+		   pcg_err *err)
 {
 	int keep = pos, i = 0, len = llama_kv_len(x->kv);
 
@@ -134,14 +137,25 @@ static int extend(server *sv, session *x, int pos, const int32_t *toks, int n, i
 		keep++, i++;
 	if (llama_kv_truncate(x->kv, keep, err) < 0)
 		return -1;
-	if (keep + n - i > x->cap) {
-		int cap = (keep + n - i) * 2;
+	if (keep + n - i + more > x->cap) {
+		int cap = (keep + n - i + more) * 2;
 		int32_t *t = realloc(x->tokens, (size_t)cap * sizeof *t);
 		if (t == NULL)
 			return pcg_fail(err, "out of memory");
 		x->tokens = t;
 		x->cap = cap;
 	}
+	return i;
+}
+
+static int extend(server *sv, session *x, int pos, const int32_t *toks, int n, int n_out,
+		  const llama_rows *rows, const pcg_sampling *samp, float *out, float *hidden,
+		  pcg_err *err)
+{
+	const int i = prepare(x, pos, toks, n, n_out, 0, err), keep = llama_kv_len(x->kv);
+
+	if (i < 0)
+		return -1;
 	if ((samp ? llama_forward_probs(sv->model, x->kv, (const int *)toks + i, n - i, n_out,
 					rows, samp, out, hidden, err)
 		  : llama_forward_hidden(sv->model, x->kv, (const int *)toks + i, n - i, n_out,
@@ -445,25 +459,12 @@ static int pending_start(server *sv, pending *p, proto_msg *rep)
 		}
 	}
 	x->last_use = ++sv->clock;
-	/* Reuse the cached positions whose ids match, but always run the
-	 * outputs' positions. */
-	const int n_out = q->type == PROTO_SCORE ? q->n : 1;
-	int keep = q->pos, i = 0, len = llama_kv_len(x->kv);
-	while (i < q->n_append - n_out && keep < len && x->tokens[keep] == q->append[i])
-		keep++, i++;
-	if (llama_kv_truncate(x->kv, keep, &err) < 0) {
-		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+	/* room for a propose's drafted tokens too */
+	const int i = prepare(x, q->pos, q->append, q->n_append,
+			      q->type == PROTO_SCORE ? q->n : 1, PROTO_MAX_N, &err);
+	if (i < 0) { /* out of memory: pos was checked above */
+		proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 		return -1;
-	}
-	const int need = keep + q->n_append - i + PROTO_MAX_N;
-	if (need > x->cap) {
-		int32_t *t = realloc(x->tokens, (size_t)need * 2 * sizeof *t);
-		if (t == NULL) {
-			proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory");
-			return -1;
-		}
-		x->tokens = t;
-		x->cap = need * 2;
 	}
 	p->next = i;
 	p->width = llama_rows_count(sv->model, &q->rows);
