@@ -177,7 +177,6 @@ typedef struct job {
 	proto_msg *req;            /* a copy; req->asg points to asg_img */
 	void *asg_img;
 	atomic_int cancel;         /* the client went away or asked */
-	int queued;                /* main: still in the queue */
 	struct job *next_q;        /* the queue (under lock) */
 	struct job *next;          /* main's list of live jobs */
 } job;
@@ -199,7 +198,6 @@ typedef struct verifier {
 	int n_queued, n_workers, idle;
 	sent_asg *sent;
 	atomic_ullong next_session;
-	int sample_rate;      /* the codec's, once known */
 } verifier;
 
 static uint64_t fnv64(const unsigned char *p, size_t n)
@@ -291,6 +289,7 @@ typedef struct worker {
 	pcg_client *cl[2][MAX_REPLICAS]; /* per stage, per replica */
 	int cur[2];           /* the replica holding the job's session, or -1 */
 	pcg_client *codec;
+	int rate;             /* the codec's sample rate, once it answered */
 	void *out;
 	proto_buf buf;
 	proto_msg *m, *r;
@@ -369,7 +368,7 @@ static void progress(worker *w, job *j, int queue, int pos, const int *tok, int 
 	m->pos = pos;
 	m->n_append = n_tok;
 	memcpy(m->append, tok, (size_t)n_tok * sizeof *tok);
-	m->rate = w->v->sample_rate;
+	m->rate = w->rate;
 	m->pcm = pcm;
 	m->n_pcm = n_pcm;
 	to_client(w, j, m, 0);
@@ -396,7 +395,7 @@ static int codec_send(worker *w, job *j, const int *tok, int n, int final, pcg_e
 	if (w->r->type != PROTO_PCM)
 		return pcg_fail(err, "codec-decode: %s: %s", w->r->type == PROTO_ERROR ? w->r->code
 				: "reply", w->r->type == PROTO_ERROR ? w->r->msg : "not pcm");
-	w->v->sample_rate = w->r->rate;
+	w->rate = w->r->rate;
 	return 0;
 }
 
@@ -487,7 +486,6 @@ static void *worker_main(void *arg)
 {
 	worker *w = arg;
 	verifier *v = w->v;
-	pcg_err err = { "" };
 
 	for (;;) {
 		pthread_mutex_lock(&v->lock);
@@ -507,7 +505,6 @@ static void *worker_main(void *arg)
 			break; /* stopping */
 		run_job(w, j);
 	}
-	(void)err;
 	return NULL;
 }
 
