@@ -270,9 +270,10 @@ static int limits(void *s, pcg_err *err)
 	return 0;
 }
 
-static int server_sndhwm; /* net_server_hwm's, for the socket being opened */
-
-static void *open_socket(void *ctx, int type, const char *url, int bind, pcg_err *err)
+/* A socket with the pipeline's limits; sndhwm > 0 replaces the send queue's
+ * (before the bind, whose listener copies the options). */
+static void *open_socket(void *ctx, int type, const char *url, int bind, int sndhwm,
+			 pcg_err *err)
 {
 	void *s;
 	int timeo = 1000; /* sends never block long: a stuck peer is an error */
@@ -292,8 +293,8 @@ static void *open_socket(void *ctx, int type, const char *url, int bind, pcg_err
 	if (type == ZMQ_ROUTER) { /* unroutable replies are errors, not silent drops */
 		int one = 1;
 		zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-		if (server_sndhwm > 0) /* before bind: the listener copies the options */
-			zmq_setsockopt(s, ZMQ_SNDHWM, &server_sndhwm, sizeof server_sndhwm);
+		if (sndhwm > 0)
+			zmq_setsockopt(s, ZMQ_SNDHWM, &sndhwm, sizeof sndhwm);
 	}
 	if ((bind ? zmq_bind(s, url) : zmq_connect(s, url)) != 0) {
 		pcg_fail(err, "%s %s: %s", bind ? "bind" : "connect", url, zmq_strerror(zmq_errno()));
@@ -337,20 +338,17 @@ const char *net_default_verifier(char *buf, size_t n)
 
 void *net_server(void *ctx, const char *url, pcg_err *err)
 {
-	return open_socket(ctx, ZMQ_ROUTER, url, 1, err);
+	return open_socket(ctx, ZMQ_ROUTER, url, 1, 0, err);
 }
 
 void *net_server_hwm(void *ctx, const char *url, int sndhwm, pcg_err *err)
 {
-	server_sndhwm = sndhwm; /* read by open_socket before it binds */
-	void *s = open_socket(ctx, ZMQ_ROUTER, url, 1, err);
-	server_sndhwm = 0;
-	return s;
+	return open_socket(ctx, ZMQ_ROUTER, url, 1, sndhwm, err);
 }
 
 void *net_client(void *ctx, const char *url, pcg_err *err)
 {
-	return open_socket(ctx, ZMQ_DEALER, url, 0, err);
+	return open_socket(ctx, ZMQ_DEALER, url, 0, 0, err);
 }
 
 void net_close(void **sock)
