@@ -57,7 +57,7 @@ one() {
 	spk=$(echo "$line" | cut -f2)
 	text=$(echo "$line" | cut -f3)
 	if [ "$kind" = synth ]; then
-		pcg-synth --seed "$i" --speaker "$spk" --quiet -o - "$text" 2>"$d/$i.out" |
+		pcg-synth --seed "$i" --speaker "$spk" -o - "$text" 2>"$d/$i.out" |
 			{ head -c 1 >/dev/null; now >"$d/$i.t1"; cat >/dev/null; now >"$d/$i.t2"; }
 		f=$(sed -n 's/^first audio after \([0-9.]*\) s.*/\1/p' "$d/$i.out")
 		echo "$i $f $(cat "$d/$i.t1" "$d/$i.t2" | tr '\n' ' ' | awk -v f="$f" '{ print f + $2 - $1 }')"

@@ -45,9 +45,9 @@ run() {
 	pcg-up --threads "$threads" "$@" >/dev/null
 	# the first request pays the page faults of the mapped weights: warm up
 	pcg-synth --policy none --seed 9 --max-tokens 8 "Warm up." >/dev/null
-	first=$(pcg-synth --policy "$pol" --seed 1 --max-tokens 1 "$text" |
+	first=$(pcg-synth --policy "$pol" --seed 1 --max-tokens 1 "$text" 2>&1 >/dev/null |
 		awk '/^tokens / { for (i = 1; i <= NF; i++) if ($i == "in") print $(i + 1) }')
-	pcg-synth --policy "$pol" --seed 1 --max-tokens "$tokens" "$text" | awk -v n="$name" -v f="$first" '
+	pcg-synth --policy "$pol" --seed 1 --max-tokens "$tokens" "$text" 2>&1 >/dev/null | awk -v n="$name" -v f="$first" '
 		/^tokens / { tok = $2; for (i = 1; i <= NF; i++) if ($i == "in") sec = $(i + 1) }
 		/^rounds / { gsub(",", ""); a = $9; l = $13 }
 		END { st = (tok - 1) / (sec - f)

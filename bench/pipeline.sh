@@ -23,7 +23,7 @@ text="The quick brown fox jumps over the lazy dog, twice."
 : >"$work/runs"
 for pol in none sd ssd pcg; do
 	for s in $(seq 1 "$seeds"); do
-		pcg-synth --policy "$pol" --seed "$s" --max-tokens 300 "$text" |
+		pcg-synth --policy "$pol" --seed "$s" --max-tokens 300 "$text" 2>&1 >/dev/null |
 			awk -v pol="$pol" '
 			/^tokens / { tok = $2; for (i = 1; i <= NF; i++) if ($i == "in") sec = $(i + 1) }
 			/^rounds / { gsub(",", ""); r = $2; a = $9; l = $13 }

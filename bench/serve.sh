@@ -110,7 +110,7 @@ for n in $clients; do
 		text=$(sed -n "$(( (i - 1) % 32 + 1 ))p" "$work/texts")
 		( s=$(date +%s.%N)
 		  if pcg-synth --policy "$policy" --seed "$i" --max-tokens "$tokens" \
-			${audio:+-o "$d/$i.wav"} "$text" >"$d/$i.out" 2>"$d/$i.err"; then
+			${audio:+-o "$d/$i.wav"} "$text" >"$d/$i.out" 2>&1; then
 			echo "$(date +%s.%N) $s" >"$d/$i.t"
 		  fi ) &
 		pids="$pids $!"

@@ -78,7 +78,7 @@ run() {
 		while IFS='	' read -r id spk text; do
 			pcg-synth --policy "$pol" --seed "$s" --speaker "$spk" --temp 0.8 --top-k 50 \
 				--lookahead 3 --tokens "$@" -o "$work/wav/$name-$s-$id.wav" "$text" \
-				</dev/null >"$work/out"
+				</dev/null >"$work/out" 2>&1
 			grep -E '^[0-9 ]+$' "$work/out" >"$work/codes/$name-$s-$id.txt"
 			awk -v n="$name" -v s="$s" -v id="$id" '
 				/^tokens / { tok = $2; for (i = 1; i <= NF; i++) if ($i == "in") sec = $(i + 1) }

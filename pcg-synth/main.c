@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -22,12 +23,14 @@
 
 static const char *prog = "pcg-synth";
 static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--lookahead L] [-o FILE|-] "
-			      "[--chunk N] [options] TEXT | -";
+			      "[--chunk N] [options] TEXT | -\n"
+			      "       pcg-synth --output-dir DIR [options] < LINES";
 
 static const char *url, *policy, *out, *curve_key, *curve_server, *asg_path;
 static double beta, temp, top_p;
 static int lookahead, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
 static int viterbi_k, chunk, chunk_left, chunk_right, raw, quiet;
+static const char *outdir;
 
 static const pcg_opt opts[] = {
 	{ "verifier", PCG_OPT_STR, &url, NULL, 1, 0, "URL",
@@ -60,8 +63,11 @@ static const pcg_opt opts[] = {
 	  "codes before a chunk decoded with it" },
 	{ "chunk-right", PCG_OPT_INT, &chunk_right, "4", 0, PROTO_MAX_APPEND, "N",
 	  "codes after a chunk decoded with it (each chunk waits for them)" },
+	{ "output-dir", PCG_OPT_STR, &outdir, NULL, 1, 0, "DIR",
+	  "batch: one utterance per line of standard input into DIR/NNNN.wav (NNNN: the line "
+	  "number); each path is printed when written" },
 	{ "quiet", PCG_OPT_FLAG, &quiet, NULL, 1, 0, NULL,
-	  "no progress line on a terminal" },
+	  "errors only: no progress line and no statistics" },
 	{ "f16", PCG_OPT_FLAG, &f16, NULL, 1, 0, NULL, "distributions travel as f16" },
 	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
 	  "send this ASG file with the request ('-': standard input) instead of the verifier's" },
@@ -215,33 +221,39 @@ static void print_error(const proto_msg *r)
 		fprintf(stderr, "%s: the pipeline failed: %s\n", prog, r->msg);
 }
 
-static void print_result(const proto_msg *r, double t_first, double lag)
+/* The statistics to standard error (unless --quiet); the tokens, with
+ * --tokens, to standard output unless the audio goes there. */
+static void print_result(const proto_msg *r, const char *path, double t_first, double lag)
 {
 	const double *s = r->stats;
-	FILE *o = out && !strcmp(out, "-") ? stderr : stdout; /* stdout carries the audio */
+	FILE *o = stderr;
 
-	fprintf(o, "policy %s, lookahead %d, seed %d\n", policy, lookahead, seed);
-	fprintf(o, "tokens %.0f (%.2f s of audio) in %.3f s: %.1f tokens/s\n", s[10], s[10] / 50,
-		s[11], s[5]);
-	fprintf(o, "rounds %.0f, drafted %.0f, accepted %.0f, acceptance rate %.3f, mean "
-		"acceptance length %.3f\n", s[0], s[1], s[2], s[3], s[4]);
-	if (r->n_stats > 13) {
-		fprintf(o, "acceptance per position:");
-		for (int i = 13; i < r->n_stats; i++)
-			fprintf(o, " %.3f", s[i]);
-		fprintf(o, "\n");
+	if (!quiet) {
+		fprintf(o, "policy %s, lookahead %d, seed %d\n", policy, lookahead, seed);
+		fprintf(o, "tokens %.0f (%.2f s of audio) in %.3f s: %.1f tokens/s\n", s[10],
+			s[10] / 50, s[11], s[5]);
+		fprintf(o, "rounds %.0f, drafted %.0f, accepted %.0f, acceptance rate %.3f, mean "
+			"acceptance length %.3f\n", s[0], s[1], s[2], s[3], s[4]);
+		if (r->n_stats > 13) {
+			fprintf(o, "acceptance per position:");
+			for (int i = 13; i < r->n_stats; i++)
+				fprintf(o, " %.3f", s[i]);
+			fprintf(o, "\n");
+		}
+		fprintf(o, "time: draft %.3f s, target %.3f s, policy %.3f s, messaging %.3f s; "
+			"resends %.0f\n", s[6], s[7], s[8], s[9], s[12]);
+		if (path && strcmp(path, "-"))
+			fprintf(o, "audio: %s\n", path);
+		if (t_first >= 0)
+			fprintf(o, "first audio after %.3f s; worst lag behind playback %.3f s\n",
+				t_first, lag);
 	}
-	fprintf(o, "time: draft %.3f s, target %.3f s, policy %.3f s, messaging %.3f s; resends "
-		"%.0f\n", s[6], s[7], s[8], s[9], s[12]);
-	if (out && strcmp(out, "-"))
-		fprintf(o, "audio: %s\n", out);
-	if (t_first >= 0)
-		fprintf(o, "first audio after %.3f s; worst lag behind playback %.3f s\n", t_first,
-			lag);
 	if (print_tokens) {
+		FILE *t = path && !strcmp(path, "-") ? stderr : stdout;
 		for (int i = 0; i < r->n_append; i++)
-			fprintf(o, "%s%d", i ? " " : "", r->append[i]);
-		fprintf(o, "\n");
+			fprintf(t, "%s%d", i ? " " : "", r->append[i]);
+		fprintf(t, "\n");
+		fflush(t);
 	}
 }
 
@@ -284,121 +296,38 @@ static void send_cancel(void *sock, uint64_t id)
 	free(c);
 }
 
-int main(int argc, char **argv)
+static uint64_t new_id(void)
+{
+	static uint64_t n;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec) + (n++ << 40);
+}
+
+/* One request on sock: q is sent; progress is shown; the audio goes to path
+ * (a file, written atomically, or "-": standard output as it arrives; NULL:
+ * none); the result is printed. Returns 0, 1 (failed, said why), or 128 +
+ * the signal that interrupted it (the request cancelled). */
+static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, const char *vurl)
 {
 	pcg_err err = { "" };
-	int rc = 1;
-	int first = pcg_opts_parse(opts, argc, argv, &err);
-
-	if (first == PCG_OPTS_HELP) {
-		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);
-		return 0;
-	}
-	if (first < 0 || (!do_ping && first != argc - 1) || (do_ping && first != argc)) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg : "one TEXT (or -) is needed");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
-	}
-	const int to_stdout = out && !strcmp(out, "-");
+	const int to_stdout = path && !strcmp(path, "-");
 	audio_format fmt = AUDIO_WAV;
-	if (raw && !to_stdout) {
-		fprintf(stderr, "%s: --raw goes with -o - (for a file, name it .raw)\n", prog);
-		return 2;
-	}
-	if (out && !to_stdout && audio_format_from_path(out, &fmt) < 0) {
-		fprintf(stderr, "%s: -o %s: unknown extension (.wav, .flac, .raw)\n", prog, out);
-		return 2;
-	}
-	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
-	char *text = NULL, *asg_img = NULL;
-	if (q == NULL || r == NULL)
-		return 1;
-	if (do_ping) {
-		q->type = PROTO_PING;
-	} else {
-		text = strcmp(argv[first], "-") ? strdup(argv[first]) : read_all(stdin, sizeof q->text);
-		if (text == NULL || strlen(text) >= sizeof q->text) {
-			fprintf(stderr, "%s: text longer than %zu bytes\n", prog, sizeof q->text - 1);
-			return 2;
-		}
-		if (asg_path) {
-			if (!strcmp(asg_path, "-") && !strcmp(argv[first], "-")) {
-				fprintf(stderr, "%s: the text and --asg cannot both come from stdin\n", prog);
-				return 2;
-			}
-			FILE *f = strcmp(asg_path, "-") ? fopen(asg_path, "rb") : stdin;
-			size_t cap = PROTO_MAX_MSG - (1 << 20), n = 0;
-			asg_img = f ? malloc(cap + 1) : NULL;
-			if (asg_img)
-				n = fread(asg_img, 1, cap + 1, f);
-			if (f && f != stdin)
-				fclose(f);
-			if (asg_img == NULL || n == 0 || n > cap) {
-				fprintf(stderr, "%s: --asg %s: %s\n", prog, asg_path,
-					!f ? strerror(errno) : n > cap ? "too large to send" : "empty");
-				return 1;
-			}
-			q->asg = asg_img;
-			q->asg_len = n;
-		}
-		q->type = PROTO_SYNTH;
-		snprintf(q->text, sizeof q->text, "%s", text);
-		snprintf(q->policy, sizeof q->policy, "%s", policy);
-		q->beta = (float)beta;
-		q->n = lookahead;
-		q->samp = (pcg_sampling){ (float)temp, top_k, (float)top_p };
-		q->seed = (uint64_t)seed;
-		q->max_tokens = max_tokens;
-		q->speaker = speaker;
-		q->viterbi_k = viterbi_k;
-		q->f16 = f16;
-		q->stream = 1;
-		q->audio = out != NULL;
-		q->chunk = chunk;
-		q->left = chunk_left;
-		q->right = chunk_right;
-	}
-	char ubuf[4200];
-	/* pcg-up's pipeline, not one the user names: if it is not up, say so at
-	 * once (a verifier named by --verifier may still be starting: ZeroMQ
-	 * waits for it until the timeout) */
-	const int pcg_up = url == NULL && !(getenv("PCG_VERIFIER") && *getenv("PCG_VERIFIER"));
-	if (url == NULL)
-		url = net_default_verifier(ubuf, sizeof ubuf);
-	if (net_curve_setup(curve_key, NULL, curve_server, &err) < 0) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
-		return 1;
-	}
-	if (pcg_up && no_listener(url, &err)) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
-		return 1;
-	}
-	void *ctx = zmq_ctx_new(), *sock = NULL;
 	audio_out *file = NULL;
 	stream_out so = { .wav = !raw };
 	const int show = !quiet && isatty(2);
-	int got_audio = 0, told_queue = 0, seen = 0;
-
-	if (do_ping) {
-		rc = do_ping_call(ctx, url, q, r);
-		goto out;
-	}
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, then a cancel */
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	q->id = ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec;
+	int got_audio = 0, told_queue = 0, seen = 0, rc = 1;
 	void *packed = NULL;
 	size_t plen;
-	if ((sock = net_client(ctx, url, &err)) == NULL || proto_pack(q, &packed, &plen, &err) < 0 ||
-	    net_send(sock, packed, plen, &err) < 0) {
+
+	if (path && !to_stdout)
+		audio_format_from_path(path, &fmt);
+	q->id = new_id();
+	q->audio = path != NULL;
+	if (proto_pack(q, &packed, &plen, &err) < 0 || net_send(sock, packed, plen, &err) < 0) {
 		free(packed);
 		fprintf(stderr, "%s: %s\n", prog, err.msg);
-		goto out;
+		return 1;
 	}
 	free(packed);
 	double last = now_s(), t0 = last, t_first = 0, played = 0, lag = 0;
@@ -419,16 +348,16 @@ int main(int argc, char **argv)
 			if ((now_s() - last) * 1000 >= timeout_ms) {
 				send_cancel(sock, q->id);
 				pcg_fail(&err, "%s: no reply: no message for %d ms (--timeout-ms); "
-					 "request cancelled", url, timeout_ms);
+					 "request cancelled", vurl, timeout_ms);
 				goto fail;
 			}
 			/* gone: it listened (or answered) once and listens no more;
 			 * a verifier still starting has not bound yet */
-			const int here = listening((void *)url);
+			const int here = listening((void *)vurl);
 			seen |= here;
-			if (!strncmp(url, "ipc://", 6) && seen && !here) {
+			if (!strncmp(vurl, "ipc://", 6) && seen && !here) {
 				pcg_fail(&err, "%s: the server is gone (nobody listens any more)",
-					 url);
+					 vurl);
 				goto fail;
 			}
 			continue;
@@ -437,15 +366,15 @@ int main(int argc, char **argv)
 		seen = 1;
 		if (proto_parse(zmq_msg_data(&m), zmq_msg_size(&m), r, &err) < 0) {
 			zmq_msg_close(&m);
-			pcg_err_prefix(&err, url);
+			pcg_err_prefix(&err, vurl);
 			goto fail;
 		}
-		if (r->id != q->id) { /* not ours: a late reply to a cancel */
+		if (r->id != q->id) { /* not ours: a late reply to an earlier request */
 			zmq_msg_close(&m);
 			continue;
 		}
 		if (r->type == PROTO_PROGRESS) {
-			if (r->n_pcm > 0 && out) {
+			if (r->n_pcm > 0 && path) {
 				/* a player that starts with the first chunk: how late
 				 * each chunk comes after the audio before it has played
 				 * (> 0: an underrun) */
@@ -461,7 +390,7 @@ int main(int argc, char **argv)
 					bad = stream_pcm(&so, r->rate, r->pcm, r->n_pcm, &err) < 0;
 				} else {
 					if (file == NULL &&
-					    (file = audio_open(out, r->rate, fmt, &err)) == NULL)
+					    (file = audio_open(path, r->rate, fmt, &err)) == NULL)
 						bad = 1;
 					/* the samples may lie at any alignment in the message */
 					int16_t *tmp = bad ? NULL : malloc(r->n_pcm * 2);
@@ -507,10 +436,10 @@ int main(int argc, char **argv)
 		}
 		if (to_stdout)
 			stream_finish(&so);
-		if (out && !got_audio && !to_stdout)
+		if (path && !got_audio && !to_stdout)
 			fprintf(stderr, "%s: no audio came (no speech tokens): %s not written\n",
-				prog, out);
-		print_result(r, got_audio ? t_first : -1, lag);
+				prog, path);
+		print_result(r, path, got_audio ? t_first : -1, lag);
 		zmq_msg_close(&m);
 		rc = 0;
 		break;
@@ -520,6 +449,192 @@ fail:
 	fprintf(stderr, "%s%s: %s\n", show ? "\n" : "", prog, err.msg);
 out:
 	audio_abort(&file);
+	return rc;
+}
+
+/* Batch mode: one utterance per line of standard input, each into
+ * DIR/NNNN.wav numbered by its line (an empty line makes no file); each path
+ * written is printed on standard output as it is done. Returns 0 when every
+ * line was spoken, 1 when one failed (the others are still spoken), or
+ * 128 + the signal that stopped it. */
+static int synth_batch(void *sock, proto_msg *q, proto_msg *r, const char *vurl)
+{
+	struct stat st;
+	char *line = NULL, path[4200];
+	size_t cap = 0;
+	ssize_t len;
+	int n = 0, failed = 0, done = 0, rc = 0;
+
+	if (mkdir(outdir, 0777) < 0 && errno != EEXIST) {
+		fprintf(stderr, "%s: --output-dir %s: %s\n", prog, outdir, strerror(errno));
+		return 1;
+	}
+	if (stat(outdir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "%s: --output-dir %s: not a directory\n", prog, outdir);
+		return 1;
+	}
+	while (!interrupted && (len = getline(&line, &cap, stdin)) >= 0) {
+		n++;
+		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = '\0';
+		if (strspn(line, " \t") == (size_t)len)
+			continue;
+		snprintf(path, sizeof path, "%s/%04d.wav", outdir, n);
+		if ((size_t)len >= sizeof q->text) {
+			fprintf(stderr, "%s: line %d: longer than %zu bytes: not spoken\n", prog, n,
+				sizeof q->text - 1);
+			failed++;
+			continue;
+		}
+		snprintf(q->text, sizeof q->text, "%s", line);
+		if (!quiet)
+			fprintf(stderr, "%s: line %d -> %s\n", prog, n, path);
+		rc = synth_one(sock, q, r, path, vurl);
+		if (rc >= 128)
+			break;
+		if (rc != 0) {
+			fprintf(stderr, "%s: line %d not spoken\n", prog, n);
+			failed++;
+		} else if (access(path, F_OK) == 0) {
+			printf("%s\n", path);
+			fflush(stdout);
+			done++;
+		}
+	}
+	free(line);
+	if (rc >= 128)
+		return rc;
+	if (interrupted)
+		return 128 + interrupted;
+	if (!quiet || failed)
+		fprintf(stderr, "%s: %d utterances written to %s, %d failed\n", prog, done, outdir,
+			failed);
+	return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	pcg_err err = { "" };
+	int rc = 1;
+	int first = pcg_opts_parse(opts, argc, argv, &err);
+
+	if (first == PCG_OPTS_HELP) {
+		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);
+		return 0;
+	}
+	const int batch = outdir != NULL;
+	if (first >= 0 && batch && first == argc - 1 && strcmp(argv[first], "-")) {
+		fprintf(stderr, "%s: --output-dir reads its utterances from standard input, one "
+			"per line: give no TEXT (or -)\n", prog);
+		return 2;
+	}
+	if (first < 0 || (!do_ping && !batch && first != argc - 1) ||
+	    ((do_ping || batch) && first < argc - (batch ? 1 : 0))) {
+		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg : "one TEXT (or -) is needed");
+		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
+		return 2;
+	}
+	const int to_stdout = out && !strcmp(out, "-");
+	audio_format fmt = AUDIO_WAV;
+	if (batch && out) {
+		fprintf(stderr, "%s: -o and --output-dir: give one (a batch writes DIR/NNNN.wav)\n",
+			prog);
+		return 2;
+	}
+	if (raw && !to_stdout) {
+		fprintf(stderr, "%s: --raw goes with -o - (for a file, name it .raw)\n", prog);
+		return 2;
+	}
+	if (out && !to_stdout && audio_format_from_path(out, &fmt) < 0) {
+		fprintf(stderr, "%s: -o %s: unknown extension (.wav, .flac, .raw)\n", prog, out);
+		return 2;
+	}
+	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
+	char *text = NULL, *asg_img = NULL;
+	if (q == NULL || r == NULL)
+		return 1;
+	if (do_ping) {
+		q->type = PROTO_PING;
+	} else {
+		if (!batch) {
+			text = strcmp(argv[first], "-") ? strdup(argv[first])
+							: read_all(stdin, sizeof q->text);
+			if (text == NULL || strlen(text) >= sizeof q->text) {
+				fprintf(stderr, "%s: text longer than %zu bytes\n", prog,
+					sizeof q->text - 1);
+				return 2;
+			}
+		}
+		if (asg_path) {
+			if (!strcmp(asg_path, "-") && (batch || !strcmp(argv[first], "-"))) {
+				fprintf(stderr, "%s: the text and --asg cannot both come from stdin\n", prog);
+				return 2;
+			}
+			FILE *f = strcmp(asg_path, "-") ? fopen(asg_path, "rb") : stdin;
+			size_t cap = PROTO_MAX_MSG - (1 << 20), n = 0;
+			asg_img = f ? malloc(cap + 1) : NULL;
+			if (asg_img)
+				n = fread(asg_img, 1, cap + 1, f);
+			if (f && f != stdin)
+				fclose(f);
+			if (asg_img == NULL || n == 0 || n > cap) {
+				fprintf(stderr, "%s: --asg %s: %s\n", prog, asg_path,
+					!f ? strerror(errno) : n > cap ? "too large to send" : "empty");
+				return 1;
+			}
+			q->asg = asg_img;
+			q->asg_len = n;
+		}
+		q->type = PROTO_SYNTH;
+		if (text)
+			snprintf(q->text, sizeof q->text, "%s", text);
+		snprintf(q->policy, sizeof q->policy, "%s", policy);
+		q->beta = (float)beta;
+		q->n = lookahead;
+		q->samp = (pcg_sampling){ (float)temp, top_k, (float)top_p };
+		q->seed = (uint64_t)seed;
+		q->max_tokens = max_tokens;
+		q->speaker = speaker;
+		q->viterbi_k = viterbi_k;
+		q->f16 = f16;
+		q->stream = 1;
+		q->chunk = chunk;
+		q->left = chunk_left;
+		q->right = chunk_right;
+	}
+	char ubuf[4200];
+	/* pcg-up's pipeline, not one the user names: if it is not up, say so at
+	 * once (a verifier named by --verifier may still be starting: ZeroMQ
+	 * waits for it until the timeout) */
+	const int pcg_up = url == NULL && !(getenv("PCG_VERIFIER") && *getenv("PCG_VERIFIER"));
+	if (url == NULL)
+		url = net_default_verifier(ubuf, sizeof ubuf);
+	if (net_curve_setup(curve_key, NULL, curve_server, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 1;
+	}
+	if (pcg_up && no_listener(url, &err)) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 1;
+	}
+	void *ctx = zmq_ctx_new(), *sock = NULL;
+
+	if (do_ping) {
+		rc = do_ping_call(ctx, url, q, r);
+		goto out;
+	}
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, then a cancel */
+	if ((sock = net_client(ctx, url, &err)) == NULL) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		goto out;
+	}
+	rc = batch ? synth_batch(sock, q, r, url) : synth_one(sock, q, r, out, url);
+out:
 	net_close(&sock);
 	zmq_ctx_term(ctx);
 	free(text);

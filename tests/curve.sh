@@ -54,7 +54,7 @@ until in_ns pcg-synth --verifier tcp://127.0.0.1:7700 --ping >/dev/null 2>&1; do
 done
 expect 0 "allowed key: synthesis over CURVE" in_ns pcg-synth --verifier tcp://127.0.0.1:7700 \
 	--policy none --max-tokens 10 "Over the wire."
-out_has "tokens"
+err_has "tokens"
 
 # Another key: the ZAP handler refuses the handshake; no reply ever comes.
 ip netns exec "$ns" verifier --tokenizer m/tokenizer.json --listen tcp://127.0.0.1:7710 --draft tcp://127.0.0.1:7701 \

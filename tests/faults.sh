@@ -51,7 +51,7 @@ sleep 0.5
 kill -9 $tpid
 start_target
 wait $c; rc=$?
-resends=$(sed -n 's/.*resends \([0-9]*\).*/\1/p' out2)
+resends=$(sed -n 's/.*resends \([0-9]*\).*/\1/p' err2)
 [ $rc -eq 0 ] && [ "${resends:-0}" -ge 1 ] && ok "targetd restarted: completed with $resends resend(s)" ||
 	bad "targetd restarted: rc $rc, $(cat err2) $(cat out2)"
 

@@ -26,7 +26,7 @@ expect 0 "pcg-up --target Llasa-1B --draft-layers 0,1 --codec-weights xcodec2" \
 out_has "speech 65536 tokens, asg"
 expect 0 "pcg-synth --policy pcg -o hello.wav" pcg-synth --policy pcg --max-tokens 60 -o hello.wav \
 	"Hello from LLaSA."
-n=$(sed -n 's/^tokens \([0-9]*\) .*/\1/p' out)
+n=$(sed -n 's/^tokens \([0-9]*\) .*/\1/p' err)
 [ -n "$n" ] && [ "$(od -An -tu4 -j40 -N4 hello.wav | tr -d ' ')" = $((n * 320 * 2)) ] &&
 	ok "hello.wav: $n codes x 320 samples" || bad "hello.wav for $n tokens"
 pcg-synth --policy none --max-tokens 60 -o - "Hello from LLaSA." 2>plain.err | sox -t wav - plain.flac \

@@ -17,14 +17,14 @@ asg-build --model tiny --theta 0.3 --quiet -o tiny.asg || exit 1
 pcg-up --target tiny --draft-layers 0 --asg tiny.asg >up.log 2>&1 || { cat up.log; exit 1; }
 ok "pcg-up: $(tail -n 2 up.log | head -n 1)"
 for pol in none sd ssd pcg greedy; do
-	if pcg-synth --policy $pol --max-tokens 40 --tokens "A short test." >"ipc.$pol" 2>err; then
+	if pcg-synth --policy $pol --max-tokens 40 --tokens "A short test." >"ipc.$pol" 2>"err.$pol"; then
 		n=$(tail -n 1 "ipc.$pol" | wc -w)
 		[ "$n" -ge 1 ] && [ "$n" -le 40 ] && ok "$pol: $n tokens" || bad "$pol: $n tokens"
 	else
-		bad "$pol: $(cat err)"
+		bad "$pol: $(cat "err.$pol")"
 	fi
 done
-grep -q "acceptance per position" ipc.pcg && ok "pcg reports acceptance per position" || bad "pcg stats"
+grep -q "acceptance per position" err.pcg && ok "pcg reports acceptance per position" || bad "pcg stats"
 pcg-synth --policy pcg --max-tokens 40 --tokens "A short test." >again.pcg
 cmp -s ipc.pcg again.pcg 2>/dev/null || [ "$(tail -n 1 ipc.pcg)" = "$(tail -n 1 again.pcg)" ] &&
 	ok "same seed, same tokens" || bad "rerun with the same seed differs"

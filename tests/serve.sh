@@ -52,6 +52,9 @@ done
 # streamed: WAV to a pipe, raw to a pipe, WAV to a file: the same samples
 t="These are the beasts which ye shall eat: the ox, the sheep, and the goat."
 pcg-synth --seed 9 --tokens -o file.wav "$t" >file.out 2>file.err || bad "file: $(cat file.err)"
+[ "$(wc -l <file.out)" -eq 1 ] && grep -q "^first audio after" file.err &&
+	ok "stdout: the tokens alone; stderr: the statistics" ||
+	bad "stdout $(head -c 300 file.out) / stderr $(head -c 300 file.err)"
 pcg-synth --seed 9 -o - "$t" 2>pipe.err | cat >pipe.wav
 pcg-synth --seed 9 --raw -o - "$t" 2>raw.err | cat >pipe.raw
 pcg-synth --seed 9 -o - "$t" >tofile.wav 2>tofile.err
@@ -78,9 +81,21 @@ pcg-synth --seed 9 --chunk 0 -o whole.wav "$t" >whole.out 2>whole.err || bad "wh
 [ "$(stat -c %s whole.wav)" = "$(stat -c %s file.wav)" ] && ! cmp -s whole.wav file.wav &&
 	ok "--chunk 0: the whole utterance at once (other samples, same length)" ||
 	bad "--chunk 0: $(stat -c %s whole.wav) vs $(stat -c %s file.wav) bytes"
+# batch mode: one utterance per line into numbered WAVs, each path printed;
+# a line that fails is reported and the rest still spoken
+printf '%s\n\n.\n%s\n' "$t" "$t" | pcg-synth --seed 9 --output-dir batch >batch.out 2>batch.err
+rc=$?
+[ $rc -eq 1 ] && [ "$(cat batch.out)" = "$(printf 'batch/0001.wav\nbatch/0004.wav')" ] &&
+	[ ! -e batch/0002.wav ] && [ ! -e batch/0003.wav ] && grep -q "line 3 not spoken" batch.err &&
+	ok "--output-dir: lines 1 and 4 written, the empty line skipped, line 3 reported" ||
+	bad "--output-dir: rc $rc, stdout $(cat batch.out), stderr $(tail -n 3 batch.err)"
+same file.wav batch/0001.wav "a batch line = the same utterance alone, to the byte"
+same file.wav batch/0004.wav "every line gets the seed"
+expect 2 "--output-dir with a TEXT" pcg-synth --output-dir batch "Hello."
+err_has "standard input"
 # the first audio before the last token
-first=$(sed -n 's/^first audio after \([0-9.]*\) s.*/\1/p' file.out)
-total=$(sed -n 's/.* in \([0-9.]*\) s:.*/\1/p' file.out)
+first=$(sed -n 's/^first audio after \([0-9.]*\) s.*/\1/p' file.err)
+total=$(sed -n 's/.* in \([0-9.]*\) s:.*/\1/p' file.err)
 [ -n "$first" ] && [ -n "$total" ] && awk -v f="$first" -v t="$total" 'BEGIN { exit !(f < t / 2) }' &&
 	ok "first audio after $first s of $total s" || bad "first audio $first s, total $total s"
 pcg-down >/dev/null 2>&1

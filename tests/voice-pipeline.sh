@@ -39,7 +39,7 @@ for pol in none sd ssd pcg mtp-sd mtp-pcg mtp-viterbi; do
 		bad "$pol.wav: data $bytes bytes, want $((frames * 640))"
 	tail -n 1 out >"$pol.tok"
 done
-grep -q "acceptance rate" out && ok "stats printed" || bad "no stats"
+grep -q "acceptance rate" err && ok "stats printed" || bad "no stats"
 expect 0 "sd again, same seed" pcg-synth --policy sd --speaker 2 --seed 7 --tokens "$text"
 tail -n 1 out >again.tok
 same sd.tok again.tok "same seed, same tokens"
@@ -59,7 +59,7 @@ expect 1 "a text that is only punctuation" pcg-synth --policy sd "."
 err_has "espeak-ng speaks it as silence"
 expect 0 "mtp-viterbi, 2 heads, top-3" pcg-synth --policy mtp-viterbi --lookahead 2 --viterbi-k 3 \
 	--tokens "$text"
-out_has "mean acceptance length"
+err_has "mean acceptance length"
 expect 1 "more heads than the model has" pcg-synth --policy mtp-sd --lookahead 9 "$text"
 err_has "MTP heads asked"
 expect 1 "an unknown mtp mode" pcg-synth --policy mtp-beam "$text"

@@ -257,7 +257,7 @@ class Pipeline:
         cmd = ["pcg-synth", "--policy", policy, "--seed", str(seed), "--speaker", str(speaker),
                "--temp", repr(a.temp), "--top-k", str(a.top_k), "--max-tokens",
                str(a.max_tokens), "--lookahead", str(a.lookahead), "--timeout-ms",
-               str(a.synth_timeout_ms), "--tokens", "--quiet", "--", text]
+               str(a.synth_timeout_ms), "--tokens", "--", text]
         for attempt in range(1, TRIES + 1):
             r = subprocess.run(cmd, capture_output=True, text=True, env=self.env)
             if r.returncode == 0:
@@ -269,13 +269,12 @@ class Pipeline:
                 time.sleep(5 * attempt)
         else:
             return None  # run_jobs brings up a fresh pipeline for it
-        out = r.stdout
-        m = STATS.search(out)
+        # the statistics come on standard error, the tokens on standard output
+        m = STATS.search(r.stderr)
         if m is None:
-            die(f"pcg-synth printed no statistics for {text!r}:\n{out}")
-        lines = out.rstrip("\n").split("\n")
-        toks = [int(x) for x in lines[-1].split()] if lines[-1].strip() and \
-            not STATS.search(lines[-1]) and re.fullmatch(r"[0-9 ]+", lines[-1]) else []
+            die(f"pcg-synth printed no statistics for {text!r}:\n{r.stderr}")
+        line = r.stdout.strip()
+        toks = [int(x) for x in line.split()] if re.fullmatch(r"[0-9 ]+", line) else []
         return {"rounds": int(m.group(1)), "drafted": int(m.group(2)),
                 "accepted": int(m.group(3))}, toks
 
