@@ -85,5 +85,13 @@ for p in asg-build asg-info codec-decode draftd targetd verifier pcg-keygen pcg-
 		bad "$p --version: $v"
 done
 ok "--version on every program"
+# the scripts and the daemons say the same release as the programs
+rel=$(verifier --version | sed 's/.* //')
+for p in pcg-up pcg-down pcg-runtime pcg-eval pcg-httpd; do
+	v=$("$p" --version 2>&1)
+	[ "$v" = "$p (pcg-tts) $rel" ] || bad "$p --version: $v, want $p (pcg-tts) $rel"
+done
+v=$("$PCG_ROOT/scripts/demo" --version 2>&1)
+[ "$v" = "demo (pcg-tts) $rel" ] && ok "--version on the scripts: $rel" || bad "scripts/demo --version: $v"
 
 finish
