@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dtype.h"
@@ -26,7 +27,7 @@ static const char *prog = "pcg-mkmodel";
 
 static const char *out_dir, *preset, *dtype_s, *rope_s;
 static int hidden, layers, heads, kv_heads, head_dim, ffn, text_vocab, speech, untied,
-	seed_i, max_pos;
+	seed_i, max_pos, quiet, progress;
 static double rope_theta, stdev, rope_factor = 32.0;
 
 static const pcg_opt opts[] = {
@@ -51,6 +52,8 @@ static const pcg_opt opts[] = {
 	{ "max-pos", PCG_OPT_INT, &max_pos, "131072", 16, 1 << 30, "N", "max_position_embeddings" },
 	{ "std", PCG_OPT_FLOAT, &stdev, "0.02", 0, 100, "X", "std of the random weights" },
 	{ "seed", PCG_OPT_INT, &seed_i, "1", 0, 2147483647, "N", "random seed" },
+	{ "quiet", PCG_OPT_FLAG, &quiet, NULL, 1, 0, NULL,
+	  "no progress line (there is one only when standard error is a terminal)" },
 	{ NULL },
 };
 
@@ -275,6 +278,13 @@ static int write_config(const char *path, int n_special, int vocab, pcg_err *err
 	return rc;
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 /* Fills n values with N(0, std^2) (or a constant when std < 0: norm
  * weights are 1 in a fresh HF model) in the file dtype. Each pair of values
  * comes from one Philox block (Box-Muller), so the fill is parallel and the
@@ -345,8 +355,14 @@ static int write_weights(const char *path, pcg_dtype dt, int vocab, pcg_err *err
 	T1("model.norm.weight", hidden);
 	if (untied)
 		T2("lm_head.weight", vocab, hidden);
+	double total = 0, done = 0, t0 = now_s();
+	for (int i = 0; i < k; i++)
+		total += (double)t[i].shape[0] * (t[i].ndim == 2 ? (double)t[i].shape[1] : 1);
 	for (int i = 0; i < k; i++) {
 		size_t numel = (size_t)t[i].shape[0] * (t[i].ndim == 2 ? (size_t)t[i].shape[1] : 1);
+		if (progress)
+			fprintf(stderr, "\r%s: weights %3.0f%% (tensor %d of %d), %.1f s ", prog,
+				100 * done / total, i + 1, k, now_s() - t0);
 		void *d = malloc(numel * pcg_dtype_size(dt));
 		if (names[i] == NULL || d == NULL) {
 			pcg_fail(err, "out of memory for the weights");
@@ -354,8 +370,15 @@ static int write_weights(const char *path, pcg_dtype dt, int vocab, pcg_err *err
 		}
 		fill(d, dt, numel, t[i].ndim == 1 ? -1.0 : stdev, (uint64_t)i);
 		t[i].data = d;
+		done += (double)numel;
 	}
+	if (progress)
+		fprintf(stderr, "\r%s: writing %s (%.2f GB), %.1f s\033[K", prog, path,
+			total * pcg_dtype_size(dt) / 1e9, now_s() - t0);
 	rc = st_write(path, t, k, "{\"format\": \"pt\"}", err);
+	if (progress)
+		fprintf(stderr, "\r%s: %.2f GB of weights in %.1f s\033[K\n", prog,
+			total * pcg_dtype_size(dt) / 1e9, now_s() - t0);
 out:
 	for (int i = 0; i < k; i++) {
 		free((void *)t[i].data);
@@ -418,6 +441,7 @@ int main(int argc, char **argv)
 		pcg_opts_usage(stderr, prog, "--out DIR [options]", opts);
 		return 2;
 	}
+	progress = !quiet && isatty(2);
 	if (apply_preset() < 0) {
 		fprintf(stderr, "%s: --preset: unknown preset '%s' (tiny, llasa-1b, llasa-3b, "
 			"llasa-8b)\n", prog, preset);

@@ -78,6 +78,21 @@ sed 's/LlamaForCausalLM/GPT2LMHeadModel/' m1/config.json > broken/config.json
 expect 1 "unknown architecture" pcg-run --model broken --tokens 1
 err_has "architectures"
 
+# Progress on long steps: a line on a terminal (script(1) gives one), nothing
+# when standard error is a file or a pipe, and nothing with --quiet.
+expect 0 "mkmodel, not a terminal" pcg-mkmodel --out prog1
+[ -s err ] && bad "pcg-mkmodel wrote to a non-terminal: $(cat err)" || ok "no progress off a terminal"
+if command -v script >/dev/null 2>&1; then
+	script -qec "pcg-mkmodel --out prog2" /dev/null >prog.tty 2>&1
+	grep -q "weights 100%" prog.tty && grep -q "of weights in" prog.tty &&
+		ok "progress on a terminal" || bad "no progress on a terminal: $(cat -v prog.tty)"
+	script -qec "pcg-mkmodel --quiet --out prog3" /dev/null >prog.q 2>&1
+	[ -s prog.q ] && bad "--quiet: $(cat -v prog.q)" || ok "--quiet on a terminal: nothing"
+	same prog1/model.safetensors prog2/model.safetensors "the same model with a progress line"
+else
+	echo "SKIP: script(1) missing: progress on a terminal not tested" >&2
+fi
+
 # --version: every program says its name and the release, exit 0.
 for p in asg-build asg-info codec-decode draftd targetd verifier pcg-keygen pcg-mcd pcg-mkmodel \
 	pcg-mtp pcg-phonemize pcg-quantize pcg-run pcg-sim pcg-synth pcg-tokenize tm-build tm-info; do

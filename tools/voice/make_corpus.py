@@ -142,8 +142,17 @@ def main():
         uid = "s%05d" % i
         jobs.append((uid, t, i % a.speakers, os.path.join(a.out, "wav", uid + ".wav"),
                      a.phonemize))
+    # a progress line on a terminal only (make voice's log stays clean)
+    tty = sys.stderr.isatty()
+    lengths = {}
     with concurrent.futures.ProcessPoolExecutor(a.jobs) as ex:
-        lengths = dict(ex.map(speak, jobs, chunksize=8))
+        for k, (uid, n) in enumerate(ex.map(speak, jobs, chunksize=8), 1):
+            lengths[uid] = n
+            if tty and (k % 200 == 0 or k == len(jobs)):
+                print("\rmake_corpus: %d of %d utterances spoken" % (k, len(jobs)), end="",
+                      file=sys.stderr, flush=True)
+    if tty:
+        print(file=sys.stderr)
 
     with open(os.path.join(a.out, "metadata.tsv"), "w") as meta, \
          open(os.path.join(a.out, "heldout.txt"), "w") as held:
