@@ -33,11 +33,10 @@ run_block() {
 	n=$((n + 1))
 	d="$T/example$n"
 	mkdir -p "$d"
-	# Examples are written as run from the source tree: models/ is there.
-	ln -s "$ROOT/models" "$d/models"
+	# Examples run from any directory: they name the source tree $PCG_ROOT.
 	# Its own process group, killed afterwards: a failing example must not
 	# leave the daemons it started running.
-	(cd "$d" && exec setsid sh -e "$T/block") >"$d.log" 2>&1 &
+	(cd "$d" && PCG_ROOT=$ROOT exec setsid sh -e "$T/block") >"$d.log" 2>&1 &
 	pid=$!
 	wait $pid
 	rc=$?
