@@ -203,7 +203,8 @@ spec_session *spec_new(const spec_env *env, const proto_msg *req, const asg *gro
 	s->q = malloc(sizeof *s->q);
 	s->r = malloc(sizeof *s->r);
 	s->p = malloc(nv * sizeof *s->p);
-	s->qv = malloc(nv * sizeof *s->qv);
+	/* the target scores forced tokens inside a block too: a vector for each */
+	s->qv = malloc((env->voice ? (size_t)PROTO_MAX_N * s->width : nv) * sizeof *s->qv);
 	if (s->mtp)
 		s->hv = malloc((size_t)PROTO_MAX_VEC * s->width * sizeof *s->hv);
 	if (!s->ctx || !s->sp || !s->q || !s->r || !s->p || !s->qv || (s->mtp && !s->hv)) {
@@ -295,10 +296,31 @@ static void request(spec_session *s, proto_type type, int n)
 	q->f16 = s->f16;
 }
 
+/* The forced tokens of a phoneme voice inside a round's block: fb[k] is the
+ * index in s->fc of the first one due at frame nsp + k or later, for k = 1..
+ * Lr + 1, so fc[fb[k] .. fb[k + 1] - 1] go in right before speech token k of
+ * the round (token 0 is preceded by those already in the context). Lr shrinks
+ * while the target's block (the last committed token, Lr drafts, the forced
+ * tokens among them) would exceed PROTO_MAX_N vectors. Returns Lr. */
+static int forced_in_block(const spec_session *s, int Lr, int fb[PROTO_MAX_N + 1])
+{
+	int f = s->j;
+
+	for (int k = 1; k <= Lr + 1; k++) {
+		while (s->env.voice && f < s->fc.n && s->fc.frame[f] < s->nsp + k)
+			f++;
+		fb[k] = f;
+	}
+	while (Lr > 0 && 1 + Lr + (fb[Lr + 1] - fb[1]) > PROTO_MAX_N)
+		Lr--;
+	return Lr;
+}
+
 int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 {
 	int out[PROTO_MAX_N], n_emit = 0, x[PROTO_MAX_N], accepted = 0, Lr = s->L;
-	int groups[PROTO_MAX_N];
+	int groups[PROTO_MAX_N], fb[PROTO_MAX_N + 1];
+	int tail[PROTO_MAX_N], n_tail = 0, qat[PROTO_MAX_N];
 	const int W = s->width;
 	proto_msg *r;
 	double t;
@@ -306,22 +328,27 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	if (s->ended || s->nsp >= s->max_tokens)
 		return 1;
 	s->n_last = 0;
-	/* 0. a phoneme voice: the phoneme tokens due at this frame go in, and
-	 * the round stops short of the next one. Heads computed before a forced
-	 * token do not see it: they are stale. */
+	/* 0. a phoneme voice: the phoneme tokens due at this frame go in. Those
+	 * due later run inside the round's block (below), except for MTP
+	 * drafts: heads computed before a forced token do not see it (they go
+	 * stale), so there the round stops short of the next one. */
 	int room = PROTO_MAX_N;
 	if (s->env.voice) {
 		while (s->j < s->fc.n && s->fc.frame[s->j] <= s->nsp) {
 			s->ctx[s->n++] = s->fc.id[s->j++];
 			s->have_heads = 0;
 		}
-		room = (s->j < s->fc.n ? s->fc.frame[s->j] : s->fc.n_frames) - s->nsp;
-		if (Lr > room - 1)
-			Lr = room - 1;
+		if (s->mtp) {
+			room = (s->j < s->fc.n ? s->fc.frame[s->j] : s->fc.n_frames) - s->nsp;
+			if (Lr > room - 1)
+				Lr = room - 1;
+		}
 	}
 	/* no drafts beyond max_tokens: a round emits at most Lr + 1 */
 	if (Lr > s->max_tokens - s->nsp - 1)
 		Lr = s->max_tokens - s->nsp - 1;
+	if (Lr > 0)
+		Lr = forced_in_block(s, Lr, fb);
 	const int target_only = s->is_none || Lr < 1 || (s->mtp && !s->have_heads);
 
 	/* 1. draft: x_1..x_Lr and p_1..p_Lr, from the draft server or from the
@@ -336,24 +363,49 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 			x[i] = row_id(s, row < 0 ? 0 : row);
 		}
 	} else if (!target_only) {
-		request(s, PROTO_PROPOSE, Lr);
-		s->q->seed = s->seed * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds;
-		t = now();
-		if (ask(s, io, SPEC_DRAFT, &s->d_sync, NULL, 0, &r, err) < 0)
-			return -1;
-		s->st[SPEC_S_T_DRAFT] += now() - t;
-		for (int i = 0; i < Lr; i++) {
-			x[i] = r->x[i];
-			proto_vector(r, i, s->p + (size_t)i * W);
+		/* in pieces cut where forced tokens are due: each piece appends
+		 * the drafts before it and the forced tokens, so the draft
+		 * conditions on them */
+		int dt[PROTO_MAX_N], n_dt = 0;
+		for (int done = 0, piece = 0; done < Lr; piece++) {
+			if (done > 0)
+				for (int f = fb[done]; f < fb[done + 1]; f++)
+					dt[n_dt++] = s->fc.id[f];
+			int end = done + 1;
+			while (end < Lr && fb[end] == fb[end + 1])
+				end++;
+			request(s, PROTO_PROPOSE, end - done);
+			s->q->seed = s->seed * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds +
+				     (uint64_t)piece * 0xd1b54a32d192ed03ull;
+			t = now();
+			if (ask(s, io, SPEC_DRAFT, &s->d_sync, dt, n_dt, &r, err) < 0)
+				return -1;
+			s->st[SPEC_S_T_DRAFT] += now() - t;
+			for (int i = 0; i < end - done; i++) {
+				x[done + i] = r->x[i];
+				proto_vector(r, i, s->p + (size_t)(done + i) * W);
+				dt[n_dt++] = r->x[i];
+			}
+			done = end;
 		}
 	}
-	/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1..x_Lr]
-	 * (mtp-*: with the heads' distributions at each position) */
-	request(s, PROTO_SCORE, target_only ? 1 : Lr + 1);
+	/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1, the
+	 * forced tokens before x_2, x_2, ..., x_Lr, the forced tokens before
+	 * the bonus token]: the distribution of speech token k of the round is
+	 * the vector qat[k], at the token right before it (mtp-*: with the
+	 * heads' distributions at each position) */
+	qat[0] = 0;
+	for (int k = 1; !target_only && k <= Lr; k++) {
+		tail[n_tail++] = x[k - 1];
+		for (int f = fb[k]; f < fb[k + 1]; f++)
+			tail[n_tail++] = s->fc.id[f];
+		qat[k] = n_tail;
+	}
+	request(s, PROTO_SCORE, target_only ? 1 : n_tail + 1);
 	s->q->heads = s->heads;
 	const int nq = s->q->n, heads = s->heads;
 	t = now();
-	if (ask(s, io, SPEC_TARGET, &s->t_sync, x, target_only ? 0 : Lr, &r, err) < 0)
+	if (ask(s, io, SPEC_TARGET, &s->t_sync, tail, n_tail, &r, err) < 0)
 		return -1;
 	s->st[SPEC_S_T_TARGET] += now() - t;
 	for (int i = 0; i < nq; i++) {
@@ -399,7 +451,7 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 			pp[i] = s->p + (size_t)i * W;
 		}
 		for (int i = 0; i <= Lr; i++)
-			qq[i] = s->qv + (size_t)i * W;
+			qq[i] = s->qv + (size_t)qat[i] * W;
 		if (policy_run(s->pol, Lr, xr, pp, qq, &rng, &s->res, err) < 0)
 			return -1;
 		n_emit = s->res.n_tokens;
@@ -421,8 +473,13 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	}
 	s->st[SPEC_S_T_POLICY] += now() - t;
 
-	/* 4. commit, up to the end token */
+	/* 4. commit, up to the end token; the forced tokens due before a
+	 * token of the block go in before it, with certainty (neither drafted
+	 * nor accepted) */
 	for (int i = 0; i < n_emit && !s->ended && s->nsp < s->max_tokens; i++) {
+		if (i > 0 && n_tail > 0)
+			while (s->j < fb[i + 1])
+				s->ctx[s->n++] = s->fc.id[s->j++];
 		if (out[i] == s->env.voc->end_id) {
 			s->ended = 1;
 		} else {
@@ -442,6 +499,12 @@ const int *spec_tokens(const spec_session *s, int *n)
 {
 	*n = s->nsp;
 	return s->sp;
+}
+
+const int *spec_context(const spec_session *s, int *n)
+{
+	*n = s->n;
+	return s->ctx;
 }
 
 int spec_last_round(const spec_session *s, const int **tokens, const int **groups)

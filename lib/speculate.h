@@ -6,15 +6,21 @@
  * state between rounds (the context, the committed speech tokens, the
  * servers' sync positions, the statistics). A round is
  *
- *   0. a phoneme voice: the phoneme tokens due at this frame go in, and the
- *      round stops short of the next one;
- *   1. draft: x_1..x_L and p_1..p_L (a "propose" to the draft server, or
- *      the target's MTP heads from the previous round);
- *   2. target: q_1..q_{L+1} in one "score" of [last committed, x_1..x_L];
+ *   0. a phoneme voice: the phoneme tokens due at this frame go in; those
+ *      due at later frames of the round go in among the drafts (1, 2);
+ *   1. draft: x_1..x_L and p_1..p_L (a "propose" to the draft server, in
+ *      pieces cut where forced tokens are due, each appending them so the
+ *      draft conditions on them; or the target's MTP heads from the
+ *      previous round, which cannot see a forced token: MTP rounds stop
+ *      short of the next one);
+ *   2. target: q_1..q_{L+1} in one "score" of [last committed, x_1..x_L]
+ *      with the forced tokens in place (their own vectors are not used);
  *   3. the policy (lib/policy.h) keeps a prefix of the drafts and emits a
  *      corrected or bonus token (or mtp-viterbi's path, or one token of q
  *      when the target runs alone);
- *   4. commit up to the end token or max_tokens.
+ *   4. commit up to the end token or max_tokens; a forced token is committed
+ *      with certainty before the token it precedes, and counts neither as
+ *      drafted nor as accepted.
  *
  * The model servers are reached through spec_io: the verifier passes its
  * clients (lib/client.h), pcg-sim and the tests a server in this process
@@ -78,6 +84,11 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err);
 
 /* The speech tokens committed so far (model ids). */
 const int *spec_tokens(const spec_session *s, int *n);
+
+/* The context so far (model ids): the prompt, then the speech tokens with
+ * a phoneme voice's forced tokens among them, each right before the frame
+ * it is due at. */
+const int *spec_context(const spec_session *s, int *n);
 
 /* Tokens emitted by the last round, and for pcg each one's group label
  * (lib/policy.h: -1 for a bonus token and for other policies); tokens cut

@@ -40,8 +40,18 @@
  * end token, K ~ w_{., y} is drawn here, which is Q_c-distributed when
  * y ~ q), against Q_c,t(G_k) = sum_y w_{k,y} q_t(y).
  *
- * Significance: 2 (1 + T) chi-square tests, each at ALPHA = 0.001 / (2 (1 +
- * T)) (Bonferroni), so the file fails by chance with probability below 0.001.
+ * The same for a phoneme voice (models/demo's voice.json; speaker i mod 8,
+ * VOICE_TEXT, at most TV frames), where rounds run across the phoneme
+ * tokens the verifier forces: q_t is the target's given the context the
+ * session built (spec_context: the prompt, the speech, and the forced
+ * tokens among it), pooled over all tokens and over the tokens that a forced
+ * token precedes inside a round's block (the new path: about 750 of 4,800).
+ * Reading q at position i instead of at the vector after the forced tokens
+ * was tried once: every one of the four tests failed (p below 1e-178).
+ *
+ * Significance: 2 (1 + T) + 4 chi-square tests, each at ALPHA = 0.001 /
+ * N_TESTS (Bonferroni), so the file fails by chance with probability below
+ * 0.001.
  * Run for 30 other base seeds (the optional argument), the 480 p-values
  * were spread as uniform ones (the smallest 0.0045), and at 3000 sessions
  * the tests pass too.
@@ -79,6 +89,7 @@
 #include "rng.h"
 #include "speculate.h"
 #include "tokenizer.h"
+#include "voice.h"
 
 #define TEXT "Blessed are the meek."
 #define SESSIONS 500
@@ -86,7 +97,10 @@
 #define T 8                     /* max_tokens of the statistical sessions */
 #define LOOKAHEAD 3
 #define BINS 16
-#define N_TESTS (2 * (1 + T))
+#define TV 16                   /* max_tokens of the phoneme voice's sessions */
+#define VOICE_SESSIONS 300
+#define VOICE_TEXT "Ten sheep and the goat."
+#define N_TESTS (2 * (1 + T) + 4)
 #define ALPHA (0.001 / N_TESTS)
 #define BASE_SEED 1000
 static const pcg_sampling SAMP = { 1.0f, 20, 1.0f };
@@ -423,6 +437,133 @@ static void collect(route *to, const char *policy, int n, uint64_t base, hist *h
 	free(d);
 }
 
+/* ---- 1 and 2 with a phoneme voice: rounds across forced tokens ---- */
+
+/* n sessions of policy on the demo voice (speaker i mod its speakers, the
+ * text VOICE_TEXT, at most TV frames) through to: each speech token's PIT
+ * under the target's q given the context the session built (the prompt,
+ * and the phoneme tokens forced among the speech: spec_context), into
+ * h_all, and for the tokens that a forced token precedes inside a round's
+ * block (not the round's first token) also into h_in; for pcg (hg_all,
+ * hg_in not NULL) the groups' PIT under Q_c the same way. The oracle
+ * scores each prefix afresh (its session advanced token by token). */
+static void collect_voice(route *to, const spec_env *env, const char *policy, int n,
+			  uint64_t base, hist *h_all, hist *h_in, hist *hg_all, hist *hg_in)
+{
+	rig *g = to->g;
+	spec_io io = { call, to };
+	proto_msg *req = synth(policy, 0, TV), *sq = calloc(1, sizeof *sq);
+	proto_msg *rep = calloc(1, sizeof *rep);
+	double *d = malloc((size_t)(g->W > g->G ? g->W : g->G) * sizeof *d);
+	float *qt = malloc((size_t)g->W * sizeof *qt);
+	long tokens = 0, inside = 0, forced = 0, bad = 0;
+	double rounds = 0, accepted = 0, t0 = now();
+	pcg_err err = { "" };
+	pcg_rng rng;
+
+	pcg_rng_init(&rng, base, 78);
+	snprintf(req->text, sizeof req->text, "%s", VOICE_TEXT);
+	for (int i = 0; i < n; i++) {
+		req->seed = base + (uint64_t)i;
+		req->speaker = i % env->voice->n_speakers;
+		spec_session *s = spec_new(env, req, g->groups, 1, &err);
+		CHECKF(s != NULL, "spec_new: %s", err.msg);
+		if (s == NULL)
+			break;
+		/* first[t]: speech token t opened its round; lab[t]: its label */
+		int first[TV + PROTO_MAX_N] = { 0 }, lab[TV + PROTO_MAX_N], nt = 0, rc = 0;
+		while (rc == 0) {
+			const int *tok, *grp;
+			if ((rc = spec_round(s, &io, &err)) < 0)
+				break;
+			int m = spec_last_round(s, &tok, &grp);
+			if (m > 0 && nt < TV)
+				first[nt] = 1;
+			for (int k = 0; k < m && nt < TV + PROTO_MAX_N; k++)
+				lab[nt++] = grp[k];
+		}
+		CHECKF(rc == 1, "spec_round: %s", err.msg);
+		int nc, t = 0, cur = 0;
+		const int *ctx = spec_context(s, &nc);
+		proto_msg *res = calloc(1, sizeof *res);
+		spec_result(s, 0, res);
+		rounds += res->stats[SPEC_S_ROUNDS];
+		accepted += res->stats[SPEC_S_ACCEPTED];
+		free(res);
+		for (int p = 1; p < nc && rc == 1; p++) {
+			if (llasa_id_to_code(&g->voc, ctx[p]) < 0)
+				continue; /* the prompt, or a forced token */
+			/* q at p - 1: the oracle's session holds ctx[0..cur) */
+			sq->type = PROTO_SCORE;
+			sq->session = 7;
+			sq->pos = cur;
+			sq->n_append = 0;
+			for (int k = cur; k < p; k++)
+				sq->append[sq->n_append++] = ctx[k];
+			sq->n = 1;
+			sq->samp = SAMP;
+			sq->rows = (llama_rows){ 1, { g->voc.speech_first },
+						 { g->voc.speech_first + g->voc.speech_count } };
+			if (serve(g, g->oracle, sq, rep, &err) < 0 || rep->type != PROTO_PROBS ||
+			    rep->width != g->W) {
+				CHECKF(0, "oracle: %s %s", err.msg, rep->msg);
+				rc = -1;
+				break;
+			}
+			proto_vector(rep, 0, qt);
+			cur = p;
+			const int y = llasa_id_to_code(&g->voc, ctx[p]);
+			const int in = !first[t] && llasa_id_to_code(&g->voc, ctx[p - 1]) < 0;
+			forced += llasa_id_to_code(&g->voc, ctx[p - 1]) < 0;
+			inside += in;
+			tokens++;
+			for (int j = 0; j < g->W; j++)
+				d[j] = qt[j];
+			const double u = pit(d, g->W, y, pcg_rng_uniform(&rng));
+			hist_add(h_all, 0, u);
+			if (in)
+				hist_add(h_in, 0, u);
+			if (hg_all) {
+				/* the policy's label; a bonus token's (y ~ q) drawn */
+				int K = lab[t] >= 0 ? lab[t] : draw_group(g, y, &rng);
+				if (!member(g, y, K))
+					bad++;
+				group_masses(g, qt, d);
+				const double ug = pit(d, g->G, K, pcg_rng_uniform(&rng));
+				hist_add(hg_all, 0, ug);
+				if (in)
+					hist_add(hg_in, 0, ug);
+			}
+			t++;
+		}
+		CHECKF(t == nt, "%d speech tokens in the context, the rounds emitted %d", t, nt);
+		spec_free(&s);
+	}
+	CHECKF(bad == 0, "%ld labels", bad);
+	printf(" %s: %d sessions, %.2f tokens and %.2f rounds a session, %.2f drafts accepted a "
+	       "round; %ld of %ld tokens after a forced token, %ld of them inside a round (%.1f s)\n",
+	       policy, n, (double)tokens / n, rounds / n, rounds ? accepted / rounds : 0, forced,
+	       tokens, inside, now() - t0);
+	free(req);
+	free(sq);
+	free(rep);
+	free(d);
+	free(qt);
+}
+
+/* The pooled test only (the positions of a phoneme voice's sessions are not
+ * comparable: their prefixes differ in their forced tokens). */
+static void expect_uniform_pooled(const char *what, const hist *h)
+{
+	double stat;
+	int df;
+	double pv = uniform_p(h->pooled, &stat, &df);
+
+	printf("  %-40s %5ld values  chi2(%d) = %7.1f  p = %.3g\n", what, h->n, df, stat, pv);
+	n_tests++;
+	CHECKF(pv >= ALPHA, "%s: pooled PIT not uniform (p = %.3g < %.2g)", what, pv, ALPHA);
+}
+
 /* ---- 3: determinism ---- */
 
 /* Whether two results have the same stats, apart from those that measure time. */
@@ -668,6 +809,39 @@ int main(int argc, char **argv)
 	expect_uniform("sd: tokens ~ q", h[0], 1);
 	collect(&to_pcg, "pcg", SESSIONS, base + 1000000, h[1], h[2]);
 	expect_uniform("pcg: groups ~ Q_c", h[2], 1);
+
+	/* a phoneme voice (the demo's own): the rows are the speech tokens
+	 * alone, and rounds run across the forced phoneme tokens */
+	voice_info vi;
+	snprintf(path, sizeof path, "%s/voice.json", dir);
+	if (voice_load(path, &vi, &err) == 0) {
+		spec_env ve = { .tok = g.tok, .voc = &g.voc, .voice = &vi,
+				.unk_phone = tok_token_id(g.tok, "<|p__|>", 7) };
+		g.W = g.voc.speech_count;
+		g.G = (int)(g.g->M + (g.W - g.g->n));
+		printf("a phoneme voice: rounds across forced tokens, lookahead %d, at most %d "
+		       "frames, \"%s\"\n", LOOKAHEAD, TV, VOICE_TEXT);
+		hist *hv[4];
+		for (int i = 0; i < 4; i++)
+			hv[i] = calloc(1, sizeof *hv[i]);
+		collect_voice(&to_sd, &ve, "sd", VOICE_SESSIONS, base + 4000000, hv[0], hv[1], NULL,
+			      NULL);
+		expect_uniform_pooled("voice, sd: tokens ~ q", hv[0]);
+		expect_uniform_pooled("voice, sd: after a forced token in a round", hv[1]);
+		for (int i = 0; i < 2; i++)
+			memset(hv[i], 0, sizeof *hv[i]);
+		collect_voice(&to_pcg, &ve, "pcg", VOICE_SESSIONS, base + 5000000, hv[0], hv[1],
+			      hv[2], hv[3]);
+		expect_uniform_pooled("voice, pcg: groups ~ Q_c", hv[2]);
+		expect_uniform_pooled("voice, pcg: after a forced token in a round", hv[3]);
+		CHECKF(hv[1]->n > 0, "no token followed a forced token inside a round");
+		for (int i = 0; i < 4; i++)
+			free(hv[i]);
+		g.W = g.voc.speech_count + 1;
+		g.G = (int)(g.g->M + (g.W - g.g->n));
+	} else {
+		CHECKF(0, "%s", err.msg);
+	}
 	CHECKF(n_tests == N_TESTS, "%d tests, ALPHA assumes %d", n_tests, N_TESTS);
 	printf("power: these must be rejected\n");
 	expect_uniform("pcg: tokens ~ q", h[1], 0);
