@@ -89,8 +89,8 @@ static int forced_make(const spec_env *env, const proto_msg *req, forced *f, pcg
 			err) < 0)
 		return -1;
 	f->text = malloc((size_t)(r.n_ph + 1) * 32);
-	f->id = malloc((size_t)(r.n_ph + 1) * sizeof *f->id);
-	f->frame = malloc((size_t)(r.n_ph + 1) * sizeof *f->frame);
+	f->id = malloc((size_t)(2 * r.n_ph + 1) * sizeof *f->id);
+	f->frame = malloc((size_t)(2 * r.n_ph + 1) * sizeof *f->frame);
 	if (f->text == NULL || f->id == NULL || f->frame == NULL) {
 		voice_render_free(&r);
 		forced_free(f);
@@ -109,6 +109,12 @@ static int forced_make(const spec_env *env, const proto_msg *req, forced *f, pcg
 		len += (size_t)sprintf(f->text + len, "%s", tok);
 		f->id[f->n] = id;
 		f->frame[f->n++] = r.ph[i].frame;
+		if (vi->next_phoneme) { /* where this phoneme goes: the next one */
+			voice_next_token(i + 1 < r.n_ph ? r.ph[i + 1].name : "_", tok, sizeof tok);
+			int nid = tok_token_id(env->tok, tok, strlen(tok));
+			f->id[f->n] = nid >= 0 ? nid : env->unk_next;
+			f->frame[f->n++] = r.ph[i].frame;
+		}
 	}
 	f->n_frames = r.n_frames;
 	voice_render_free(&r);

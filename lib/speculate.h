@@ -48,6 +48,7 @@ typedef struct spec_env {
 	const llasa_vocab *voc;
 	const voice_info *voice; /* a phoneme voice, or NULL */
 	int unk_phone;           /* its token for a phoneme it does not know */
+	int unk_next;            /* and for a next phoneme it does not know (<|n__|>) */
 	const tm *tm;            /* mtp-viterbi's transition matrix, or NULL */
 } spec_env;
 

@@ -74,6 +74,12 @@ int voice_load(const char *path, voice_info *v, pcg_err *err)
 		k->rate = (int)json_integer_value(r);
 	}
 	v->n_speakers = (int)json_array_size(sp);
+	json_t *nx = json_object_get(root, "next_phoneme");
+	if (nx != NULL && !json_is_boolean(nx)) {
+		pcg_fail(err, "%s: field 'next_phoneme': want true or false", path);
+		goto out;
+	}
+	v->next_phoneme = nx != NULL && json_is_true(nx);
 	rc = 0;
 out:
 	json_decref(root);
@@ -338,6 +344,11 @@ void voice_render_free(voice_render *r)
 void voice_phone_token(const char *name, char *buf, size_t size)
 {
 	snprintf(buf, size, "<|p_%s|>", name);
+}
+
+void voice_next_token(const char *name, char *buf, size_t size)
+{
+	snprintf(buf, size, "<|n_%s|>", name);
 }
 
 void voice_speaker_token(int speaker, char *buf, size_t size)

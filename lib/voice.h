@@ -13,7 +13,10 @@
  * voice.json:
  *   { "frontend": "espeak-ng", "codec": "kmeans-gl", "sample_rate": 16000,
  *     "hop": 320, "speakers": [ { "voice": "en-us+m3", "pitch": 45,
- *     "rate": 160 }, ... ] }
+ *     "rate": 160 }, ... ], "next_phoneme": false }
+ * With "next_phoneme" true (optional, default false) each phoneme's forced
+ * token is followed by a token of the phoneme after it, <|n_Y|> (the last
+ * phoneme's: <|n__|>), so that every frame sees where its phoneme goes.
  * Frame f of the codec covers samples [f*hop, (f+1)*hop) at sample_rate;
  * espeak-ng's own rate (22,050 Hz) is converted exactly as the corpus tool
  * resamples (n' = round(n * sample_rate / 22050)).
@@ -38,6 +41,7 @@ typedef struct voice_info {
 	int sample_rate, hop;
 	int n_speakers;
 	voice_speaker speakers[VOICE_MAX_SPEAKERS];
+	int next_phoneme;   /* force <|n_Y|> after each <|p_X|> */
 } voice_info;
 
 /* Reads voice.json. Fails naming the field that is missing or wrong. */
@@ -68,9 +72,10 @@ int voice_speak(const voice_speaker *s, const char *text, int sample_rate, int h
 		voice_render *out, pcg_err *err);
 void voice_render_free(voice_render *r);
 
-/* The token string of a phoneme ("<|p_" name "|>") and of a speaker
- * ("<|spk_" n "|>") into buf. */
+/* The token string of a phoneme ("<|p_" name "|>"), of the phoneme that
+ * comes next ("<|n_" name "|>") and of a speaker ("<|spk_" n "|>") into buf. */
 void voice_phone_token(const char *name, char *buf, size_t size);
+void voice_next_token(const char *name, char *buf, size_t size);
 void voice_speaker_token(int speaker, char *buf, size_t size);
 
 #endif

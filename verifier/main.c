@@ -956,14 +956,20 @@ int main(int argc, char **argv)
 				 "voice's", voice_path);
 			goto fail;
 		}
+		if (vi.next_phoneme && tok_token_id(v.tok, "<|n__|>", 7) < 0) {
+			pcg_fail(&err, "%s: next_phoneme is set but the tokenizer has no <|n__|>",
+				 voice_path);
+			goto fail;
+		}
 	}
 	if (v.groups && asg_get(v.groups)->n > (uint32_t)v.voc.speech_count) {
 		pcg_fail(&err, "%s: covers %u tokens, the vocabulary has %d speech tokens", asg_path,
 			 asg_get(v.groups)->n, v.voc.speech_count);
 		goto fail;
 	}
-	v.env = (spec_env){ v.tok, &v.voc, v.voice, v.voice ? tok_token_id(v.tok, "<|p__|>", 7) : 0,
-			    v.tm };
+	v.env = (spec_env){ .tok = v.tok, .voc = &v.voc, .voice = v.voice, .tm = v.tm,
+			    .unk_phone = v.voice ? tok_token_id(v.tok, "<|p__|>", 7) : 0,
+			    .unk_next = v.voice ? tok_token_id(v.tok, "<|n__|>", 7) : 0 };
 	atomic_init(&v.next_session, ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid());
 	v.codec_url = codec_url;
 	v.n_workers = n_sessions;

@@ -837,6 +837,38 @@ int main(int argc, char **argv)
 		CHECKF(hv[1]->n > 0, "no token followed a forced token inside a round");
 		for (int i = 0; i < 4; i++)
 			free(hv[i]);
+		/* voice.json's next_phoneme: each forced phoneme token is followed
+		 * by the next phoneme's (here the demo's tokenizer has no <|n_Y|>:
+		 * every one is the stand-in given as unk_next) */
+		voice_info vn = vi;
+		vn.next_phoneme = 1;
+		spec_env ne = ve;
+		ne.voice = &vn;
+		ne.unk_next = tok_token_id(g.tok, "<|s_0|>", 7) - 1; /* a text token: recognisable */
+		proto_msg *rq = synth("sd", 5, TV);
+		snprintf(rq->text, sizeof rq->text, "%s", VOICE_TEXT);
+		spec_io io = { call, &to_sd };
+		spec_session *ss = spec_new(&ne, rq, NULL, 9, &err);
+		int rc = ss ? 0 : -1, nc, pairs = 0, lone = 0, speech = 0;
+		while (rc == 0)
+			rc = spec_round(ss, &io, &err);
+		CHECKF(rc == 1, "next_phoneme session: %s", err.msg);
+		const int *cx = ss ? spec_context(ss, &nc) : NULL;
+		for (int p = 0; cx && p + 1 < nc; p++) {
+			if (llasa_id_to_code(&g.voc, cx[p]) >= 0)
+				speech++;
+			else if (speech > 0 || p > 0) {
+				const int is_p = cx[p] != ne.unk_next && cx[p + 1] == ne.unk_next;
+				pairs += is_p && speech > 0;
+				lone += speech > 0 && cx[p] != ne.unk_next && !is_p;
+			}
+		}
+		CHECKF(pairs > 0 && lone == 0, "next_phoneme: %d phoneme tokens followed by the "
+		       "next one's, %d not", pairs, lone);
+		printf(" next_phoneme: %d forced phoneme tokens in %d frames, each followed by the "
+		       "next one's\n", pairs, speech);
+		spec_free(&ss);
+		free(rq);
 		g.W = g.voc.speech_count + 1;
 		g.G = (int)(g.g->M + (g.W - g.g->n));
 	} else {

@@ -342,10 +342,19 @@ def make_sequence(a, vocab, voice, tok_path, text, speaker, speech, env):
                  env, "pcg-tokenize")
     ids = [int(x) for x in prompt.split()]
     forced = [vocab.id_of.get(n, unk) for n in names]
+    # voice.json's next_phoneme: each phoneme's token is followed by <|n_Y|>,
+    # Y the phoneme after it (the last one's: <|n__|>), as the verifier does
+    nxt = None
+    if voice.get("next_phoneme"):
+        unk_n = vocab.id_of["<|n__|>"]
+        nxt = [vocab.id_of.get("<|n_%s|>" % (ph[k + 1][1] if k + 1 < len(ph) else "_"), unk_n)
+               for k in range(len(ph))]
     loss, j = [], 0
     for f, c in enumerate(speech):  # as spec_round: phonemes due at this frame go first
         while j < len(ph) and ph[j][0] <= f:
             ids.append(forced[j])
+            if nxt is not None:
+                ids.append(nxt[j])
             j += 1
         loss.append(len(ids) - 1)
         ids.append(c)

@@ -100,6 +100,7 @@ def build_tokenizer(utts, n_speech, path, text_vocab):
     special = CHAT + TAGS + ["<|s_%d|>" % i for i in range(n_speech)]
     special += ["<|spk_%d|>" % s for s in range(max(speakers) + 1)]
     special += ["<|p_%s|>" % p for p in phones]
+    special += ["<|n_%s|>" % p for p in sorted(set(phones) | {"_"})]  # voice.json next_phoneme
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in special])
     tok.save(path)
     return tok
@@ -109,8 +110,11 @@ def prompt_text(spk, phones):
     return "<|spk_%d|>" % spk + "".join("<|p_%s|>" % p for _, p in phones)
 
 
-def sequence(tok, ids_of, u):
-    """The ids of one utterance and the positions the loss is taken at."""
+def sequence(tok, ids_of, u, next_phoneme=False):
+    """The ids of one utterance and the positions the loss is taken at; with
+    next_phoneme each forced <|p_X|> is followed by <|n_Y|>, Y the phoneme
+    after X (the last one's: <|n__|>), as the verifier forces them when
+    voice.json says "next_phoneme": true."""
     _, spk, _, phones, codes = u
     ids = tok.encode(TEMPLATE.format(text=prompt_text(spk, phones)), add_special_tokens=False).ids
     loss_at = []
@@ -118,6 +122,9 @@ def sequence(tok, ids_of, u):
     for f, c in enumerate(codes):
         while j < len(phones) and phones[j][0] == f:
             ids.append(ids_of["<|p_%s|>" % phones[j][1]])
+            if next_phoneme:
+                ids.append(ids_of["<|n_%s|>" % (phones[j + 1][1] if j + 1 < len(phones)
+                                                else "_")])
             j += 1
         loss_at.append(len(ids))
         ids.append(ids_of["<|s_%d|>" % c])
@@ -181,6 +188,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokenizer", help="reuse this tokenizer.json (the draft: the target's)")
     ap.add_argument("--speech", type=int, default=1024)
+    ap.add_argument("--next-phoneme", action="store_true",
+                    help="force <|n_Y|> (the next phoneme) after each <|p_X|> (voice.json's "
+                         "next_phoneme)")
     ap.add_argument("--text-vocab", type=int, default=320)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
@@ -227,7 +237,7 @@ def main():
 
     seqs = {"train": [], "heldout": []}
     for u in utts:
-        seqs[u[2]].append(sequence(tok, ids_of, u))
+        seqs[u[2]].append(sequence(tok, ids_of, u, a.next_phoneme))
     # The C tokenizer must give the same prompt ids (it renders the prompt
     # at run time): checked on a few utterances.
     for u in utts[:3]:
