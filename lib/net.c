@@ -561,7 +561,7 @@ int net_serve(void *sock, const char *prog, net_handler *handle, void *ctx,
 	      volatile sig_atomic_t *stop, net_counts *counts)
 {
 	net_counts local = { 0 };
-	proto_msg *q = malloc(sizeof *q), *rep = malloc(sizeof *rep);
+	proto_msg *q = calloc(1, sizeof *q), *rep = calloc(1, sizeof *rep);
 	reply_buf *pool[N_REPLY_BUFS] = { NULL };
 	pcg_err err = { "" };
 	int rc = 0;

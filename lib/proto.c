@@ -402,12 +402,36 @@ int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err)
 	if (m->type == PROTO_PROBS &&
 	    (m->n_vec < 0 || m->n_vec > PROTO_MAX_VEC || m->width < 1))
 		return pcg_fail(err, "pack: %d vectors of width %d", m->n_vec, m->width);
+	/* Only the fields of the type are read: a caller may leave the others
+	 * as they were (a reused message), and they must not size or fill
+	 * anything. */
+	const uint64_t sc = schema[m->type];
+	const int has_append = (sc & (B(F_APPEND) | B(F_TOKENS))) != 0;
+	if (has_append && (m->n_append < 0 || m->n_append > PROTO_MAX_APPEND))
+		return pcg_fail(err, "pack: %d tokens", m->n_append);
+	if ((sc & B(F_STATS)) && (m->n_stats < 0 || m->n_stats > PROTO_MAX_STATS))
+		return pcg_fail(err, "pack: %d stats", m->n_stats);
+	if ((sc & B(F_X)) && (m->n_x < 0 || m->n_x > PROTO_MAX_N))
+		return pcg_fail(err, "pack: %d drafted tokens", m->n_x);
+	if ((sc & B(F_ROWS)) && (m->rows.n < 0 || m->rows.n > LLAMA_MAX_RANGES))
+		return pcg_fail(err, "pack: %d row ranges", m->rows.n);
+	if ((sc & B(F_PCM)) && m->n_pcm > PROTO_MAX_MSG / 2)
+		return pcg_fail(err, "pack: %zu samples", m->n_pcm);
+	if ((sc & B(F_ASG)) && m->asg_len > PROTO_MAX_MSG)
+		return pcg_fail(err, "pack: an ASG of %zu bytes", m->asg_len);
+	if (((sc & B(F_TEXT)) && strnlen(m->text, sizeof m->text) == sizeof m->text) ||
+	    ((sc & B(F_POLICY)) && strnlen(m->policy, sizeof m->policy) == sizeof m->policy) ||
+	    ((sc & B(F_CODE)) && strnlen(m->code, sizeof m->code) == sizeof m->code) ||
+	    ((sc & B(F_MSG)) && strnlen(m->msg, sizeof m->msg) == sizeof m->msg))
+		return pcg_fail(err, "pack: a string field without its end");
 	if (m->type == PROTO_PROBS && plan_probs(&c, err) < 0)
 		return -1;
 	/* Sized once: a probability payload of a megabyte would otherwise be
 	 * copied by every doubling of the buffer. */
-	size_t est = 1024 + (size_t)m->n_append * 5 + (size_t)m->n_stats * 9 + strlen(m->text) +
-		     (m->type == PROTO_SYNTH ? m->asg_len : 0) + m->n_pcm * 2 +
+	size_t est = 1024 + (has_append ? (size_t)m->n_append * 5 : 0) +
+		     ((sc & B(F_STATS)) ? (size_t)m->n_stats * 9 : 0) +
+		     ((sc & B(F_TEXT)) ? strlen(m->text) : 0) +
+		     ((sc & B(F_ASG)) ? m->asg_len : 0) + ((sc & B(F_PCM)) ? m->n_pcm * 2 : 0) +
 		     (m->type == PROTO_PROBS ? (size_t)m->n_vec * 5 + c.n_vals * (m->f16 ? 2 : 4) +
 						       4 * c.n_ids : 0);
 	b->len = 0;

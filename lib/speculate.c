@@ -206,8 +206,8 @@ spec_session *spec_new(const spec_env *env, const proto_msg *req, const asg *gro
 	const size_t nv = (size_t)(s->L + 1) * s->width;
 	s->ctx = malloc((np + (size_t)s->max_tokens + s->fc.n + PROTO_MAX_N) * sizeof *s->ctx);
 	s->sp = malloc(((size_t)s->max_tokens + PROTO_MAX_N) * sizeof *s->sp);
-	s->q = malloc(sizeof *s->q);
-	s->r = malloc(sizeof *s->r);
+	s->q = calloc(1, sizeof *s->q);
+	s->r = calloc(1, sizeof *s->r);
 	s->p = malloc(nv * sizeof *s->p);
 	/* the target scores forced tokens inside a block too: a vector for each */
 	s->qv = malloc((env->voice ? (size_t)PROTO_MAX_N * s->width : nv) * sizeof *s->qv);

@@ -463,8 +463,42 @@ static void test_mutations(void)
 	free(p);
 }
 
+/* A reused message: the fields its type does not carry hold what an earlier
+ * message left there (here the worst of it), and packing must neither read
+ * nor size by them. The verifier once reserved 16 GiB a request this way. */
+static void test_stale_fields(void)
+{
+	proto_msg *m = req(PROTO_SCORE), *out = calloc(1, sizeof *out);
+	proto_buf b = { 0 };
+	pcg_err err = { "" };
+
+	m->n_stats = 0x7fffffff;
+	memset(m->text, 'x', sizeof m->text); /* no end */
+	memset(m->msg, 'y', sizeof m->msg);
+	m->asg_len = (size_t)1 << 40;
+	m->n_x = 1 << 30;
+	CHECKF(proto_pack_buf(m, &b, &err) == 0, "score with stale fields: %s", err.msg);
+	CHECKF(b.cap < (1u << 20), "score: %zu bytes reserved for %zu packed", b.cap, b.len);
+	CHECKF(proto_parse(b.data, b.len, out, &err) == 0 && out->n_append == m->n_append,
+	       "score with stale fields parses back: %s", err.msg);
+	/* a field of the type itself out of range is an error, not a huge buffer */
+	proto_msg *r = req(PROTO_RESULT);
+	r->n_stats = 0x7fffffff;
+	CHECKF(proto_pack_buf(r, &b, &err) < 0 && strstr(err.msg, "stats"),
+	       "result with 2^31 stats: %s", err.msg);
+	r->n_stats = 0;
+	memset(r->msg, 'z', sizeof r->msg);
+	CHECKF(proto_pack_buf(r, &b, &err) < 0, "result: a message without its end packs");
+	CHECKF(b.cap < (1u << 20), "%zu bytes reserved", b.cap);
+	proto_buf_free(&b);
+	free(m);
+	free(r);
+	free(out);
+}
+
 int main(void)
 {
+	test_stale_fields();
 	test_roundtrip();
 	test_sparse();
 	test_hostile();
