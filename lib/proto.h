@@ -78,6 +78,27 @@
 #define PROTO_MAX_MSG (64u << 20) /* ZMQ_MAXMSGSIZE of every socket */
 #define PROTO_MAX_STATS 32
 
+/* The statistics a synth's "result" carries, by index of its stats array
+ * (pcg-protocol(7), STATISTICS): counts, rates and seconds of the session,
+ * then from PROTO_STAT_POS0 one per draft position, the share of rounds
+ * whose draft was accepted there. */
+enum proto_stat {
+	PROTO_STAT_ROUNDS,     /* rounds (target passes) */
+	PROTO_STAT_DRAFTED,    /* tokens drafted */
+	PROTO_STAT_ACCEPTED,   /* drafted tokens accepted */
+	PROTO_STAT_RATE,       /* accepted / drafted */
+	PROTO_STAT_MAL,        /* mean acceptance length: 1 + accepted / rounds */
+	PROTO_STAT_TOK_S,      /* speech tokens per second of the session */
+	PROTO_STAT_T_DRAFT,    /* seconds in draft requests */
+	PROTO_STAT_T_TARGET,   /* seconds in target requests */
+	PROTO_STAT_T_POLICY,   /* seconds in the policy */
+	PROTO_STAT_T_MSG,      /* seconds of messaging: requests minus the servers' compute */
+	PROTO_STAT_TOKENS,     /* speech tokens */
+	PROTO_STAT_T_TOTAL,    /* seconds of the session */
+	PROTO_STAT_RESENDS,    /* contexts resent to a server that lost them */
+	PROTO_STAT_POS0        /* the first per-position acceptance */
+};
+
 typedef enum proto_type {
 	PROTO_PROPOSE = 1,
 	PROTO_SCORE,

@@ -40,7 +40,7 @@ struct spec_session {
 	int have_heads;
 	const float *hp[PROTO_MAX_HEADS + 1]; /* the heads at the last committed token */
 	int last[PROTO_MAX_N], last_groups[PROTO_MAX_N], n_last;
-	double st[SPEC_S_POS0], accept_pos[PROTO_MAX_N], t0, t_server;
+	double st[PROTO_STAT_POS0], accept_pos[PROTO_MAX_N], t0, t_server;
 	/* buffers */
 	proto_msg *q, *r;        /* a request to a server, its reply */
 	float *p, *qv, *hv;      /* (L + 1) x width; hv: PROTO_MAX_VEC x width for MTP */
@@ -386,7 +386,7 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 			t = now();
 			if (ask(s, io, SPEC_DRAFT, &s->d_sync, dt, n_dt, &r, err) < 0)
 				return -1;
-			s->st[SPEC_S_T_DRAFT] += now() - t;
+			s->st[PROTO_STAT_T_DRAFT] += now() - t;
 			for (int i = 0; i < end - done; i++) {
 				x[done + i] = r->x[i];
 				proto_vector(r, i, s->p + (size_t)(done + i) * W);
@@ -413,7 +413,7 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	t = now();
 	if (ask(s, io, SPEC_TARGET, &s->t_sync, tail, n_tail, &r, err) < 0)
 		return -1;
-	s->st[SPEC_S_T_TARGET] += now() - t;
+	s->st[PROTO_STAT_T_TARGET] += now() - t;
 	for (int i = 0; i < nq; i++) {
 		proto_vector(r, i * (1 + heads), s->qv + (size_t)i * W);
 		for (int k = 0; k < heads; k++) {
@@ -477,7 +477,7 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 			s->hp[k] = s->hv + ((size_t)a * (1 + heads) + 1 + k) * W;
 		s->have_heads = 1;
 	}
-	s->st[SPEC_S_T_POLICY] += now() - t;
+	s->st[PROTO_STAT_T_POLICY] += now() - t;
 
 	/* 4. commit, up to the end token; the forced tokens due before a
 	 * token of the block go in before it, with certainty (neither drafted
@@ -496,8 +496,8 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 		}
 	}
 	s->rounds++;
-	s->st[SPEC_S_DRAFTED] += s->viterbi ? heads : target_only ? 0 : Lr;
-	s->st[SPEC_S_ACCEPTED] += accepted;
+	s->st[PROTO_STAT_DRAFTED] += s->viterbi ? heads : target_only ? 0 : Lr;
+	s->st[PROTO_STAT_ACCEPTED] += accepted;
 	return s->ended || s->nsp >= s->max_tokens;
 }
 
@@ -531,21 +531,21 @@ void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 	rep->id = req_id;
 	rep->n_append = s->nsp;
 	memcpy(rep->append, s->sp, (size_t)s->nsp * sizeof *s->sp);
-	st[SPEC_S_ROUNDS] = rounds;
-	st[SPEC_S_RATE] = st[SPEC_S_DRAFTED] > 0 ? st[SPEC_S_ACCEPTED] / st[SPEC_S_DRAFTED] : 0;
-	st[SPEC_S_MAL] = rounds > 0 ? 1 + st[SPEC_S_ACCEPTED] / rounds : 0;
-	st[SPEC_S_T_TOTAL] = now() - s->t0;
-	st[SPEC_S_TOKENS] = s->nsp;
-	st[SPEC_S_TOK_S] = st[SPEC_S_T_TOTAL] > 0 ? s->nsp / st[SPEC_S_T_TOTAL] : 0;
+	st[PROTO_STAT_ROUNDS] = rounds;
+	st[PROTO_STAT_RATE] = st[PROTO_STAT_DRAFTED] > 0 ? st[PROTO_STAT_ACCEPTED] / st[PROTO_STAT_DRAFTED] : 0;
+	st[PROTO_STAT_MAL] = rounds > 0 ? 1 + st[PROTO_STAT_ACCEPTED] / rounds : 0;
+	st[PROTO_STAT_T_TOTAL] = now() - s->t0;
+	st[PROTO_STAT_TOKENS] = s->nsp;
+	st[PROTO_STAT_TOK_S] = st[PROTO_STAT_T_TOTAL] > 0 ? s->nsp / st[PROTO_STAT_T_TOTAL] : 0;
 	/* messaging: time in calls minus the servers' own compute */
-	st[SPEC_S_T_MSG] = st[SPEC_S_T_DRAFT] + st[SPEC_S_T_TARGET] - s->t_server;
-	st[SPEC_S_RESENDS] = s->resends;
+	st[PROTO_STAT_T_MSG] = st[PROTO_STAT_T_DRAFT] + st[PROTO_STAT_T_TARGET] - s->t_server;
+	st[PROTO_STAT_RESENDS] = s->resends;
 	const int per_pos = !s->is_none || s->viterbi;
-	rep->n_stats = SPEC_S_POS0 + (per_pos ? s->L : 0);
-	for (int i = 0; i < SPEC_S_POS0; i++)
+	rep->n_stats = PROTO_STAT_POS0 + (per_pos ? s->L : 0);
+	for (int i = 0; i < PROTO_STAT_POS0; i++)
 		rep->stats[i] = st[i];
 	for (int i = 0; per_pos && i < s->L; i++)
-		rep->stats[SPEC_S_POS0 + i] = rounds ? s->accept_pos[i] / rounds : 0;
+		rep->stats[PROTO_STAT_POS0 + i] = rounds ? s->accept_pos[i] / rounds : 0;
 	rep->msg[0] = '\0';
 }
 

@@ -62,10 +62,6 @@ typedef struct spec_io {
 	void *ctx;
 } spec_io;
 
-/* The stats of a result, in the order of its stats array. */
-enum { SPEC_S_ROUNDS, SPEC_S_DRAFTED, SPEC_S_ACCEPTED, SPEC_S_RATE, SPEC_S_MAL, SPEC_S_TOK_S,
-       SPEC_S_T_DRAFT, SPEC_S_T_TARGET, SPEC_S_T_POLICY, SPEC_S_T_MSG, SPEC_S_TOKENS,
-       SPEC_S_T_TOTAL, SPEC_S_RESENDS, SPEC_S_POS0 };
 
 typedef struct spec_session spec_session;
 

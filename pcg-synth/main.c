@@ -230,18 +230,21 @@ static void print_result(const proto_msg *r, const char *path, double t_first, d
 
 	if (!quiet) {
 		fprintf(o, "policy %s, lookahead %d, seed %d\n", policy, lookahead, seed);
-		fprintf(o, "tokens %.0f (%.2f s of audio) in %.3f s: %.1f tokens/s\n", s[10],
-			s[10] / 50, s[11], s[5]);
+		fprintf(o, "tokens %.0f (%.2f s of audio) in %.3f s: %.1f tokens/s\n",
+			s[PROTO_STAT_TOKENS], s[PROTO_STAT_TOKENS] / 50, s[PROTO_STAT_T_TOTAL],
+			s[PROTO_STAT_TOK_S]);
 		fprintf(o, "rounds %.0f, drafted %.0f, accepted %.0f, acceptance rate %.3f, mean "
-			"acceptance length %.3f\n", s[0], s[1], s[2], s[3], s[4]);
-		if (r->n_stats > 13) {
+			"acceptance length %.3f\n", s[PROTO_STAT_ROUNDS], s[PROTO_STAT_DRAFTED],
+			s[PROTO_STAT_ACCEPTED], s[PROTO_STAT_RATE], s[PROTO_STAT_MAL]);
+		if (r->n_stats > PROTO_STAT_POS0) {
 			fprintf(o, "acceptance per position:");
-			for (int i = 13; i < r->n_stats; i++)
+			for (int i = PROTO_STAT_POS0; i < r->n_stats; i++)
 				fprintf(o, " %.3f", s[i]);
 			fprintf(o, "\n");
 		}
 		fprintf(o, "time: draft %.3f s, target %.3f s, policy %.3f s, messaging %.3f s; "
-			"resends %.0f\n", s[6], s[7], s[8], s[9], s[12]);
+			"resends %.0f\n", s[PROTO_STAT_T_DRAFT], s[PROTO_STAT_T_TARGET],
+			s[PROTO_STAT_T_POLICY], s[PROTO_STAT_T_MSG], s[PROTO_STAT_RESENDS]);
 		if (path && strcmp(path, "-"))
 			fprintf(o, "audio: %s\n", path);
 		if (t_first >= 0)
@@ -425,7 +428,7 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 			zmq_msg_close(&m);
 			goto out;
 		}
-		if (r->type != PROTO_RESULT || r->n_stats < 13) {
+		if (r->type != PROTO_RESULT || r->n_stats < PROTO_STAT_POS0) {
 			fprintf(stderr, "%s: unexpected reply '%s'\n", prog, proto_type_name(r->type));
 			zmq_msg_close(&m);
 			goto out;

@@ -219,8 +219,8 @@ static int run_session(route *to, const proto_msg *req, uint64_t id, run *out)
 	}
 	proto_msg *res = calloc(1, sizeof *res);
 	spec_result(s, 0, res);
-	out->rounds = res->stats[SPEC_S_ROUNDS];
-	out->accepted = res->stats[SPEC_S_ACCEPTED];
+	out->rounds = res->stats[PROTO_STAT_ROUNDS];
+	out->accepted = res->stats[PROTO_STAT_ACCEPTED];
 	free(res);
 	spec_free(&s);
 	return rc == 1 ? 0 : -1;
@@ -487,8 +487,8 @@ static void collect_voice(route *to, const spec_env *env, const char *policy, in
 		const int *ctx = spec_context(s, &nc);
 		proto_msg *res = calloc(1, sizeof *res);
 		spec_result(s, 0, res);
-		rounds += res->stats[SPEC_S_ROUNDS];
-		accepted += res->stats[SPEC_S_ACCEPTED];
+		rounds += res->stats[PROTO_STAT_ROUNDS];
+		accepted += res->stats[PROTO_STAT_ACCEPTED];
 		free(res);
 		for (int p = 1; p < nc && rc == 1; p++) {
 			if (llasa_id_to_code(&g->voc, ctx[p]) < 0)
@@ -569,15 +569,15 @@ static void expect_uniform_pooled(const char *what, const hist *h)
 /* Whether two results have the same stats, apart from those that measure time. */
 static int same_stats(const proto_msg *a, const proto_msg *b)
 {
-	static const int idx[] = { SPEC_S_ROUNDS, SPEC_S_DRAFTED, SPEC_S_ACCEPTED, SPEC_S_RATE,
-				   SPEC_S_MAL, SPEC_S_TOKENS, SPEC_S_RESENDS };
+	static const int idx[] = { PROTO_STAT_ROUNDS, PROTO_STAT_DRAFTED, PROTO_STAT_ACCEPTED, PROTO_STAT_RATE,
+				   PROTO_STAT_MAL, PROTO_STAT_TOKENS, PROTO_STAT_RESENDS };
 
-	if (a->n_stats != b->n_stats || a->n_stats != SPEC_S_POS0 + LOOKAHEAD)
+	if (a->n_stats != b->n_stats || a->n_stats != PROTO_STAT_POS0 + LOOKAHEAD)
 		return 0;
 	for (size_t i = 0; i < sizeof idx / sizeof *idx; i++)
 		if (a->stats[idx[i]] != b->stats[idx[i]])
 			return 0;
-	for (int i = SPEC_S_POS0; i < a->n_stats; i++)
+	for (int i = PROTO_STAT_POS0; i < a->n_stats; i++)
 		if (a->stats[i] != b->stats[i])
 			return 0;
 	return 1;
@@ -658,10 +658,10 @@ static void test_determinism(rig *g, route *to_sd, route *to_pcg)
 			CHECKF(same_tokens(ra, rr[i]), "%s seed %d, pass %d: tokens differ from "
 			       "the round-robin run", pol[i], 11 + i, pass);
 			if (pass == 2) {
-				CHECKF(ra->stats[SPEC_S_RESENDS] == want,
+				CHECKF(ra->stats[PROTO_STAT_RESENDS] == want,
 				       "%g resends in %d rounds, want %d",
-				       ra->stats[SPEC_S_RESENDS], rounds, want);
-				ra->stats[SPEC_S_RESENDS] = 0;
+				       ra->stats[PROTO_STAT_RESENDS], rounds, want);
+				ra->stats[PROTO_STAT_RESENDS] = 0;
 			}
 			CHECKF(same_stats(ra, rr[i]), "%s seed %d, pass %d: statistics differ "
 			       "from the round-robin run", pol[i], 11 + i, pass);
@@ -672,8 +672,8 @@ static void test_determinism(rig *g, route *to_sd, route *to_pcg)
 	for (int i = 0; i < NS; i++) {
 		CHECK(rr[i]->n_append > LOOKAHEAD);
 		printf("  %s seed %d: %d tokens in %g rounds, %g of %g drafts accepted\n", pol[i],
-		       11 + i, rr[i]->n_append, rr[i]->stats[SPEC_S_ROUNDS],
-		       rr[i]->stats[SPEC_S_ACCEPTED], rr[i]->stats[SPEC_S_DRAFTED]);
+		       11 + i, rr[i]->n_append, rr[i]->stats[PROTO_STAT_ROUNDS],
+		       rr[i]->stats[PROTO_STAT_ACCEPTED], rr[i]->stats[PROTO_STAT_DRAFTED]);
 		free(rr[i]);
 	}
 	free(ra);
