@@ -23,6 +23,9 @@
 # row (with MTP=0 and QUANT, a run of the target in each format only).
 # Needs: make, pcg-eval's Python packages (make eval-deps), gnuplot for the
 # plot. Results: $BENCH_CACHE/table1/ (default /tmp/pcg-tts-bench).
+# SET=everyday takes bench/everyday-sentences.tsv instead (30 sentences of
+# everyday modern English, no Bible text: what the voice never saw), results
+# in $BENCH_CACHE/table1-everyday/.
 set -eu
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -31,10 +34,17 @@ m=models/demo
 nsent=${1:-100}
 seeds=${2:-3}
 eval_seeds=${3:-$seeds}
+sfile=bench/table1-sentences.tsv
+png=bench/table1.png
 work=${BENCH_CACHE:-${TMPDIR:-/tmp}/pcg-tts-bench}/table1
+case ${SET:-kjv} in
+kjv) ;;
+everyday) sfile=bench/everyday-sentences.tsv; work=$work-everyday png=bench/table1-everyday.png ;;
+*) echo "table1.sh: SET=$SET: kjv or everyday" >&2; exit 2 ;;
+esac
 export PCG_RUNTIME_DIR="$work/rt"
 mkdir -p "$work/wav" "$work/ref" "$work/asg"
-head -n "$nsent" bench/table1-sentences.tsv >"$work/sentences"
+head -n "$nsent" "$sfile" >"$work/sentences"
 
 # The ASGs: three theta values, and the middle one with a top-k cut.
 for th in 0.3 0.4 0.5; do
@@ -278,6 +288,6 @@ set grid
 plot "$work/curve.dat" using 2:3 with points pt 7 ps 1.5, \
      "$work/curve.dat" using 2:3:1 with labels offset 0,1 font ",9"
 EOF
-	cp "$work/table1.png" bench/table1.png
+	cp "$work/table1.png" "$png"
 fi
-echo "bench/table1.sh: $work/table1.md, bench/table1.png"
+echo "bench/table1.sh: $work/table1.md, $png"
