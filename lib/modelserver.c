@@ -167,6 +167,32 @@ static int extend(server *sv, session *x, int pos, const int32_t *toks, int n, i
 	return 0;
 }
 
+/* What a propose feeds before drafting its token i >= 1: x_{i-1}, then the
+ * forced tokens due there (q->forced_at == i). Returns the count. */
+static int propose_feed(const proto_msg *q, const int32_t *x, int i, int32_t *feed)
+{
+	int n = 0;
+
+	feed[n++] = x[i - 1];
+	for (int k = 0; k < q->n_forced; k++)
+		if (q->forced_at[k] == i)
+			feed[n++] = q->forced[k];
+	return n;
+}
+
+/* A propose's forced tokens must be in the vocabulary. */
+static int forced_ok(const proto_msg *q, int vocab, proto_msg *rep)
+{
+	for (int k = 0; q->type == PROTO_PROPOSE && k < q->n_forced; k++)
+		if (q->forced[k] >= vocab) {
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
+				    "field 'forced': token %d out of range [0, %d)", q->forced[k],
+				    vocab);
+			return -1;
+		}
+	return 0;
+}
+
 static int row_token(const llama_rows *rows, int idx)
 {
 	for (int i = 0; i < rows->n; i++) {
@@ -230,6 +256,8 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 			return;
 		}
 	const int width = llama_rows_count(sv->model, &q->rows);
+	if (forced_ok(q, c->vocab, rep) < 0)
+		return;
 	x = find(sv, q->session);
 	if (x == NULL || q->pos > llama_kv_len(x->kv)) {
 		if (q->pos != 0) {
@@ -296,8 +324,9 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 	for (int i = 0; i < q->n; i++) {
 		float *p = sv->probs + (size_t)i * width;
 		if (i > 0) { /* p_0 came with the appended tokens */
-			int32_t tok = rep->x[i - 1];
-			if (extend(sv, x, llama_kv_len(x->kv), &tok, 1, 1, &q->rows, &q->samp, p,
+			int32_t feed[1 + PROTO_MAX_N];
+			const int nf = propose_feed(q, rep->x, i, feed);
+			if (extend(sv, x, llama_kv_len(x->kv), feed, nf, 1, &q->rows, &q->samp, p,
 				   NULL, &err) < 0) {
 				proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 				return;
@@ -350,6 +379,8 @@ typedef struct pending {
 	int width;
 	float *out;                /* n x width outputs */
 	int32_t x[PROTO_MAX_N];    /* propose: the drafted ids */
+	int32_t feed[1 + PROTO_MAX_N]; /* propose: what the next step feeds */
+	int n_feed;
 	pcg_rng rng;
 	double t_compute;
 	double t_told;             /* when the client last heard of it */
@@ -440,6 +471,8 @@ static int pending_start(server *sv, pending *p, proto_msg *rep)
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
 		return -1;
 	}
+	if (forced_ok(q, c->vocab, rep) < 0)
+		return -1;
 	if (q->n < 1) {
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'n': %d; a %s needs 1 to %d",
 			    q->n, proto_type_name(q->type), PROTO_MAX_N);
@@ -459,9 +492,9 @@ static int pending_start(server *sv, pending *p, proto_msg *rep)
 		}
 	}
 	x->last_use = ++sv->clock;
-	/* room for a propose's drafted tokens too */
+	/* room for a propose's drafted and forced tokens too */
 	const int i = prepare(x, q->pos, q->append, q->n_append,
-			      q->type == PROTO_SCORE ? q->n : 1, PROTO_MAX_N, &err);
+			      q->type == PROTO_SCORE ? q->n : 1, PROTO_MAX_N + q->n_forced, &err);
 	if (i < 0) { /* out of memory: pos was checked above */
 		proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 		return -1;
@@ -484,10 +517,10 @@ static int pending_span(const pending *p, const int32_t **toks, int *n_out, floa
 	const proto_msg *q = p->q;
 
 	if (q->type == PROTO_PROPOSE && p->step > 0) {
-		*toks = &p->x[p->step - 1];
+		*toks = p->feed;
 		*n_out = 1;
 		*out = p->out + (size_t)p->step * p->width;
-		return 1;
+		return p->n_feed;
 	}
 	const int left = q->n_append - p->next, want = q->type == PROTO_SCORE ? q->n : 1;
 	int n = left;
@@ -520,6 +553,8 @@ static void pending_advance(server *sv, pending *p, const int32_t *toks, int n, 
 	p->x[p->step] = row_token(&p->q->rows, idx < 0 ? 0 : idx);
 	if (++p->step == p->q->n)
 		p->done = 1;
+	else
+		p->n_feed = propose_feed(p->q, p->x, p->step, p->feed);
 }
 
 static void pending_fail(sched *sc, pending *p, const char *msg)

@@ -41,12 +41,12 @@ void proto_error(proto_msg *m, uint64_t id, const char *code, const char *fmt, .
 enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F_SEED, F_X,
        F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_STATS,
        F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_HEADS, F_VITERBI_K, F_NNZ, F_PAD, F_STREAM,
-       F_AUDIO, F_CHUNK, F_LEFT, F_RIGHT, F_QUEUE, F_RATE, F_PCM, F_COUNT };
+       F_AUDIO, F_CHUNK, F_LEFT, F_RIGHT, F_QUEUE, F_RATE, F_PCM, F_FORCED, F_COUNT };
 static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
 	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg", "text", "policy",
 	"beta", "max_tokens", "stats", "final", "tokens", "asg", "speaker", "heads",
 	"viterbi_k", "nnz", "pad", "stream", "audio", "chunk", "left", "right", "queue", "rate",
-	"pcm" };
+	"pcm", "forced" };
 #define B(f) (1ull << (f))
 static const uint64_t schema[] = {
 	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
@@ -71,6 +71,21 @@ static const uint64_t schema[] = {
 	[PROTO_PROGRESS] = B(F_QUEUE) | B(F_POS) | B(F_TOKENS) | B(F_RATE) | B(F_PCM),
 	[PROTO_CANCEL] = B(F_SESSION),
 };
+/* Fields a type may carry beyond its schema: sent only when not empty. */
+static const uint64_t optional[] = {
+	[PROTO_PROPOSE] = B(F_FORCED),
+	[PROTO_LAST_TYPE] = 0,
+};
+
+/* The fields m carries: its schema's, and its optional ones that are set. */
+static uint64_t fields_of(const proto_msg *m)
+{
+	uint64_t f = schema[m->type];
+
+	if ((optional[m->type] & B(F_FORCED)) && m->n_forced > 0)
+		f |= B(F_FORCED);
+	return f;
+}
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the probabilities and ids travel as the host's bytes: little-endian"
@@ -365,6 +380,14 @@ static int pack_field(pack_ctx *c, int f, pcg_err *err)
 		for (int i = 0; i < m->n_vec; i++)
 			msgpack_pack_int(pk, c->nnz[i]);
 		break;
+	case F_FORCED:
+		msgpack_pack_array(pk, (size_t)m->n_forced);
+		for (int i = 0; i < m->n_forced; i++) {
+			msgpack_pack_array(pk, 2);
+			msgpack_pack_int(pk, m->forced_at[i]);
+			msgpack_pack_int32(pk, m->forced[i]);
+		}
+		break;
 	case F_STATS:
 		msgpack_pack_array(pk, (size_t)m->n_stats);
 		for (int i = 0; i < m->n_stats; i++)
@@ -411,6 +434,8 @@ int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err)
 		return pcg_fail(err, "pack: %d tokens", m->n_append);
 	if ((sc & B(F_STATS)) && (m->n_stats < 0 || m->n_stats > PROTO_MAX_STATS))
 		return pcg_fail(err, "pack: %d stats", m->n_stats);
+	if ((optional[m->type] & B(F_FORCED)) && (m->n_forced < 0 || m->n_forced > PROTO_MAX_N))
+		return pcg_fail(err, "pack: %d forced tokens", m->n_forced);
 	if ((sc & B(F_X)) && (m->n_x < 0 || m->n_x > PROTO_MAX_N))
 		return pcg_fail(err, "pack: %d drafted tokens", m->n_x);
 	if ((sc & B(F_ROWS)) && (m->rows.n < 0 || m->rows.n > LLAMA_MAX_RANGES))
@@ -432,6 +457,7 @@ int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err)
 		     ((sc & B(F_STATS)) ? (size_t)m->n_stats * 9 : 0) +
 		     ((sc & B(F_TEXT)) ? strlen(m->text) : 0) +
 		     ((sc & B(F_ASG)) ? m->asg_len : 0) + ((sc & B(F_PCM)) ? m->n_pcm * 2 : 0) +
+		     ((fields_of(m) & B(F_FORCED)) ? (size_t)m->n_forced * 12 : 0) +
 		     (m->type == PROTO_PROBS ? (size_t)m->n_vec * 5 + c.n_vals * (m->f16 ? 2 : 4) +
 						       4 * c.n_ids : 0);
 	b->len = 0;
@@ -441,14 +467,14 @@ int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err)
 	b->len = 0;
 	msgpack_packer_init(&c.pk, b, buf_write);
 	/* The envelope's three keys and the schema's fields, as parse expects. */
-	msgpack_pack_map(&c.pk, 3 + (size_t)__builtin_popcountll(schema[m->type]));
+	msgpack_pack_map(&c.pk, 3 + (size_t)__builtin_popcountll(fields_of(m)));
 	key(&c.pk, "v");
 	msgpack_pack_int(&c.pk, PROTO_VERSION);
 	str(&c.pk, "type", proto_type_name(m->type));
 	key(&c.pk, "id");
 	msgpack_pack_uint64(&c.pk, m->id);
 	for (int f = 0; f < F_COUNT; f++)
-		if ((schema[m->type] & B(f)) && pack_field(&c, f, err) < 0)
+		if ((fields_of(m) & B(f)) && pack_field(&c, f, err) < 0)
 			return -1;
 	if (b->oom)
 		return pcg_fail(err, "pack: out of memory");
@@ -709,6 +735,23 @@ static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, 
 			return -1;
 		m->rate = (int)x;
 		return 0;
+	case F_FORCED:
+		if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > PROTO_MAX_N)
+			return pcg_fail(err, "field 'forced': not an array of at most %d pairs",
+					PROTO_MAX_N);
+		for (uint32_t i = 0; i < v->via.array.size; i++) {
+			const msgpack_object *e = &v->via.array.ptr[i];
+			long long at, tok;
+			if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2)
+				return pcg_fail(err, "field 'forced': entry %u is not [at, token]", i);
+			if (get_int(&e->via.array.ptr[0], "forced", 1, PROTO_MAX_N - 1, &at, err) < 0 ||
+			    get_int(&e->via.array.ptr[1], "forced", 0, INT32_MAX, &tok, err) < 0)
+				return -1;
+			m->forced_at[i] = (int32_t)at;
+			m->forced[i] = (int32_t)tok;
+		}
+		m->n_forced = (int)v->via.array.size;
+		return 0;
 	case F_PCM:
 		if (v->type != MSGPACK_OBJECT_BIN || v->via.bin.size % 2)
 			return pcg_fail(err, "field 'pcm': not bin of 16-bit samples");
@@ -920,7 +963,7 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 		for (f = 0; f < F_COUNT; f++)
 			if (key_is(k, fnames[f]))
 				break;
-		if (f == F_COUNT || !(schema[m->type] & B(f))) {
+		if (f == F_COUNT || !((schema[m->type] | optional[m->type]) & B(f))) {
 			char kn[32] = "?";
 			if (k->type == MSGPACK_OBJECT_STR)
 				snprintf(kn, sizeof kn, "%.*s", (int)(k->via.str.size < 24 ? k->via.str.size : 24),
@@ -938,7 +981,7 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 		if (f == F_P)
 			pbytes = v->via.bin.size;
 	}
-	if (seen != schema[m->type]) {
+	if ((seen & schema[m->type]) != schema[m->type]) {
 		for (int f = 0; f < F_COUNT; f++)
 			if ((schema[m->type] & B(f)) && !(seen & B(f))) {
 				pcg_fail(err, "%s: field '%s' missing", tname, fnames[f]);
@@ -953,6 +996,12 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 		pcg_fail(err, "score: field 'n': %d positions, append has %d", m->n, m->n_append);
 		goto out;
 	}
+	for (int i = 0; m->type == PROTO_PROPOSE && i < m->n_forced; i++)
+		if (m->forced_at[i] >= m->n || (i > 0 && m->forced_at[i] < m->forced_at[i - 1])) {
+			pcg_fail(err, "propose: field 'forced': entry %d goes before draft %d of %d "
+				 "(want 1 to n - 1, in order)", i, m->forced_at[i], m->n);
+			goto out;
+		}
 	if (m->type == PROTO_PROPOSE && m->n_append < 1) {
 		pcg_fail(err, "propose: field 'append': empty (the last committed token is needed)");
 		goto out;

@@ -143,12 +143,16 @@ typedef struct proto_msg {
 				* caller's; parse: in the received buffer, any
 				* alignment) */
 	size_t n_pcm;
+	int n_forced;          /* propose: forced tokens among the drafts (optional field) */
 	int n_append;
 	int32_t append[PROTO_MAX_APPEND];
 	int n;                 /* propose: tokens to draft; score: positions */
 	pcg_sampling samp;
 	uint64_t seed;
 	llama_rows rows;
+	/* propose: forced[i] goes in right before drafted token forced_at[i]
+	 * (1 <= forced_at[i] < n, non-decreasing): the draft conditions on it */
+	int32_t forced_at[PROTO_MAX_N], forced[PROTO_MAX_N];
 	int f16;               /* vectors as f16 */
 	/* replies */
 	int n_x;

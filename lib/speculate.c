@@ -369,30 +369,23 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 			x[i] = row_id(s, row < 0 ? 0 : row);
 		}
 	} else if (!target_only) {
-		/* in pieces cut where forced tokens are due: each piece appends
-		 * the drafts before it and the forced tokens, so the draft
-		 * conditions on them */
-		int dt[PROTO_MAX_N], n_dt = 0;
-		for (int done = 0, piece = 0; done < Lr; piece++) {
-			if (done > 0)
-				for (int f = fb[done]; f < fb[done + 1]; f++)
-					dt[n_dt++] = s->fc.id[f];
-			int end = done + 1;
-			while (end < Lr && fb[end] == fb[end + 1])
-				end++;
-			request(s, PROTO_PROPOSE, end - done);
-			s->q->seed = s->seed * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds +
-				     (uint64_t)piece * 0xd1b54a32d192ed03ull;
-			t = now();
-			if (ask(s, io, SPEC_DRAFT, &s->d_sync, dt, n_dt, &r, err) < 0)
-				return -1;
-			s->st[PROTO_STAT_T_DRAFT] += now() - t;
-			for (int i = 0; i < end - done; i++) {
-				x[done + i] = r->x[i];
-				proto_vector(r, i, s->p + (size_t)(done + i) * W);
-				dt[n_dt++] = r->x[i];
+		/* the forced tokens due inside the block go with the request, so
+		 * that the draft conditions on them (before drafting token k, the
+		 * ones due at frame nsp + k) */
+		request(s, PROTO_PROPOSE, Lr);
+		s->q->seed = s->seed * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds;
+		for (int k = 1; k < Lr; k++)
+			for (int f = fb[k]; f < fb[k + 1]; f++) {
+				s->q->forced_at[s->q->n_forced] = k;
+				s->q->forced[s->q->n_forced++] = s->fc.id[f];
 			}
-			done = end;
+		t = now();
+		if (ask(s, io, SPEC_DRAFT, &s->d_sync, NULL, 0, &r, err) < 0)
+			return -1;
+		s->st[PROTO_STAT_T_DRAFT] += now() - t;
+		for (int i = 0; i < Lr; i++) {
+			x[i] = r->x[i];
+			proto_vector(r, i, s->p + (size_t)i * W);
 		}
 	}
 	/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1, the

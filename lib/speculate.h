@@ -8,11 +8,11 @@
  *
  *   0. a phoneme voice: the phoneme tokens due at this frame go in; those
  *      due at later frames of the round go in among the drafts (1, 2);
- *   1. draft: x_1..x_L and p_1..p_L (a "propose" to the draft server, in
- *      pieces cut where forced tokens are due, each appending them so the
- *      draft conditions on them; or the target's MTP heads from the
- *      previous round, which cannot see a forced token: MTP rounds stop
- *      short of the next one);
+ *   1. draft: x_1..x_L and p_1..p_L (a "propose" to the draft server, which
+ *      carries the forced tokens due among the drafts so that the draft
+ *      conditions on them; or the target's MTP heads from the previous
+ *      round, which cannot see a forced token: MTP rounds stop short of
+ *      the next one);
  *   2. target: q_1..q_{L+1} in one "score" of [last committed, x_1..x_L]
  *      with the forced tokens in place (their own vectors are not used);
  *   3. the policy (lib/policy.h) keeps a prefix of the drafts and emits a

@@ -112,6 +112,30 @@ int main(void)
 	q->seed = 12;
 	CHECK(client_call(d, q, r, &err) == 0 && r->type == PROTO_PROBS);
 
+	/* propose with forced tokens: 50 goes in before draft 1 and 60, 61
+	 * before draft 2, and p_i is the engine's given them. */
+	*q = (proto_msg){ .type = PROTO_PROPOSE, .session = 8, .pos = 0, .n_append = 3,
+			  .append = { 1, 2, 3 }, .n = 3, .samp = samp, .seed = 11, .rows = rows,
+			  .n_forced = 3, .forced_at = { 1, 2, 2 }, .forced = { 50, 60, 61 } };
+	CHECKF(client_call(d, q, r, &err) == 0 && r->type == PROTO_PROBS, "forced: %s %s", err.msg,
+	       r->msg);
+	if (r->type == PROTO_PROBS && r->n_x == 3) {
+		int fs[8] = { 1, 2, 3, r->x[0], 50, r->x[1], 60, 61 };
+		float *w3 = malloc((size_t)3 * W * sizeof *w3);
+		direct(fs, 3, 1, &rows, &samp, w3);                     /* p_0 at 3 */
+		direct(fs, 5, 1, &rows, &samp, w3 + W);                 /* p_1 after x_0, 50 */
+		direct(fs, 8, 1, &rows, &samp, w3 + 2 * (size_t)W);     /* p_2 after x_1, 60, 61 */
+		CHECKF(maxdiff(r, w3, 3, W) < 1e-6, "propose with forced tokens: p differs from "
+		       "the engine's given them by %g", maxdiff(r, w3, 3, W));
+		free(w3);
+	}
+	q->forced_at[0] = 3; /* not before a drafted token */
+	CHECK(client_call(d, q, r, &err) < 0 || r->type == PROTO_ERROR);
+	q->forced_at[0] = 1;
+	q->forced[0] = 384; /* beyond the vocabulary */
+	CHECKF(client_call(d, q, r, &err) == 0 && r->type == PROTO_ERROR &&
+	       strstr(r->msg, "forced"), "forced token out of range: %s", r->msg);
+
 	/* score: the last n positions of the block, in one pass. */
 	*q = (proto_msg){ .type = PROTO_SCORE, .session = 7, .pos = 0, .n_append = 6,
 			  .append = { 1, 2, 3, x[0], x[1], x[2] }, .n = 4, .samp = samp, .rows = rows };
