@@ -39,6 +39,8 @@ assert abs(u["a"]["mcd_db"] - float(sys.argv[1])) < 1e-4 and u["b"]["mcd_db"] is
 s = o["summary"]
 assert s["words"] == 5 + 5 + 7 and s["errors"] == sum(r["errors"] for r in u.values())
 assert abs(s["corpus_wer"] - s["errors"] / s["words"]) < 1e-12
+capped = sum(min(r["errors"], r["words"]) for r in u.values()) / s["words"]
+assert abs(s["corpus_wer_capped"] - capped) < 1e-12 and s["corpus_wer_capped"] <= s["corpus_wer"]
 assert o["settings"]["asr"]["beam_size"] == 5 and o["settings"]["asr"]["compute_type"] == "int8"
 print("WER a %.3f b %.3f wrong %.3f" % (u["a"]["wer"], u["b"]["wer"], u["wrong"]["wer"]))
 ' "$want" && ok "WER low for the right text, high for a wrong one" || bad "WER: $(cat out)"
