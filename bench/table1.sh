@@ -235,9 +235,10 @@ for u in (json.load(open(os.path.join(work, "eval.json")))["utterances"] +
     q = qual.setdefault(name, ([], []))
     if u["wer"] is not None:
         q[0].append(u["wer"])
-        c = corpus.setdefault(name, [0, 0])
+        c = corpus.setdefault(name, [0, 0, 0])
         c[0] += u["errors"]
         c[1] += u["words"]
+        c[2] += min(u["errors"], u["words"])  # a hallucination counts at most its words
     if u["mcd_db"] is not None:
         q[1].append(u["mcd_db"])
 def ms(v):
@@ -247,8 +248,8 @@ def ms(v):
     sd = math.sqrt(sum((x - m) ** 2 for x in v) / max(1, len(v) - 1))
     return "%.3f +- %.3f" % (m, sd)
 base = speed["target"][0] / speed["target"][1]
-rows = ["| method | tokens/s | speedup | mean acc. length | acc. rate | corpus WER | WER | "
-        "MCD-DTW dB |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+rows = ["| method | tokens/s | speedup | mean acc. length | acc. rate | corpus WER | capped | "
+        "WER | MCD-DTW dB |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 curve = []
 names = (["espeak", "codec"] + list(speed) + [n for n in qual if n.startswith("stress")] +
          ["unrelated"])
@@ -265,7 +266,9 @@ for name in names:
         continue
     w, m = qual.get(name, ([], []))
     cw = "%.3f" % (corpus[name][0] / corpus[name][1]) if name in corpus else "-"
-    rows.append("| %s | %s | %s | %s | %s |" % (name, " | ".join(cells), cw, ms(w), ms(m)))
+    cc = "%.3f" % (corpus[name][2] / corpus[name][1]) if name in corpus else "-"
+    rows.append("| %s | %s | %s | %s | %s | %s |" % (name, " | ".join(cells), cw, cc, ms(w),
+                                                      ms(m)))
     if name in speed and w and not name.startswith("mtp-viterbi"):
         curve.append((name, tps / base, corpus[name][0] / corpus[name][1],
                       sum(m) / len(m) if m else 0))
