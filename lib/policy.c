@@ -30,19 +30,46 @@ struct policy {
 	double *resid;      /* pcg: [M + V - n] [Q_c - P_c]+ of every group label */
 };
 
-static const char *NAMES[] = { "sd", "ssd", "pcg", "greedy" };
+static const policy_info INFO[POLICY_N_KINDS] = {
+	[POLICY_SD] = { "sd", "speculative sampling: a draft token x is kept with probability "
+		       "min(1, q(x)/p(x)); exact: the output follows the target", "", 0 },
+	[POLICY_SSD] = { "ssd", "SSD's tolerance: min(1, q(x)/p(x) + beta); not exact, closer "
+			"to the draft as beta grows", "beta (>= 0, default 0.4)", 0 },
+	[POLICY_PCG] = { "pcg", "PCG: acceptance over acoustic similarity groups; exact at group "
+			"level: the groups follow the target's group distribution", "", 1 },
+	[POLICY_GREEDY] = { "greedy", "a draft token is kept when it is the target's argmax; "
+			   "the target's greedy decoding exactly", "", 0 },
+};
+
+const policy_info *policy_info_of(int k)
+{
+	return k >= 0 && k < POLICY_N_KINDS ? &INFO[k] : NULL;
+}
 
 int policy_kind_from_name(const char *name)
 {
-	for (int k = 0; k < 4; k++)
-		if (!strcmp(name, NAMES[k]))
+	for (int k = 0; k < POLICY_N_KINDS; k++)
+		if (!strcmp(name, INFO[k].name))
 			return k;
 	return -1;
 }
 
 const char *policy_kind_name(policy_kind k)
 {
-	return (unsigned)k < 4 ? NAMES[k] : "?";
+	return (unsigned)k < POLICY_N_KINDS ? INFO[k].name : "?";
+}
+
+const char *policy_names(char *buf, size_t size, const char *last_sep)
+{
+	size_t len = 0;
+
+	if (size)
+		buf[0] = '\0';
+	for (int k = 0; k < POLICY_N_KINDS && len < size; k++)
+		len += (size_t)snprintf(buf + len, size - len, "%s%s",
+					k == 0 ? "" : k == POLICY_N_KINDS - 1 ? last_sep : ", ",
+					INFO[k].name);
+	return buf;
 }
 
 policy *policy_new(const policy_params *pp, int V, pcg_err *err)
@@ -53,7 +80,7 @@ policy *policy_new(const policy_params *pp, int V, pcg_err *err)
 		pcg_fail(err, "policy: %d tokens", V);
 		return NULL;
 	}
-	if ((unsigned)pp->kind > POLICY_GREEDY) {
+	if ((unsigned)pp->kind >= POLICY_N_KINDS) {
 		pcg_fail(err, "policy: unknown kind %d", (int)pp->kind);
 		return NULL;
 	}

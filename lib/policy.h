@@ -57,9 +57,27 @@ typedef enum policy_kind {
 	POLICY_GREEDY,
 } policy_kind;
 
+/* What each kind is, for the programs that list, document or validate them:
+ * one row per kind, in the order of policy_kind. */
+typedef struct policy_info {
+	const char *name;
+	const char *summary;  /* what it accepts and what it guarantees, one line */
+	const char *params;   /* the parameters it reads beyond the sampling ("": none) */
+	int needs_asg;        /* it needs an ASG (asg-build) */
+} policy_info;
+
+#define POLICY_N_KINDS (POLICY_GREEDY + 1)
+
+/* The row of kind k, or NULL past the last. */
+const policy_info *policy_info_of(int k);
+
 /* The kind called name ("sd", "ssd", "pcg", "greedy"), or -1. */
 int policy_kind_from_name(const char *name);
 const char *policy_kind_name(policy_kind k);
+
+/* The kinds' names into buf, separated by ", " and the last by last_sep
+ * (" or ": "sd, ssd, pcg or greedy"). Returns buf. */
+const char *policy_names(char *buf, size_t size, const char *last_sep);
 
 #define POLICY_MAX_L 32
 #define POLICY_DEFAULT_TRIALS 64

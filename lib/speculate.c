@@ -153,8 +153,10 @@ spec_session *spec_new(const spec_env *env, const proto_msg *req, const asg *gro
 	s->heads = s->mtp ? s->L : 0;
 
 	if ((!s->is_none && kind < 0) || (s->mtp && !s->viterbi && kind < 0)) {
-		pcg_fail(err, "field 'policy': '%s' is not sd, ssd, pcg, greedy, none, mtp-viterbi "
-			 "or mtp- and one of the four", req->policy);
+		char all[256], one_of[256];
+		pcg_fail(err, "field 'policy': '%s' is not %s, none, mtp-viterbi, or mtp- and "
+			 "one of %s", req->policy, policy_names(all, sizeof all, ", "),
+			 policy_names(one_of, sizeof one_of, " or "));
 		goto fail;
 	}
 	if (s->mtp && (s->L < 1 || s->L + 1 > PROTO_MAX_N)) {

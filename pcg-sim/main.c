@@ -23,8 +23,11 @@ static const char *policy_s, *asg_path, *draft_path, *target_path;
 static double beta;
 static int trials, seed;
 
+/* from lib/policy's table, at the start of main */
+static char policy_help[256], policy_want[300];
+
 static const pcg_opt opts[] = {
-	{ "policy", PCG_OPT_STR, &policy_s, NULL, 1, 0, "P", "sd, ssd, pcg or greedy" },
+	{ "policy", PCG_OPT_STR, &policy_s, NULL, 1, 0, "P", policy_help },
 	{ "beta", PCG_OPT_FLOAT, &beta, "0.4", 0, 1e9, "B", "ssd: the tolerance beta" },
 	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
 	  "pcg: the ASG file (- for stdin; without it every token is its own group)" },
@@ -96,6 +99,8 @@ fail:
 
 int main(int argc, char **argv)
 {
+	policy_names(policy_help, sizeof policy_help, " or ");
+	snprintf(policy_want, sizeof policy_want, "--policy: want %s", policy_help);
 	pcg_err err = { "" };
 	int first = pcg_opts_parse(opts, argc, argv, &err), kind, V = 0, Vq = 0, rc = 1;
 	float *p = NULL, *q = NULL;
@@ -114,7 +119,7 @@ int main(int argc, char **argv)
 	const char *bad = first < 0 ? err.msg
 		: first != argc ? "unexpected argument"
 		: !policy_s ? "--policy is required"
-		: kind < 0 ? "--policy: want sd, ssd, pcg or greedy"
+		: kind < 0 ? policy_want
 		: !draft_path || !target_path ? "--draft and --target are required"
 		: pcg_opts_given(opts, "beta") && kind != POLICY_SSD ? "--beta is for --policy ssd"
 		: asg_path && kind != POLICY_PCG ? "--asg is for --policy pcg" : NULL;

@@ -19,6 +19,7 @@
 #include "client.h"
 #include "net.h"
 #include "opts.h"
+#include "policy.h"
 #include "proto.h"
 
 static const char *prog = "pcg-synth";
@@ -26,7 +27,7 @@ static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--lookahead L] [-o FI
 			      "[--chunk N] [options] TEXT | -\n"
 			      "       pcg-synth --output-dir DIR [options] < LINES";
 
-static const char *url, *policy, *out, *curve_key, *curve_server, *asg_path;
+static const char *url, *policy_name, *out, *curve_key, *curve_server, *asg_path;
 static double beta, temp, top_p;
 static int lookahead, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
 static int viterbi_k, chunk, chunk_left, chunk_right, raw, quiet;
@@ -35,9 +36,9 @@ static const char *outdir;
 static const pcg_opt opts[] = {
 	{ "verifier", PCG_OPT_STR, &url, NULL, 1, 0, "URL",
 	  "the verifier (default $PCG_VERIFIER, else the one pcg-up started)" },
-	{ "policy", PCG_OPT_STR, &policy, "pcg", 1, 0, "NAME",
+	{ "policy", PCG_OPT_STR, &policy_name, "pcg", 1, 0, "NAME",
 	  "sd, ssd, pcg, greedy, none (the target alone), mtp-viterbi, or mtp-sd, mtp-ssd, "
-	  "mtp-pcg, mtp-greedy (the target's MTP heads draft)" },
+	  "mtp-pcg, mtp-greedy (the target's MTP heads draft); 'help' describes them" },
 	{ "beta", PCG_OPT_FLOAT, &beta, "0.4", 0, 1, "B", "ssd's tolerance" },
 	{ "lookahead", PCG_OPT_INT, &lookahead, "3", 1, PROTO_MAX_N - 1, "L",
 	  "tokens drafted per round (mtp-*: the MTP heads used)" },
@@ -229,7 +230,7 @@ static void print_result(const proto_msg *r, const char *path, double t_first, d
 	FILE *o = stderr;
 
 	if (!quiet) {
-		fprintf(o, "policy %s, lookahead %d, seed %d\n", policy, lookahead, seed);
+		fprintf(o, "policy %s, lookahead %d, seed %d\n", policy_name, lookahead, seed);
 		fprintf(o, "tokens %.0f (%.2f s of audio) in %.3f s: %.1f tokens/s\n",
 			s[PROTO_STAT_TOKENS], s[PROTO_STAT_TOKENS] / 50, s[PROTO_STAT_T_TOTAL],
 			s[PROTO_STAT_TOK_S]);
@@ -258,6 +259,23 @@ static void print_result(const proto_msg *r, const char *path, double t_first, d
 		fprintf(t, "\n");
 		fflush(t);
 	}
+}
+
+/* --policy help: every policy the verifier takes, from lib/policy's table. */
+static void policy_help(void)
+{
+	printf("policies (pcg-synth --policy NAME):\n");
+	for (int k = 0; policy_info_of(k); k++) {
+		const policy_info *pi = policy_info_of(k);
+		printf("  %-12s %s%s%s%s\n", pi->name, pi->summary, *pi->params ? "; takes " : "",
+		       pi->params, pi->needs_asg ? "; needs an ASG (asg-build)" : "");
+	}
+	printf("  %-12s the target alone, one token a pass (the baseline of every speedup)\n",
+	       "none");
+	printf("  %-12s the target's MTP heads draft and the named policy verifies, with its "
+	       "guarantee\n", "mtp-NAME");
+	printf("  %-12s the Viterbi path over the MTP heads' top-k (--viterbi-k) with the "
+	       "transition matrix, unverified\n", "mtp-viterbi");
 }
 
 /* ping: one request, one reply. */
@@ -525,6 +543,10 @@ int main(int argc, char **argv)
 		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);
 		return 0;
 	}
+	if (!strcmp(policy_name, "help")) {
+		policy_help();
+		return 0;
+	}
 	const int batch = outdir != NULL;
 	if (first >= 0 && batch && first == argc - 1 && strcmp(argv[first], "-")) {
 		fprintf(stderr, "%s: --output-dir reads its utterances from standard input, one "
@@ -591,7 +613,7 @@ int main(int argc, char **argv)
 		q->type = PROTO_SYNTH;
 		if (text)
 			snprintf(q->text, sizeof q->text, "%s", text);
-		snprintf(q->policy, sizeof q->policy, "%s", policy);
+		snprintf(q->policy, sizeof q->policy, "%s", policy_name);
 		q->beta = (float)beta;
 		q->n = lookahead;
 		q->samp = (pcg_sampling){ (float)temp, top_k, (float)top_p };

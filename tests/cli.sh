@@ -93,6 +93,19 @@ else
 	echo "SKIP: script(1) missing: progress on a terminal not tested" >&2
 fi
 
+# The policies describe themselves (lib/policy's table): pcg-synth --policy
+# help lists them without a pipeline, and each is in the man pages that list
+# policies.
+expect 0 "pcg-synth --policy help" pcg-synth --policy help
+n=0
+for p in $(awk 'NR > 1 && $1 !~ /^(none|mtp-)/ { print $1 }' out); do
+	n=$((n + 1))
+	for page in pcg-synth.1 pcg-sim.1 verifier.8; do
+		grep -q -- "$p" "$PCG_ROOT/man/$page" || bad "man/$page does not list the policy $p"
+	done
+done
+[ "$n" -ge 4 ] && ok "--policy help: $n policies, each in the man pages" || bad "--policy help: $(cat out)"
+
 # --version: every program says its name and the release, exit 0.
 for p in asg-build asg-info codec-decode draftd targetd verifier pcg-keygen pcg-mcd pcg-mkmodel \
 	pcg-mtp pcg-phonemize pcg-quantize pcg-run pcg-sim pcg-synth pcg-tokenize tm-build tm-info; do
