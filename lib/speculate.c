@@ -478,7 +478,7 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	 * token of the block go in before it, with certainty (neither drafted
 	 * nor accepted) */
 	for (int i = 0; i < n_emit && !s->ended && s->nsp < s->max_tokens; i++) {
-		if (i > 0 && n_tail > 0)
+		if (i > 0 && !target_only) /* fb was made for the block */
 			while (s->j < fb[i + 1])
 				s->ctx[s->n++] = s->fc.id[s->j++];
 		if (out[i] == s->env.voc->end_id) {
@@ -527,7 +527,8 @@ void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 	rep->n_append = s->nsp;
 	memcpy(rep->append, s->sp, (size_t)s->nsp * sizeof *s->sp);
 	st[PROTO_STAT_ROUNDS] = rounds;
-	st[PROTO_STAT_RATE] = st[PROTO_STAT_DRAFTED] > 0 ? st[PROTO_STAT_ACCEPTED] / st[PROTO_STAT_DRAFTED] : 0;
+	st[PROTO_STAT_RATE] = st[PROTO_STAT_DRAFTED] > 0
+				      ? st[PROTO_STAT_ACCEPTED] / st[PROTO_STAT_DRAFTED] : 0;
 	st[PROTO_STAT_MAL] = rounds > 0 ? 1 + st[PROTO_STAT_ACCEPTED] / rounds : 0;
 	st[PROTO_STAT_T_TOTAL] = now() - s->t0;
 	st[PROTO_STAT_TOKENS] = s->nsp;

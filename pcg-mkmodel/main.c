@@ -9,12 +9,12 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "dtype.h"
@@ -278,13 +278,6 @@ static int write_config(const char *path, int n_special, int vocab, pcg_err *err
 	return rc;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Fills n values with N(0, std^2) (or a constant when std < 0: norm
  * weights are 1 in a fresh HF model) in the file dtype. Each pair of values
  * comes from one Philox block (Box-Muller), so the fill is parallel and the
@@ -355,14 +348,14 @@ static int write_weights(const char *path, pcg_dtype dt, int vocab, pcg_err *err
 	T1("model.norm.weight", hidden);
 	if (untied)
 		T2("lm_head.weight", vocab, hidden);
-	double total = 0, done = 0, t0 = now_s();
+	double total = 0, done = 0, t0 = omp_get_wtime();
 	for (int i = 0; i < k; i++)
 		total += (double)t[i].shape[0] * (t[i].ndim == 2 ? (double)t[i].shape[1] : 1);
 	for (int i = 0; i < k; i++) {
 		size_t numel = (size_t)t[i].shape[0] * (t[i].ndim == 2 ? (size_t)t[i].shape[1] : 1);
 		if (progress)
 			fprintf(stderr, "\r%s: weights %3.0f%% (tensor %d of %d), %.1f s ", prog,
-				100 * done / total, i + 1, k, now_s() - t0);
+				100 * done / total, i + 1, k, omp_get_wtime() - t0);
 		void *d = malloc(numel * pcg_dtype_size(dt));
 		if (names[i] == NULL || d == NULL) {
 			pcg_fail(err, "out of memory for the weights");
@@ -374,11 +367,11 @@ static int write_weights(const char *path, pcg_dtype dt, int vocab, pcg_err *err
 	}
 	if (progress)
 		fprintf(stderr, "\r%s: writing %s (%.2f GB), %.1f s\033[K", prog, path,
-			total * pcg_dtype_size(dt) / 1e9, now_s() - t0);
+			total * pcg_dtype_size(dt) / 1e9, omp_get_wtime() - t0);
 	rc = st_write(path, t, k, "{\"format\": \"pt\"}", err);
 	if (progress)
 		fprintf(stderr, "\r%s: %.2f GB of weights in %.1f s\033[K\n", prog,
-			total * pcg_dtype_size(dt) / 1e9, now_s() - t0);
+			total * pcg_dtype_size(dt) / 1e9, omp_get_wtime() - t0);
 out:
 	for (int i = 0; i < k; i++) {
 		free((void *)t[i].data);

@@ -569,8 +569,9 @@ static void expect_uniform_pooled(const char *what, const hist *h)
 /* Whether two results have the same stats, apart from those that measure time. */
 static int same_stats(const proto_msg *a, const proto_msg *b)
 {
-	static const int idx[] = { PROTO_STAT_ROUNDS, PROTO_STAT_DRAFTED, PROTO_STAT_ACCEPTED, PROTO_STAT_RATE,
-				   PROTO_STAT_MAL, PROTO_STAT_TOKENS, PROTO_STAT_RESENDS };
+	static const int idx[] = { PROTO_STAT_ROUNDS, PROTO_STAT_DRAFTED, PROTO_STAT_ACCEPTED,
+				   PROTO_STAT_RATE, PROTO_STAT_MAL, PROTO_STAT_TOKENS,
+				   PROTO_STAT_RESENDS };
 
 	if (a->n_stats != b->n_stats || a->n_stats != PROTO_STAT_POS0 + LOOKAHEAD)
 		return 0;
