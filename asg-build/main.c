@@ -20,11 +20,12 @@
 static const char *prog = "asg-build";
 static const char *SYNOPSIS =
 	"(--model DIR | --embeddings FILE) [--tensor NAME] [--rows A:B] [--theta X]\n"
-	"       [--topk K] [--weights equal|similarity] [--threads N] [--device DEV] -o FILE";
+	"       [--topk K] [--weights equal|similarity] [--knn K] [--threads N] [--device DEV]\n"
+	"       -o FILE";
 
 static const char *model_dir, *emb_path, *tensor, *rows_s, *weights_s, *out_path, *device_s;
 static double theta;
-static int topk, threads, quiet;
+static int topk, knn, threads, quiet;
 
 static const pcg_opt opts[] = {
 	{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "DIR",
@@ -41,6 +42,9 @@ static const pcg_opt opts[] = {
 	  "keep at most the K most similar tokens per G(t) (0: all)" },
 	{ "weights", PCG_OPT_STR, &weights_s, "equal", 1, 0, "W",
 	  "equal (1/N(t), Eq. 3) or similarity (by cosine, normalised per token)" },
+	{ "knn", PCG_OPT_INT, &knn, "0", 0, 65536, "K",
+	  "write a neighbour file for the lantern policy instead: each token's K nearest "
+	  "(0: groups)" },
 	{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
 	{ "device", PCG_OPT_STR, &device_s, "cpu", 1, 0, "DEV",
 	  "where the products run: cpu, cuda or cuda:N" },
@@ -180,6 +184,11 @@ int main(int argc, char **argv)
 		: rows_s && parse_rows(rows_s, &a, &b) < 0 ? "--rows: want A:B with 0 <= A < B"
 		: strcmp(weights_s, "equal") && strcmp(weights_s, "similarity")
 		? "--weights: want equal or similarity"
+		: knn && (pcg_opts_given(opts, "theta") || pcg_opts_given(opts, "topk") ||
+			  pcg_opts_given(opts, "weights"))
+		? "--knn takes no --theta, --topk or --weights (it keeps the K nearest, weighted by "
+		  "cosine)"
+		: knn && strcmp(device_s, "cpu") ? "--knn runs on the CPU: leave out --device"
 		: pcg_device_parse(device_s, &device, &err) < 0 ? err.msg : NULL;
 	if (bad) {
 		fprintf(stderr, "%s: %s\n", prog, bad);
@@ -212,7 +221,8 @@ int main(int argc, char **argv)
 		pcg_fail(&err, "--rows: start %ld does not fit the file's 32-bit token offset", a);
 		goto fail;
 	}
-	g = asg_build(E, (int)(b - a), d, &o, &err);
+	g = knn ? asg_build_knn(E, (int)(b - a), d, knn, &o, &err)
+		: asg_build(E, (int)(b - a), d, &o, &err);
 	free(E);
 	E = NULL;
 	if (g == NULL || asg_write(g, out_path, &err) < 0)

@@ -135,8 +135,8 @@ int main(int argc, char **argv)
 	printf("policy: V %d, L %d, %d rounds, ASG %s: n %u, M %u, mean |G| %.1f\n", V, L, rounds,
 	       asg_path ? asg_path : "synthetic windows", g->n, g->M, (double)g->nnz / g->M);
 	for (int kk = 0; kk < 2; kk++) {
-		policy_params pp = { kinds[kk], 0, kinds[kk] == POLICY_PCG ? a : NULL, max_trials,
-				     NSPEECH };
+		policy_params pp = { .kind = kinds[kk], .groups = kinds[kk] == POLICY_PCG ? a : NULL,
+				     .max_trials = max_trials, .end_token = NSPEECH };
 		policy *pl = policy_new(&pp, V, &err);
 		double *t = malloc((size_t)rounds * sizeof *t), sum = 0.0;
 		long emitted = 0, rejects = 0, trials = 0, exact = 0;

@@ -734,6 +734,105 @@ out:
 	return a;
 }
 
+/* ---- neighbour files ---- */
+
+asg *asg_build_knn(float *E, int n, int d, int K, const asg_build_opts *o, pcg_err *err)
+{
+	enum { R = 64 };
+	const int keep = K + 1 < n ? K + 1 : n; /* t and up to K others */
+	uint64_t *start = NULL;
+	uint32_t *members = NULL, *len = NULL;
+	double *score = NULL;
+	nb *best = NULL;
+	asg *a = NULL;
+	int failed = 0;
+
+	if (n < 1 || d < 1 || K < 1) {
+		pcg_fail(err, "%d x %d embeddings, K = %d: need rows, columns and K >= 1", n, d, K);
+		return NULL;
+	}
+	pcg_set_threads(o->threads);
+	if (normalise(E, n, d, err) < 0)
+		return NULL;
+	best = malloc((size_t)n * keep * sizeof *best);
+	len = calloc((size_t)n, sizeof *len);
+	if (!best || !len)
+		goto oom;
+#pragma omp parallel
+	{
+		float *C = malloc((size_t)R * n * sizeof *C);
+		nb *row = malloc((size_t)n * sizeof *row);
+		if (!C || !row) {
+#pragma omp atomic write
+			failed = 1;
+		}
+#pragma omp for schedule(dynamic, 1)
+		for (int i0 = 0; i0 < n; i0 += R) {
+			const int ri = n - i0 < R ? n - i0 : R;
+			int bad;
+#pragma omp atomic read
+			bad = failed;
+			if (bad)
+				continue;
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ri, n, d, 1.0f,
+				    E + (size_t)i0 * d, d, E, d, 0.0f, C, n);
+			for (int r = 0; r < ri; r++) {
+				const int t = i0 + r;
+				int m = 0;
+				/* t first, then the others with cos > 0, most similar first */
+				for (int j = 0; j < n; j++)
+					if (j != t && C[(size_t)r * n + j] > 0.0f)
+						row[m++] = (nb){ (uint32_t)j, C[(size_t)r * n + j] };
+				if (m > keep - 1) {
+					qsort(row, m, sizeof *row, by_sim);
+					m = keep - 1;
+				}
+				nb *b = best + (size_t)t * keep;
+				b[0] = (nb){ (uint32_t)t, 1.0f };
+				memcpy(b + 1, row, (size_t)m * sizeof *row);
+				qsort(b, (size_t)m + 1, sizeof *b, by_id);
+				len[t] = (uint32_t)m + 1;
+			}
+			if (o->progress && omp_get_thread_num() == 0)
+				o->progress(o->progress_ctx, (double)i0 * n, (double)n * n);
+		}
+		free(C);
+		free(row);
+	}
+	if (failed)
+		goto oom;
+	start = malloc(((size_t)n + 1) * sizeof *start);
+	if (!start)
+		goto oom;
+	start[0] = 0;
+	for (int t = 0; t < n; t++)
+		start[t + 1] = start[t] + len[t];
+	members = malloc(start[n] * sizeof *members);
+	score = malloc(start[n] * sizeof *score);
+	if (!members || !score)
+		goto oom;
+	for (int t = 0; t < n; t++)
+		for (uint32_t j = 0; j < len[t]; j++) {
+			const nb *b = best + (size_t)t * keep + j;
+			members[start[t] + j] = b->id;
+			score[start[t] + j] = b->c > 1e-6f ? b->c : 1e-6;
+		}
+	if (o->progress)
+		o->progress(o->progress_ctx, (double)n * n, (double)n * n);
+	a = make((uint32_t)n, (uint32_t)n, start, members, score, o->token_offset, 0.0,
+		 (uint32_t)keep, ASG_W_SIMILARITY, err);
+	goto out;
+oom:
+	pcg_fail(err, "out of memory");
+out:
+	free(best);
+	free(len);
+	free(start);
+	free(members);
+	free(score);
+	return a;
+}
+
 /* ---- statistics ---- */
 
 static int cmp_u64(const void *a, const void *b)

@@ -1,62 +1,57 @@
-/* policy.c: sd, ssd, pcg and greedy verification (see policy.h for the
- * definitions and the equations they implement).
+/* policy.c: the table of rules, the round every rule runs in, and the draws
+ * they share (see policy.h for the rules and the equations, policy_rule.h
+ * for what a rule implements; each rule is in lib/policy_<name>.c).
  *
  * Cost per round at V = 65,537: every draw from a whole distribution (the
  * sd residual, the bonus token, pcg's thinning proposals) is an inverse CDF
  * over blocks of 256 tokens: one pass sums the blocks, then a draw walks
- * the block sums and one block. So sd costs one pass over V when it rejects
- * or draws a bonus token, and pcg the same pass (the block sums of q, made
- * once per rejection) plus O(log V + |G_K|) per thinning trial. pcg's
- * acceptance test itself is O(N(x) + |G_K|).
+ * the block sums and one block. So a rejection or a bonus token costs one
+ * pass over V; bench/policy.c measures each rule.
  */
-#include "policy.h"
+#include "policy_rule.h"
 
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sampling.h"
 
-#define BLK 256
+#define BLK POLICY_BLK
 
-struct policy {
-	policy_params pp;
-	int V, nblk;
-	uint32_t n, M;      /* tokens the ASG covers, its groups (0, 0 without one) */
-	const asg_view *g;  /* NULL without an ASG */
-	double *bsum;       /* [nblk] block sums of the distribution being sampled */
-	float *diff;        /* pcg: [V] q - p, for the exact residual */
-	double *resid;      /* pcg: [M + V - n] [Q_c - P_c]+ of every group label */
-};
-
-static const policy_info INFO[POLICY_N_KINDS] = {
-	[POLICY_SD] = { "sd", "speculative sampling: a draft token x is kept with probability "
-		       "min(1, q(x)/p(x)); exact: the output follows the target", "", 0 },
-	[POLICY_SSD] = { "ssd", "SSD's tolerance: min(1, q(x)/p(x) + beta); not exact, closer "
-			"to the draft as beta grows", "beta (>= 0, default 0.4)", 0 },
-	[POLICY_PCG] = { "pcg", "PCG: acceptance over acoustic similarity groups; exact at group "
-			"level: the groups follow the target's group distribution", "", 1 },
-	[POLICY_GREEDY] = { "greedy", "a draft token is kept when it is the target's argmax; "
-			   "the target's greedy decoding exactly", "", 0 },
+static const policy_rule *const RULES[POLICY_N_KINDS] = {
+#define POLICY_RULE(KIND, name) [POLICY_##KIND] = &policy_rule_##name,
+#include "policy_rules.h"
+#undef POLICY_RULE
 };
 
 const policy_info *policy_info_of(int k)
 {
-	return k >= 0 && k < POLICY_N_KINDS ? &INFO[k] : NULL;
+	return k >= 0 && k < POLICY_N_KINDS ? &RULES[k]->info : NULL;
 }
 
 int policy_kind_from_name(const char *name)
 {
 	for (int k = 0; k < POLICY_N_KINDS; k++)
-		if (!strcmp(name, INFO[k].name))
+		if (!strcmp(name, RULES[k]->info.name))
 			return k;
 	return -1;
 }
 
 const char *policy_kind_name(policy_kind k)
 {
-	return (unsigned)k < POLICY_N_KINDS ? INFO[k].name : "?";
+	return (unsigned)k < POLICY_N_KINDS ? RULES[k]->info.name : "?";
+}
+
+int policy_arg_index(int kind, const char *name)
+{
+	const policy_info *pi = policy_info_of(kind);
+
+	for (int i = 0; pi && i < pi->n_args; i++)
+		if (!strcmp(pi->args[i].name, name))
+			return i;
+	return -1;
 }
 
 const char *policy_names(char *buf, size_t size, const char *last_sep)
@@ -68,7 +63,7 @@ const char *policy_names(char *buf, size_t size, const char *last_sep)
 	for (int k = 0; k < POLICY_N_KINDS && len < size; k++)
 		len += (size_t)snprintf(buf + len, size - len, "%s%s",
 					k == 0 ? "" : k == POLICY_N_KINDS - 1 ? last_sep : ", ",
-					INFO[k].name);
+					RULES[k]->info.name);
 	return buf;
 }
 
@@ -84,6 +79,8 @@ policy *policy_new(const policy_params *pp, int V, pcg_err *err)
 		pcg_fail(err, "policy: unknown kind %d", (int)pp->kind);
 		return NULL;
 	}
+	const policy_rule *rule = RULES[pp->kind];
+	const policy_info *pi = &rule->info;
 	if (!(pp->beta >= 0.0) || !isfinite(pp->beta)) {
 		pcg_fail(err, "policy: beta %g: must be finite and >= 0", pp->beta);
 		return NULL;
@@ -96,7 +93,16 @@ policy *policy_new(const policy_params *pp, int V, pcg_err *err)
 		pcg_fail(err, "policy: max_trials %d: must be >= 0", pp->max_trials);
 		return NULL;
 	}
-	if (pp->kind == POLICY_PCG && pp->groups && asg_get(pp->groups)->n > (uint32_t)V) {
+	if (pp->arg_set >> pi->n_args) {
+		pcg_fail(err, "policy %s: takes %d parameters, argument %d given", pi->name,
+			 pi->n_args, 31 - __builtin_clz(pp->arg_set));
+		return NULL;
+	}
+	if ((pi->needs & POLICY_NEEDS_KNN) && pp->groups == NULL) {
+		pcg_fail(err, "policy %s: needs a neighbour file (asg-build --knn K)", pi->name);
+		return NULL;
+	}
+	if (pp->groups && asg_get(pp->groups)->n > (uint32_t)V) {
 		pcg_fail(err, "policy: the ASG covers %u tokens, more than the %d of the "
 			 "distributions", asg_get(pp->groups)->n, V);
 		return NULL;
@@ -107,23 +113,36 @@ policy *policy_new(const policy_params *pp, int V, pcg_err *err)
 		return NULL;
 	}
 	pl->pp = *pp;
+	pl->rule = rule;
+	for (int i = 0; i < pi->n_args; i++) {
+		const policy_arg_info *a = &pi->args[i];
+		/* beta, ssd's, is also a field of its own (the protocol's first) */
+		const int beta = !strcmp(a->name, "beta");
+		double v = (pp->arg_set >> i) & 1 ? pp->arg[i] : beta ? pp->beta : a->def;
+		if (!(v >= a->min && v <= a->max) || (a->integer && v != floor(v))) {
+			pcg_fail(err, "policy %s: %s = %g: want %s in [%g, %g]", pi->name, a->name, v,
+				 a->integer ? "a whole number" : "a number", a->min, a->max);
+			free(pl);
+			return NULL;
+		}
+		pl->pp.arg[i] = v;
+		if (beta)
+			pl->pp.beta = v;
+	}
+	pl->pp.arg_set = (1u << pi->n_args) - 1;
 	if (pl->pp.max_trials == 0)
 		pl->pp.max_trials = POLICY_DEFAULT_TRIALS;
 	pl->V = V;
 	pl->nblk = (V + BLK - 1) / BLK;
-	if (pp->kind == POLICY_PCG && pp->groups) {
-		pl->g = asg_get(pp->groups);
-		pl->n = pl->g->n;
-		pl->M = pl->g->M;
-	}
 	pl->bsum = malloc((size_t)pl->nblk * sizeof *pl->bsum);
-	if (pp->kind == POLICY_PCG) {
-		pl->diff = malloc((size_t)V * sizeof *pl->diff);
-		pl->resid = malloc(((size_t)pl->M + (size_t)(V - (int)pl->n)) * sizeof *pl->resid);
-	}
-	if (pl->bsum == NULL || (pp->kind == POLICY_PCG && (!pl->diff || !pl->resid))) {
-		policy_free(&pl);
+	if (pl->bsum == NULL) {
+		free(pl);
 		pcg_fail(err, "out of memory");
+		return NULL;
+	}
+	if (rule->init && rule->init(pl, err) < 0) {
+		pl->rule = NULL; /* init cleans up after itself */
+		policy_free(&pl);
 		return NULL;
 	}
 	return pl;
@@ -132,9 +151,9 @@ policy *policy_new(const policy_params *pp, int V, pcg_err *err)
 void policy_free(policy **pl)
 {
 	if (pl && *pl) {
+		if ((*pl)->rule && (*pl)->rule->fini)
+			(*pl)->rule->fini(*pl);
 		free((*pl)->bsum);
-		free((*pl)->diff);
-		free((*pl)->resid);
 		free(*pl);
 		*pl = NULL;
 	}
@@ -150,9 +169,9 @@ static inline float mass(const float *q, const float *p, int i)
 	return f > 0.0f ? f : 0.0f;
 }
 
-/* Fills pl->bsum and returns the total. Eight partial sums per block keep
- * the adds independent; a block sum is at most 256 terms in f32. */
-static double block_sums(policy *pl, const float *q, const float *p)
+/* Eight partial sums per block keep the adds independent; a block sum is
+ * at most 256 terms in f32. */
+double policy_block_sums(policy *pl, const float *q, const float *p)
 {
 	double total = 0.0;
 
@@ -178,10 +197,9 @@ static double block_sums(policy *pl, const float *q, const float *p)
 	return total;
 }
 
-/* The token at u * total (u in [0, 1)) of the distribution whose block sums
- * are in pl->bsum. Never returns a token of mass 0: rounding that runs past
- * a block's end gives the block's last token with mass. */
-static int block_draw(const policy *pl, const float *q, const float *p, double total, double u)
+/* Rounding that runs past a block's end gives the block's last token with
+ * mass. */
+int policy_block_draw(const policy *pl, const float *q, const float *p, double total, double u)
 {
 	double target = u * total;
 	int b, last = -1;
@@ -212,170 +230,30 @@ static int block_draw(const policy *pl, const float *q, const float *p, double t
 	return t;
 }
 
-/* A draw from q (p NULL) or from norm([q - p]+); when the residual has no
- * mass, from q, its limit. -1 when q has no mass. */
-static int draw(policy *pl, const float *q, const float *p, pcg_rng *rng)
+int policy_draw(policy *pl, const float *q, const float *p, pcg_rng *rng)
 {
-	double total = block_sums(pl, q, p), u = pcg_rng_uniform(rng);
+	double total = policy_block_sums(pl, q, p), u = pcg_rng_uniform(rng);
 
 	if (!(total > 0.0) && p) {
 		p = NULL;
-		total = block_sums(pl, q, NULL);
+		total = policy_block_sums(pl, q, NULL);
 	}
-	return total > 0.0 ? block_draw(pl, q, p, total, u) : -1;
+	return total > 0.0 ? policy_block_draw(pl, q, p, total, u) : -1;
 }
 
-/* The acceptance probability min(1, q/p) with the edge cases of policy.h. */
-static double ratio(double pm, double qm)
+double policy_ratio(double pm, double qm)
 {
 	if (!(qm > 0.0))
 		return 0.0;
 	return qm >= pm ? 1.0 : qm / pm;
 }
 
-/* ---- groups ---- */
-
-/* K ~ w_{., t} over S(t) (Eq. 6); tokens beyond the ASG are singletons. */
-static uint32_t draw_group(const policy *pl, int t, pcg_rng *rng)
-{
-	double u = pcg_rng_uniform(rng);
-
-	if ((uint32_t)t >= pl->n)
-		return pl->M + ((uint32_t)t - pl->n);
-	const uint64_t a = pl->g->tok_start[t], e = pl->g->tok_start[t + 1];
-	double s = 0.0, cum = 0.0;
-	for (uint64_t c = a; c < e; c++)
-		s += pl->g->tok_w[c];
-	u *= s; /* the weights sum to 1 within 2^-24; draw on their actual sum */
-	for (uint64_t c = a; c < e; c++) {
-		cum += pl->g->tok_w[c];
-		if (u < cum)
-			return pl->g->tok_grp[c];
-	}
-	return pl->g->tok_grp[e - 1];
-}
-
-/* P_c(G_k) and Q_c(G_k) (Eq. 4) in O(|G_k|); p may be NULL (pm = 0). */
-static void group_mass(const policy *pl, uint32_t k, const float *p, const float *q, double *pm,
-		       double *qm)
-{
-	double a = 0.0, b = 0.0;
-
-	if (k >= pl->M) {
-		int t = (int)(pl->n + (k - pl->M));
-		*pm = p ? p[t] : 0.0;
-		*qm = q[t];
-		return;
-	}
-	for (uint64_t j = pl->g->grp_start[k]; j < pl->g->grp_start[k + 1]; j++) {
-		const uint32_t t = pl->g->grp_tok[j];
-		const double w = pl->g->grp_w[j];
-		a += w * p[t];
-		b += w * q[t];
-	}
-	*pm = a;
-	*qm = b;
-}
-
-/* z ~ q(t) w_{k,t} / Q_c(G_k) over t in G_k (Eq. 10). */
-static int draw_in_group(const policy *pl, uint32_t k, const float *q, pcg_rng *rng)
-{
-	double u = pcg_rng_uniform(rng), s = 0.0, cum = 0.0;
-	int last = -1;
-
-	if (k >= pl->M)
-		return (int)(pl->n + (k - pl->M));
-	const uint64_t a = pl->g->grp_start[k], e = pl->g->grp_start[k + 1];
-	for (uint64_t j = a; j < e; j++)
-		s += (double)pl->g->grp_w[j] * (q[pl->g->grp_tok[j]] > 0.0f ? q[pl->g->grp_tok[j]] : 0.0f);
-	u *= s;
-	for (uint64_t j = a; j < e; j++) {
-		const uint32_t t = pl->g->grp_tok[j];
-		if (!(q[t] > 0.0f))
-			continue;
-		cum += (double)pl->g->grp_w[j] * q[t];
-		last = (int)t;
-		if (u < cum)
-			break;
-	}
-	return last;
-}
-
-/* The group residual R_c (Eq. 8) computed over all groups: the M groups of
- * the ASG, then the singletons t >= n. Q_c - P_c = sum w (q - p), so one
- * pass makes d = q - p and one pass over the members gathers d once per
- * member; the residuals are kept, and the draw scans them. */
-static int exact(policy *pl, const float *p, const float *q, pcg_rng *rng, uint32_t *group)
-{
-	const uint32_t M = pl->M, G = M + (uint32_t)(pl->V - (int)pl->n);
-	double tv = 0.0, target;
-	uint32_t k, last = UINT32_MAX;
-
-	for (int t = 0; t < pl->V; t++)
-		pl->diff[t] = q[t] - p[t];
-	for (k = 0; k < M; k++) {
-		double s = 0.0;
-		for (uint64_t j = pl->g->grp_start[k]; j < pl->g->grp_start[k + 1]; j++)
-			s += (double)pl->g->grp_w[j] * pl->diff[pl->g->grp_tok[j]];
-		pl->resid[k] = s > 0.0 ? s : 0.0;
-		tv += pl->resid[k];
-	}
-	for (; k < G; k++) {
-		double s = pl->diff[pl->n + (k - M)];
-		pl->resid[k] = s > 0.0 ? s : 0.0;
-		tv += pl->resid[k];
-	}
-	target = pcg_rng_uniform(rng) * tv;
-	if (!(tv > 0.0)) {
-		/* No residual mass (P_c = Q_c up to rounding): Q_c is the limit. */
-		int y = draw(pl, q, NULL, rng);
-		if (y >= 0)
-			*group = draw_group(pl, y, rng);
-		return y;
-	}
-	for (k = 0; k < G; k++) {
-		if (pl->resid[k] > 0.0) {
-			last = k;
-			if (target < pl->resid[k])
-				break;
-			target -= pl->resid[k];
-		}
-	}
-	*group = last;
-	return draw_in_group(pl, last, q, rng);
-}
-
-/* PCG's reject branch: thinning (Eq. 9) with Q_c proposals, capped, then
- * exact. Returns the token (Eq. 10) and its group. */
-static int pcg_residual(policy *pl, const float *p, const float *q, pcg_rng *rng,
-			policy_result *out, uint32_t *group)
-{
-	double total = block_sums(pl, q, NULL);
-
-	if (!(total > 0.0))
-		return -1;
-	for (int trial = 1; trial <= pl->pp.max_trials; trial++) {
-		double pm, qm;
-		/* (y, K) ~ q(y) w_{K,y}: K ~ Q_c, and y given K is Eq. 10. */
-		int y = block_draw(pl, q, NULL, total, pcg_rng_uniform(rng));
-		uint32_t K = draw_group(pl, y, rng);
-		group_mass(pl, K, p, q, &pm, &qm);
-		double a = qm > pm ? 1.0 - pm / qm : 0.0;
-		if (pcg_rng_uniform(rng) < a) {
-			out->trials = trial;
-			*group = K;
-			return y;
-		}
-	}
-	out->trials = pl->pp.max_trials;
-	out->exact = 1;
-	return exact(pl, p, q, rng, group);
-}
+/* ---- the round ---- */
 
 int policy_run(policy *pl, int L, const int *x, const float *const *p, const float *const *q,
 	       pcg_rng *rng, policy_result *out, pcg_err *err)
 {
-	const policy_kind kind = pl->pp.kind;
+	const policy_rule *rule = pl->rule;
 	const int end = pl->pp.end_token;
 
 	if (L < 1 || L > POLICY_MAX_L)
@@ -383,37 +261,15 @@ int policy_run(policy *pl, int L, const int *x, const float *const *p, const flo
 	memset(out, 0, offsetof(policy_result, steps));
 	for (int i = 0; i < L; i++) {
 		policy_step *s = &out->steps[i];
+		const float *pi = p ? p[i] : NULL;
 		const int xi = x[i];
-		uint32_t K = 0;
-		double r;
-		int ok;
 
 		if (xi < 0 || xi >= pl->V)
 			return pcg_fail(err, "policy: draft token %d at position %d out of range "
 					"[0, %d)", xi, i, pl->V);
 		s->draft = xi;
 		s->group = -1;
-		if (kind == POLICY_GREEDY) {
-			const int best = pcg_argmax(q[i], pl->V);
-			s->pm = 0.0;
-			s->qm = q[i][xi];
-			ok = xi == best;
-			r = ok;
-		} else {
-			if (kind == POLICY_PCG) {
-				K = draw_group(pl, xi, rng);
-				group_mass(pl, K, p[i], q[i], &s->pm, &s->qm);
-				s->group = (int)K;
-			} else {
-				s->pm = p[i][xi];
-				s->qm = q[i][xi];
-			}
-			r = ratio(s->pm, s->qm);
-			if (kind == POLICY_SSD) /* Eq. 5 of SSD */
-				r = r + pl->pp.beta < 1.0 ? r + pl->pp.beta : 1.0;
-			ok = pcg_rng_uniform(rng) < r;
-		}
-		s->ratio = r;
+		const int ok = rule->accept(pl, xi, pi, q[i], rng, s);
 		s->accepted = ok;
 		out->n_steps = i + 1;
 		if (ok) {
@@ -427,19 +283,12 @@ int policy_run(policy *pl, int L, const int *x, const float *const *p, const flo
 			continue;
 		}
 		/* Rejected: one corrected token, then the block ends. */
-		int z;
+		int group = -1;
 		out->rejected = 1;
-		if (kind == POLICY_GREEDY) {
-			z = pcg_argmax(q[i], pl->V);
-			K = UINT32_MAX;
-		} else if (kind == POLICY_PCG) {
-			z = pcg_residual(pl, p[i], q[i], rng, out, &K);
-		} else {
-			z = draw(pl, q[i], p[i], rng);
-		}
+		const int z = rule->correct(pl, xi, pi, q[i], rng, out, &group);
 		if (z < 0)
 			return pcg_fail(err, "policy: target distribution %d has no mass", i);
-		out->groups[out->n_tokens] = kind == POLICY_PCG ? (int)K : -1;
+		out->groups[out->n_tokens] = group;
 		out->tokens[out->n_tokens++] = z;
 		out->ended = z == end;
 		return 0;
@@ -447,7 +296,7 @@ int policy_run(policy *pl, int L, const int *x, const float *const *p, const flo
 	if (q[L] == NULL)
 		return 0;
 	/* All accepted: the bonus token from q_{L+1}. */
-	int z = kind == POLICY_GREEDY ? pcg_argmax(q[L], pl->V) : draw(pl, q[L], NULL, rng);
+	const int z = rule->deterministic ? pcg_argmax(q[L], pl->V) : policy_draw(pl, q[L], NULL, rng);
 	if (z < 0)
 		return pcg_fail(err, "policy: target distribution %d has no mass", L);
 	out->bonus = 1;

@@ -30,6 +30,25 @@
  *        is no ASG) are singleton groups numbered M + (t - n).
  * greedy accept while x = argmax q (the lowest id on ties); emit argmax q of
  *        the first mismatch, or of q_{L+1}. Uses no random draws.
+ * typical (Medusa, Cai et al. 2024, section 2.3.1) accept when
+ *        q(x) > min(epsilon, alpha exp(-H(q))), H(q) = -sum q log q; on
+ *        rejection draw from q. Not exact; acceptance rate
+ *        sum_x p(x) [q(x) > min(epsilon, alpha exp(-H(q)))].
+ * topk   (Llasa+, Tian et al. 2025) accept when x is among the k most probable
+ *        tokens of q (ties at the k-th value count as in); on rejection draw
+ *        from q. Not exact; acceptance rate sum_{x in top-k(q)} p(x).
+ * lantern (LANTERN, Jang et al., ICLR 2025) relaxed acceptance over latent
+ *        neighbourhoods N(x) (asg-build --knn: each token's K nearest in the
+ *        target's embedding space): mass is moved onto a token x with
+ *        p(x) > q(x) from its neighbours y with q(y) > p(y), at most k of
+ *        them, until x's deficit is filled, a total of delta is moved over
+ *        all tokens, or none is left; the result q' is a distribution with
+ *        TV(q', q) <= delta (the paper's bound), and the round is sd against
+ *        q': accept min(1, q'(x) / p(x)), residual norm([q' - p]+). The
+ *        output follows q' exactly, so its TV from q is at most delta. (The
+ *        paper's code spends delta per draft token, which bounds each
+ *        token's relaxed target but not the output: up to 5.7 delta measured
+ *        on random distributions; here delta is spent once per position.)
  *
  * Edge cases, defined for all policies: a draft with q(x) = 0 is always
  * rejected and one with p(x) = 0 < q(x) always accepted (ratio 1); a
@@ -50,30 +69,51 @@
 #include "err.h"
 #include "rng.h"
 
+/* The kinds, one per rule of policy_rules.h: POLICY_SD, POLICY_SSD, ... */
 typedef enum policy_kind {
-	POLICY_SD,
-	POLICY_SSD,
-	POLICY_PCG,
-	POLICY_GREEDY,
+#define POLICY_RULE(KIND, name) POLICY_##KIND,
+#include "policy_rules.h"
+#undef POLICY_RULE
+	POLICY_N_KINDS
 } policy_kind;
 
-/* What each kind is, for the programs that list, document or validate them:
- * one row per kind, in the order of policy_kind. */
+#define POLICY_MAX_ARGS 4
+
+/* A parameter of a rule beyond the sampling: its name (the flag of pcg-sim
+ * and the key of the protocol's "args"), its range and default. */
+typedef struct policy_arg_info {
+	const char *name;
+	double min, max, def;
+	int integer;          /* a whole number (k) */
+	const char *help;
+} policy_arg_info;
+
+/* What a rule needs beyond p and q. */
+enum {
+	POLICY_NEEDS_ASG = 1, /* an ASG (asg-build) */
+	POLICY_NEEDS_KNN = 2, /* a neighbour file (asg-build --knn K) */
+};
+
+/* What each kind is, for the programs that list, document or validate
+ * them: one row per kind, written in the rule's own file. */
 typedef struct policy_info {
 	const char *name;
-	const char *summary;  /* what it accepts and what it guarantees, one line */
-	const char *params;   /* the parameters it reads beyond the sampling ("": none) */
-	int needs_asg;        /* it needs an ASG (asg-build) */
+	const char *summary;   /* what it accepts, one line */
+	const char *guarantee; /* what its output promises, one line */
+	int n_args;
+	policy_arg_info args[POLICY_MAX_ARGS];
+	unsigned needs;        /* POLICY_NEEDS_* */
 } policy_info;
-
-#define POLICY_N_KINDS (POLICY_GREEDY + 1)
 
 /* The row of kind k, or NULL past the last. */
 const policy_info *policy_info_of(int k);
 
-/* The kind called name ("sd", "ssd", "pcg", "greedy"), or -1. */
+/* The kind called name ("sd", "ssd", "pcg", ...), or -1. */
 int policy_kind_from_name(const char *name);
 const char *policy_kind_name(policy_kind k);
+
+/* The index of parameter name in kind's args, or -1. */
+int policy_arg_index(int kind, const char *name);
 
 /* The kinds' names into buf, separated by ", " and the last by last_sep
  * (" or ": "sd, ssd, pcg or greedy"). Returns buf. */
@@ -85,9 +125,12 @@ const char *policy_names(char *buf, size_t size, const char *last_sep);
 typedef struct policy_params {
 	policy_kind kind;
 	double beta;         /* ssd: tolerance, >= 0 (the SSD paper uses 0.4) */
-	const asg *groups;   /* pcg: the ASG (borrowed); NULL: every token a singleton */
+	const asg *groups;   /* pcg: the ASG (borrowed); NULL: every token a singleton;
+			      * lantern: the neighbour file (asg-build --knn) */
 	int max_trials;      /* pcg: thinning trials before the exact residual; 0: default */
 	int end_token;       /* id in [0, V) that ends generation; -1: none */
+	double arg[POLICY_MAX_ARGS]; /* the rule's parameters, in the order of its info's args */
+	unsigned arg_set;    /* bit i: arg[i] was given; the others take their defaults */
 } policy_params;
 
 /* One checked draft position. */
@@ -95,9 +138,11 @@ typedef struct policy_step {
 	int draft;      /* x_i */
 	int accepted;
 	double ratio;   /* the acceptance probability used: sd min(1, q/p), ssd that
-			 * + beta capped at 1, pcg min(1, Q_c/P_c), greedy 0 or 1 */
+			 * + beta capped at 1, pcg min(1, Q_c/P_c), lantern
+			 * min(1, q'/p), greedy, typical and topk 0 or 1 */
 	int group;      /* pcg: K_i; otherwise -1 */
-	double pm, qm;  /* pcg: P_c(G_K), Q_c(G_K); otherwise p(x), q(x) */
+	double pm, qm;  /* pcg: P_c(G_K), Q_c(G_K); lantern p(x), q'(x); otherwise
+			 * p(x), q(x) */
 } policy_step;
 
 typedef struct policy_result {
@@ -120,7 +165,8 @@ typedef struct policy_result {
 typedef struct policy policy;
 
 /* A policy over V tokens. Fails on bad parameters: beta < 0 or not finite,
- * an ASG covering more than V tokens, end_token out of range. */
+ * an argument out of its range, an ASG covering more than V tokens, a
+ * missing neighbour file, end_token out of range. */
 policy *policy_new(const policy_params *pp, int V, pcg_err *err);
 void policy_free(policy **pol);
 

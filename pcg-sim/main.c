@@ -16,27 +16,68 @@
 
 static const char *prog = "pcg-sim";
 static const char *SYNOPSIS =
-	"--policy sd|ssd|pcg|greedy [--beta B] [--asg FILE] --draft P.f32 --target Q.f32\n"
-	"       [--trials N] [--seed S]";
+	"--policy NAME [--beta B] [--epsilon E --alpha A] [--k K] [--delta D] [--asg FILE]\n"
+	"       --draft P.f32 --target Q.f32 [--trials N] [--seed S]";
 
 static const char *policy_s, *asg_path, *draft_path, *target_path;
-static double beta;
 static int trials, seed;
 
 /* from lib/policy's table, at the start of main */
 static char policy_help[256], policy_want[300];
 
-static const pcg_opt opts[] = {
+/* The fixed options, then one per parameter name of the rules (--beta,
+ * --epsilon, --alpha, --k, --delta), added from lib/policy's table. */
+#define MAX_ARG_OPTS 16
+static double arg_value[MAX_ARG_OPTS];
+static char arg_help[MAX_ARG_OPTS][160];
+static pcg_opt opts[8 + MAX_ARG_OPTS] = {
 	{ "policy", PCG_OPT_STR, &policy_s, NULL, 1, 0, "P", policy_help },
-	{ "beta", PCG_OPT_FLOAT, &beta, "0.4", 0, 1e9, "B", "ssd: the tolerance beta" },
 	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
-	  "pcg: the ASG file (- for stdin; without it every token is its own group)" },
+	  "pcg: the ASG file (- for stdin; without it every token is its own group); "
+	  "lantern: the neighbour file (asg-build --knn K)" },
 	{ "draft", PCG_OPT_STR, &draft_path, NULL, 1, 0, "FILE", "p: raw little-endian float32" },
 	{ "target", PCG_OPT_STR, &target_path, NULL, 1, 0, "FILE", "q: raw little-endian float32" },
 	{ "trials", PCG_OPT_INT, &trials, "100000", 1, 2147483647, "N", "rounds to run" },
 	{ "seed", PCG_OPT_INT, &seed, "1", 0, 2147483647, "S", "random seed" },
 	{ NULL },
 };
+
+/* Appends an option per distinct parameter name of the rules; returns the
+ * index of the first. */
+static int add_arg_opts(void)
+{
+	int n = 0, first;
+
+	while (opts[n].name)
+		n++;
+	first = n;
+	for (int k = 0; policy_info_of(k); k++) {
+		const policy_info *pi = policy_info_of(k);
+		for (int i = 0; i < pi->n_args; i++) {
+			const policy_arg_info *a = &pi->args[i];
+			int j = first;
+			while (j < n && strcmp(opts[j].name, a->name))
+				j++;
+			if (j == n && n - first < MAX_ARG_OPTS) {
+				snprintf(arg_help[n - first], sizeof arg_help[0], "%s", a->help);
+				opts[n] = (pcg_opt){ a->name, PCG_OPT_FLOAT, &arg_value[n - first], NULL,
+						     1, 0, "X", arg_help[n - first] };
+				n++;
+			}
+		}
+	}
+	opts[n] = (pcg_opt){ NULL };
+	return first;
+}
+
+/* The flags given that kind does not take: the first one's name, or NULL. */
+static const char *stray_arg(int kind, int first)
+{
+	for (int j = first; opts[j].name; j++)
+		if (pcg_opts_given(opts, opts[j].name) && policy_arg_index(kind, opts[j].name) < 0)
+			return opts[j].name;
+	return NULL;
+}
 
 /* Reads a probability vector: float32 values, finite and >= 0, summing to 1
  * within 1e-3; normalised to sum 1. */
@@ -99,6 +140,8 @@ fail:
 
 int main(int argc, char **argv)
 {
+	const int first_arg = add_arg_opts();
+	char stray[128] = "";
 	policy_names(policy_help, sizeof policy_help, " or ");
 	snprintf(policy_want, sizeof policy_want, "--policy: want %s", policy_help);
 	pcg_err err = { "" };
@@ -116,13 +159,20 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	kind = policy_s ? policy_kind_from_name(policy_s) : -1;
+	const policy_info *pi = policy_info_of(kind);
+	if (pi && stray_arg(kind, first_arg))
+		snprintf(stray, sizeof stray, "--%s: --policy %s takes no such parameter",
+			 stray_arg(kind, first_arg), pi->name);
 	const char *bad = first < 0 ? err.msg
 		: first != argc ? "unexpected argument"
 		: !policy_s ? "--policy is required"
 		: kind < 0 ? policy_want
 		: !draft_path || !target_path ? "--draft and --target are required"
-		: pcg_opts_given(opts, "beta") && kind != POLICY_SSD ? "--beta is for --policy ssd"
-		: asg_path && kind != POLICY_PCG ? "--asg is for --policy pcg" : NULL;
+		: *stray ? stray
+		: asg_path && !(pi->needs & (POLICY_NEEDS_ASG | POLICY_NEEDS_KNN))
+		? "--asg is for --policy pcg and lantern"
+		: !asg_path && (pi->needs & POLICY_NEEDS_KNN)
+		? "--policy lantern needs --asg FILE, a neighbour file (asg-build --knn K)" : NULL;
 	if (bad) {
 		fprintf(stderr, "%s: %s\n", prog, bad);
 		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
@@ -139,7 +189,15 @@ int main(int argc, char **argv)
 	}
 	if (asg_path && (a = asg_open(asg_path, &err)) == NULL)
 		goto fail;
-	policy_params pp = { (policy_kind)kind, kind == POLICY_SSD ? beta : 0.0, a, 0, -1 };
+	policy_params pp = { .kind = (policy_kind)kind, .groups = a, .end_token = -1 };
+	for (int i = 0; i < pi->n_args; i++) {
+		int j = first_arg;
+		while (strcmp(opts[j].name, pi->args[i].name))
+			j++;
+		pp.arg[i] = pcg_opts_given(opts, opts[j].name) ? arg_value[j - first_arg]
+							     : pi->args[i].def;
+		pp.arg_set |= 1u << i;
+	}
 	if ((pl = policy_new(&pp, V, &err)) == NULL)
 		goto fail;
 

@@ -267,8 +267,15 @@ static void policy_help(void)
 	printf("policies (pcg-synth --policy NAME):\n");
 	for (int k = 0; policy_info_of(k); k++) {
 		const policy_info *pi = policy_info_of(k);
-		printf("  %-12s %s%s%s%s\n", pi->name, pi->summary, *pi->params ? "; takes " : "",
-		       pi->params, pi->needs_asg ? "; needs an ASG (asg-build)" : "");
+		printf("  %-12s %s\n  %-12s guarantees %s\n", pi->name, pi->summary, "",
+		       pi->guarantee);
+		for (int i = 0; i < pi->n_args; i++)
+			printf("  %-12s --policy-args %s=X: %g to %g, default %g\n", "",
+			       pi->args[i].name, pi->args[i].min, pi->args[i].max, pi->args[i].def);
+		if (pi->needs & POLICY_NEEDS_ASG)
+			printf("  %-12s needs an ASG (asg-build)\n", "");
+		if (pi->needs & POLICY_NEEDS_KNN)
+			printf("  %-12s needs a neighbour file (asg-build --knn K; verifier --knn)\n", "");
 	}
 	printf("  %-12s the target alone, one token a pass (the baseline of every speedup)\n",
 	       "none");

@@ -431,7 +431,8 @@ static void policy_on_gpu(void)
 	const asg_view *g = asg_get(a);
 	CHECK(g->n == (uint32_t)S);
 	for (int kind = 0; kind < 2; kind++) {
-		policy_params pp = { kind ? POLICY_PCG : POLICY_SD, 0, kind ? a : NULL, 0, -1 };
+		policy_params pp = { .kind = kind ? POLICY_PCG : POLICY_SD,
+				     .groups = kind ? a : NULL, .end_token = -1 };
 		policy *pl = policy_new(&pp, S, &err);
 		CHECKF(pl != NULL, "%s", err.msg);
 		if (pl == NULL)

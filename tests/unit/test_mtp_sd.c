@@ -107,7 +107,7 @@ int main(void)
 		CHECK(pcg_probs(logits, S, &samp, q, &err) == 0);
 		CHECK(pcg_probs(hl + (size_t)(k - 1) * S, S, &samp, p, &err) == 0);
 
-		policy_params pp = { POLICY_SD, 0, NULL, 0, -1 };
+		policy_params pp = { .kind = POLICY_SD, .end_token = -1 };
 		policy *pl = policy_new(&pp, S, &err);
 		CHECKF(pl != NULL, "%s", err.msg);
 		long *obs = calloc((size_t)S, sizeof *obs), acc = 0;

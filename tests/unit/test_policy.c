@@ -272,7 +272,8 @@ static void simulate(const sim *s, const float *p, const float *q, long N, uint6
 
 static policy *make_policy(policy_kind kind, double beta, const asg *a, int max_trials)
 {
-	policy_params pp = { kind, beta, a, max_trials, -1 };
+	policy_params pp = { .kind = kind, .beta = beta, .groups = a, .max_trials = max_trials,
+			     .end_token = -1 };
 	pcg_err err = { "" };
 	policy *pl = policy_new(&pp, V, &err);
 	CHECKF(pl != NULL, "%s", err.msg);
@@ -690,7 +691,7 @@ static void test_edges(void)
 	}
 	/* The end token inside the block ends it: nothing after it, no bonus. */
 	{
-		policy_params pe = { POLICY_SD, 0, NULL, 0, END };
+		policy_params pe = { .kind = POLICY_SD, .end_token = END };
 		policy *sde = policy_new(&pe, V, &err);
 		int xs[3] = { 2, END, 5 };
 		shape(p, FLAT, 0, 1);
@@ -759,7 +760,7 @@ static void test_edges(void)
 	}
 	/* Bad input. */
 	{
-		policy_params bad = { POLICY_SSD, -0.1, NULL, 0, -1 };
+		policy_params bad = { .kind = POLICY_SSD, .beta = -0.1, .end_token = -1 };
 		x = V;
 		CHECK(policy_new(&bad, V, &err) == NULL && strstr(err.msg, "beta"));
 		bad.beta = 0;

@@ -85,7 +85,7 @@ int main(void)
 		return check_done("test_quant_sd");
 	CHECK(V == V2 && V <= 4096);
 
-	policy_params pp = { POLICY_SD, 0, NULL, 0, -1 };
+	policy_params pp = { .kind = POLICY_SD, .end_token = -1 };
 	policy *pl = policy_new(&pp, V, &err);
 	CHECKF(pl != NULL, "%s", err.msg);
 	long *obs = calloc((size_t)V, sizeof *obs), acc = 0;
@@ -128,7 +128,7 @@ int main(void)
 	}
 	asg *a = asg_from_groups((uint32_t)V, (uint32_t)M, start, mem, NULL, 0, 0, 0, &err);
 	CHECKF(a != NULL, "asg: %s", err.msg);
-	policy_params pcgp = { POLICY_PCG, 0, a, 0, -1 };
+	policy_params pcgp = { .kind = POLICY_PCG, .groups = a, .end_token = -1 };
 	pl = a ? policy_new(&pcgp, V, &err) : NULL;
 	CHECKF(pl != NULL, "%s", err.msg);
 	const asg_view *g = a ? asg_get(a) : NULL;
