@@ -120,7 +120,7 @@ policy *policy_new(const policy_params *pp, int V, pcg_err *err)
 		const int beta = !strcmp(a->name, "beta");
 		double v = (pp->arg_set >> i) & 1 ? pp->arg[i] : beta ? pp->beta : a->def;
 		if (!(v >= a->min && v <= a->max) || (a->integer && v != floor(v))) {
-			pcg_fail(err, "policy %s: %s = %g: want %s in [%g, %g]", pi->name, a->name, v,
+			pcg_fail(err, "policy %s: %s = %.10g: want %s in [%.10g, %.10g]", pi->name, a->name, v,
 				 a->integer ? "a whole number" : "a number", a->min, a->max);
 			free(pl);
 			return NULL;

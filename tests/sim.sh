@@ -27,10 +27,14 @@ grep -q -- "--trials" out || bad "--help lists --trials"
 expect 2 "no --policy" pcg-sim --draft p.f32 --target q.f32
 err_has "--policy is required"
 expect 2 "unknown policy" pcg-sim --policy best --draft p.f32 --target q.f32
-err_has "sd, ssd, pcg or greedy"
+err_has "sd, ssd, pcg, greedy, typical, topk or lantern"
 expect 2 "no --target" pcg-sim --policy sd --draft p.f32
 expect 2 "--beta with sd" pcg-sim --policy sd --beta 0.2 --draft p.f32 --target q.f32
-err_has "--beta is for --policy ssd"
+err_has "--beta: --policy sd takes no such parameter"
+expect 2 "--k with typical" pcg-sim --policy typical --k 3 --draft p.f32 --target q.f32
+err_has "--k: --policy typical takes no such parameter"
+expect 2 "lantern without a neighbour file" pcg-sim --policy lantern --draft p.f32 --target q.f32
+err_has "asg-build --knn"
 expect 2 "--asg with sd" pcg-sim --policy sd --asg x.asg --draft p.f32 --target q.f32
 expect 2 "negative beta" pcg-sim --policy ssd --beta -1 --draft p.f32 --target q.f32
 expect 2 "zero trials" pcg-sim --policy sd --trials 0 --draft p.f32 --target q.f32
@@ -97,5 +101,37 @@ expect 0 "pcg, ASG from stdin" sh -c 'pcg-sim --policy pcg --asg - --draft p.f32
 asg-build --embeddings tiny/model.safetensors --rows 0:5 --theta 0 -o five.asg --quiet
 expect 1 "ASG larger than V" pcg-sim --policy pcg --asg five.asg --draft p.f32 --target q.f32
 err_has "covers 5 tokens"
+
+# --- typical, topk, lantern: closed forms (tests/unit/test_policy_rules.c has the statistics)
+# q = (0.5, 0.25, 0.25): H = 1.0397, alpha exp(-H) = 0.3 * 0.3536 = 0.106; epsilon 0.09
+# rules: every token has q > 0.09, so all are accepted
+expect 0 "typical, defaults" pcg-sim --policy typical --draft p.f32 --target q.f32 --trials 10000
+[ "$(field accept_rate)" = 1.000000 ] && ok "typical: q(x) > min(eps, alpha e^-H) for all x" || bad "typical $(field accept_rate)"
+# epsilon 0.3: threshold min(0.3, 0.106) = 0.106: still all; alpha 1: min(0.3, 0.354) = 0.3: only token 0 (p 0.25)
+expect 0 "typical, eps 0.3 alpha 1" pcg-sim --policy typical --epsilon 0.3 --alpha 1 --draft p.f32 --target q.f32 --trials 100000
+near "$(field accept_rate)" 0.25 0.006 && ok "typical accepts sum p [q > threshold] = 0.25" || bad "typical $(field accept_rate)"
+# rejections draw from q: token 0 gets 0.25 + 0.75 * 0.5 = 0.625
+near "$(awk -F '\t' '$1 == "token" && $2 == 0 { print $3 }' out)" 62500 1000 && ok "typical: output p a + (1 - A) q" || bad "typical tokens: $(cat out)"
+# topk k 1: only token 0 (argmax q), p(0) = 0.25; k 2: tokens 1 and 2 tie at the 2nd value: all in
+expect 0 "topk k 1" pcg-sim --policy topk --k 1 --draft p.f32 --target q.f32 --trials 100000
+near "$(field accept_rate)" 0.25 0.006 && ok "topk 1 accepts p(argmax q)" || bad "topk $(field accept_rate)"
+expect 0 "topk k 2" pcg-sim --policy topk --k 2 --draft p.f32 --target q.f32 --trials 10000
+[ "$(field accept_rate)" = 1.000000 ] && ok "topk 2: ties at the k-th value count as in" || bad "topk 2 $(field accept_rate)"
+expect 2 "topk k 0" pcg-sim --policy topk --k 0 --draft p.f32 --target q.f32
+expect 1 "topk k 2.5" pcg-sim --policy topk --k 2.5 --draft p.f32 --target q.f32
+err_has "whole number"
+asg-build --embeddings tiny/model.safetensors --rows 0:3 --knn 2 -o nb.asg --quiet
+[ "$(asg-info nb.asg | sed -n 's/^groups	//p')" = 3 ] && ok "asg-build --knn: one group per token" || bad "knn: $(asg-info nb.asg)"
+expect 2 "--knn with --theta" asg-build --embeddings tiny/model.safetensors --rows 0:3 --knn 2 --theta 0.3 -o x.asg
+# p = (0.25, 0.25, 0.5), q = (0.5, 0.25, 0.25): token 2 lacks 0.25, token 0 has 0.25 to spare;
+# delta 0.1 moves 0.1: sum min(p, q') = 0.75 + 0.1
+expect 0 "lantern delta 0.1" pcg-sim --policy lantern --delta 0.1 --asg nb.asg --draft p.f32 --target q.f32 --trials 100000
+near "$(field accept_rate)" 0.85 0.006 && ok "lantern accepts sum min(p, q) + delta moved" || bad "lantern $(field accept_rate)"
+# the output is q' = (0.4, 0.25, 0.35): TV 0.1 from q
+near "$(awk -F '\t' '$1 == "token" && $2 == 0 { print $3 }' out)" 40000 1000 && ok "lantern: output q', TV delta" || bad "lantern tokens: $(cat out)"
+expect 0 "lantern delta 0 is sd" pcg-sim --policy lantern --delta 0 --asg nb.asg --draft p.f32 --target q.f32 --trials 100000
+near "$(field accept_rate)" 0.75 0.01 && ok "lantern delta 0 accepts as sd" || bad "lantern 0 $(field accept_rate)"
+expect 1 "lantern on groups, not a neighbour file" pcg-sim --policy lantern --asg one.asg --draft p.f32 --target q.f32
+err_has "--knn"
 
 finish
