@@ -41,12 +41,12 @@ void proto_error(proto_msg *m, uint64_t id, const char *code, const char *fmt, .
 enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F_SEED, F_X,
        F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_STATS,
        F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_HEADS, F_VITERBI_K, F_NNZ, F_PAD, F_STREAM,
-       F_AUDIO, F_CHUNK, F_LEFT, F_RIGHT, F_QUEUE, F_RATE, F_PCM, F_FORCED, F_COUNT };
+       F_AUDIO, F_CHUNK, F_LEFT, F_RIGHT, F_QUEUE, F_RATE, F_PCM, F_FORCED, F_ARGS, F_COUNT };
 static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
 	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg", "text", "policy",
 	"beta", "max_tokens", "stats", "final", "tokens", "asg", "speaker", "heads",
 	"viterbi_k", "nnz", "pad", "stream", "audio", "chunk", "left", "right", "queue", "rate",
-	"pcm", "forced" };
+	"pcm", "forced", "args" };
 #define B(f) (1ull << (f))
 static const uint64_t schema[] = {
 	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
@@ -74,6 +74,7 @@ static const uint64_t schema[] = {
 /* Fields a type may carry beyond its schema: sent only when not empty. */
 static const uint64_t optional[] = {
 	[PROTO_PROPOSE] = B(F_FORCED),
+	[PROTO_SYNTH] = B(F_ARGS),
 	[PROTO_LAST_TYPE] = 0,
 };
 
@@ -84,6 +85,8 @@ static uint64_t fields_of(const proto_msg *m)
 
 	if ((optional[m->type] & B(F_FORCED)) && m->n_forced > 0)
 		f |= B(F_FORCED);
+	if ((optional[m->type] & B(F_ARGS)) && m->n_args > 0)
+		f |= B(F_ARGS);
 	return f;
 }
 
@@ -388,6 +391,15 @@ static int pack_field(pack_ctx *c, int f, pcg_err *err)
 			msgpack_pack_int32(pk, m->forced[i]);
 		}
 		break;
+	case F_ARGS:
+		msgpack_pack_map(pk, (size_t)m->n_args);
+		for (int i = 0; i < m->n_args; i++) {
+			const size_t len = strlen(m->arg_name[i]);
+			msgpack_pack_str(pk, len);
+			msgpack_pack_str_body(pk, m->arg_name[i], len);
+			msgpack_pack_double(pk, m->arg_val[i]);
+		}
+		break;
 	case F_STATS:
 		msgpack_pack_array(pk, (size_t)m->n_stats);
 		for (int i = 0; i < m->n_stats; i++)
@@ -436,6 +448,11 @@ int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err)
 		return pcg_fail(err, "pack: %d stats", m->n_stats);
 	if ((optional[m->type] & B(F_FORCED)) && (m->n_forced < 0 || m->n_forced > PROTO_MAX_N))
 		return pcg_fail(err, "pack: %d forced tokens", m->n_forced);
+	if ((optional[m->type] & B(F_ARGS)) && (m->n_args < 0 || m->n_args > PROTO_MAX_ARGS))
+		return pcg_fail(err, "pack: %d policy arguments", m->n_args);
+	for (int i = 0; (fields_of(m) & B(F_ARGS)) && i < m->n_args; i++)
+		if (strnlen(m->arg_name[i], sizeof m->arg_name[i]) == sizeof m->arg_name[i])
+			return pcg_fail(err, "pack: a string field without its end");
 	if ((sc & B(F_X)) && (m->n_x < 0 || m->n_x > PROTO_MAX_N))
 		return pcg_fail(err, "pack: %d drafted tokens", m->n_x);
 	if ((sc & B(F_ROWS)) && (m->rows.n < 0 || m->rows.n > LLAMA_MAX_RANGES))
@@ -458,6 +475,7 @@ int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err)
 		     ((sc & B(F_TEXT)) ? strlen(m->text) : 0) +
 		     ((sc & B(F_ASG)) ? m->asg_len : 0) + ((sc & B(F_PCM)) ? m->n_pcm * 2 : 0) +
 		     ((fields_of(m) & B(F_FORCED)) ? (size_t)m->n_forced * 12 : 0) +
+		     ((fields_of(m) & B(F_ARGS)) ? (size_t)m->n_args * 26 : 0) +
 		     (m->type == PROTO_PROBS ? (size_t)m->n_vec * 5 + c.n_vals * (m->f16 ? 2 : 4) +
 						       4 * c.n_ids : 0);
 	b->len = 0;
@@ -762,6 +780,28 @@ static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, 
 		m->n_pcm = v->via.bin.size / 2;
 		return 0;
 	case F_BETA: return get_float(v, "beta", &m->beta, err);
+	case F_ARGS:
+		if (v->type != MSGPACK_OBJECT_MAP || v->via.map.size > PROTO_MAX_ARGS)
+			return pcg_fail(err, "field 'args': not a map of at most %d parameters",
+					PROTO_MAX_ARGS);
+		for (uint32_t i = 0; i < v->via.map.size; i++) {
+			const msgpack_object_kv *kv = &v->via.map.ptr[i];
+			const msgpack_object *x = &kv->val;
+			if (get_str(&kv->key, "args", m->arg_name[i], sizeof m->arg_name[i], err) < 0)
+				return -1;
+			if (x->type == MSGPACK_OBJECT_FLOAT32 || x->type == MSGPACK_OBJECT_FLOAT64)
+				m->arg_val[i] = x->via.f64;
+			else if (x->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+				m->arg_val[i] = (double)x->via.u64;
+			else
+				return pcg_fail(err, "field 'args': '%s' is not a number",
+						m->arg_name[i]);
+			for (uint32_t j = 0; j < i; j++)
+				if (!strcmp(m->arg_name[j], m->arg_name[i]))
+					return pcg_fail(err, "field 'args': '%s' twice", m->arg_name[i]);
+		}
+		m->n_args = (int)v->via.map.size;
+		return 0;
 	case F_MAXTOK:
 		if (get_int(v, "max_tokens", 1, PROTO_MAX_APPEND, &x, err) < 0)
 			return -1;
@@ -894,6 +934,7 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 	m->probs = NULL;
 	m->code[0] = m->msg[0] = m->text[0] = m->policy[0] = '\0';
 	m->n_stats = 0;
+	m->n_args = 0;
 	m->asg = NULL;
 	m->asg_len = 0;
 	m->sparse = 0;

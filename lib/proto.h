@@ -15,7 +15,10 @@
  *   ping:    -> reply "pong" with the server's model summary
  * Requests to the verifier:
  *   synth:   text, policy, beta, n (lookahead), temp, top_k, top_p, seed,
- *            max_tokens, f16, asg (an ASG file image, or empty: the
+ *            max_tokens, f16, args (optional: a map of the policy's
+ *            parameters by name, as lib/policy's table names them, at most
+ *            PROTO_MAX_ARGS: {"epsilon": 0.09, "alpha": 0.3}; absent ones
+ *            take their defaults), asg (an ASG file image, or empty: the
  *            verifier's own), speaker (a phoneme voice's speaker),
  *            viterbi_k (mtp-viterbi's top-k per head), stream, audio
  *            (send the audio back), chunk, left, right (the audio's
@@ -77,6 +80,7 @@
 #define PROTO_MAX_VEC (PROTO_MAX_N * (1 + PROTO_MAX_HEADS)) /* vectors in a probs */
 #define PROTO_MAX_MSG (64u << 20) /* ZMQ_MAXMSGSIZE of every socket */
 #define PROTO_MAX_STATS 32
+#define PROTO_MAX_ARGS 4   /* synth: policy parameters by name */
 
 /* The statistics a synth's "result" carries, by index of its stats array
  * (pcg-protocol(7), STATISTICS): counts, rates and seconds of the session,
@@ -171,6 +175,9 @@ typedef struct proto_msg {
 	char text[16384];
 	char policy[16];
 	float beta;
+	int n_args;            /* synth: the policy's parameters by name (optional field) */
+	char arg_name[PROTO_MAX_ARGS][16];
+	double arg_val[PROTO_MAX_ARGS];
 	int max_tokens;
 	int final;             /* audio: the last tokens of the session */
 	double stats[PROTO_MAX_STATS];

@@ -167,9 +167,31 @@ spec_session *spec_new(const spec_env *env, const proto_msg *req, const asg *gro
 		pcg_fail(err, "policy mtp-viterbi needs a transition matrix (verifier --tm)");
 		goto fail;
 	}
-	if (kind == POLICY_PCG && groups == NULL) {
-		pcg_fail(err, "policy pcg needs an ASG (verifier --asg, or pcg-synth --asg)");
+	const policy_info *pi = policy_info_of(kind);
+	/* lantern's neighbours: a file the request sent (it comes as groups), or
+	 * the verifier's --knn */
+	const asg *nbf = req->asg_len > 0 ? groups : env->knn;
+	if (pi && (pi->needs & POLICY_NEEDS_ASG) && groups == NULL) {
+		pcg_fail(err, "policy %s needs an ASG (verifier --asg, or pcg-synth --asg)", pi->name);
 		goto fail;
+	}
+	if (pi && (pi->needs & POLICY_NEEDS_KNN) && nbf == NULL) {
+		pcg_fail(err, "policy %s needs a neighbour file (asg-build --knn K; verifier --knn, "
+			 "or pcg-synth --asg)", pi->name);
+		goto fail;
+	}
+	policy_params pp = { .kind = (policy_kind)kind, .beta = req->beta,
+			     .groups = pi && (pi->needs & POLICY_NEEDS_ASG) ? groups
+				     : pi && (pi->needs & POLICY_NEEDS_KNN) ? nbf : NULL };
+	for (int i = 0; i < req->n_args; i++) {
+		const int a = pi ? policy_arg_index(kind, req->arg_name[i]) : -1;
+		if (a < 0) {
+			pcg_fail(err, "field 'args': policy %s takes no parameter '%s'",
+				 pi ? pi->name : req->policy, req->arg_name[i]);
+			goto fail;
+		}
+		pp.arg[a] = req->arg_val[i];
+		pp.arg_set |= 1u << a;
 	}
 	if (!s->is_none && (s->L < 1 || s->L + 1 > PROTO_MAX_N)) {
 		pcg_fail(err, "field 'n': lookahead %d not in [1, %d]", s->L, PROTO_MAX_N - 1);
@@ -194,9 +216,7 @@ spec_session *spec_new(const spec_env *env, const proto_msg *req, const asg *gro
 	s->max_tokens = env->voice && s->fc.n_frames < req->max_tokens ? s->fc.n_frames
 									 : req->max_tokens;
 	if (!s->is_none) {
-		policy_params pp = { .kind = (policy_kind)kind, .beta = req->beta,
-				     .groups = kind == POLICY_PCG ? groups : NULL,
-				     .end_token = env->voice ? -1 : s->width - 1 };
+		pp.end_token = env->voice ? -1 : s->width - 1;
 		if ((s->pol = policy_new(&pp, s->width, err)) == NULL)
 			goto fail;
 	}

@@ -23,7 +23,8 @@
 #include "proto.h"
 
 static const char *prog = "pcg-synth";
-static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--lookahead L] [-o FILE|-] "
+static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--policy-args NAME=X,...] "
+			      "[--lookahead L] [-o FILE|-] "
 			      "[--chunk N] [options] TEXT | -\n"
 			      "       pcg-synth --output-dir DIR [options] < LINES";
 
@@ -31,15 +32,17 @@ static const char *url, *policy_name, *out, *curve_key, *curve_server, *asg_path
 static double beta, temp, top_p;
 static int lookahead, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
 static int viterbi_k, chunk, chunk_left, chunk_right, raw, quiet;
-static const char *outdir;
+static const char *outdir, *policy_args;
+static char policy_opt_help[512]; /* from lib/policy's table, at the start of main */
 
 static const pcg_opt opts[] = {
 	{ "verifier", PCG_OPT_STR, &url, NULL, 1, 0, "URL",
 	  "the verifier (default $PCG_VERIFIER, else the one pcg-up started)" },
-	{ "policy", PCG_OPT_STR, &policy_name, "pcg", 1, 0, "NAME",
-	  "sd, ssd, pcg, greedy, none (the target alone), mtp-viterbi, or mtp-sd, mtp-ssd, "
-	  "mtp-pcg, mtp-greedy (the target's MTP heads draft); 'help' describes them" },
+	{ "policy", PCG_OPT_STR, &policy_name, "pcg", 1, 0, "NAME", policy_opt_help },
 	{ "beta", PCG_OPT_FLOAT, &beta, "0.4", 0, 1, "B", "ssd's tolerance" },
+	{ "policy-args", PCG_OPT_STR, &policy_args, NULL, 1, 0, "NAME=X,...",
+	  "the policy's parameters (typical: epsilon, alpha; topk: k; lantern: delta, k); "
+	  "--policy help lists them with their ranges and defaults" },
 	{ "lookahead", PCG_OPT_INT, &lookahead, "3", 1, PROTO_MAX_N - 1, "L",
 	  "tokens drafted per round (mtp-*: the MTP heads used)" },
 	{ "viterbi-k", PCG_OPT_INT, &viterbi_k, "8", 1, 1 << 20, "K",
@@ -270,7 +273,7 @@ static void policy_help(void)
 		printf("  %-12s %s\n  %-12s guarantees %s\n", pi->name, pi->summary, "",
 		       pi->guarantee);
 		for (int i = 0; i < pi->n_args; i++)
-			printf("  %-12s --policy-args %s=X: %g to %g, default %g\n", "",
+			printf("  %-12s --policy-args %s=X: %.10g to %.10g, default %.10g\n", "",
 			       pi->args[i].name, pi->args[i].min, pi->args[i].max, pi->args[i].def);
 		if (pi->needs & POLICY_NEEDS_ASG)
 			printf("  %-12s needs an ASG (asg-build)\n", "");
@@ -540,10 +543,56 @@ static int synth_batch(void *sock, proto_msg *q, proto_msg *r, const char *vurl)
 	return failed ? 1 : 0;
 }
 
+/* --policy-args "name=x,name=x" for the policy called pname (mtp-NAME:
+ * NAME's) into q, checked against lib/policy's table. Returns 0, or -1 with
+ * err. */
+static int parse_policy_args(const char *list, const char *pname, proto_msg *q, pcg_err *err)
+{
+	const int kind = policy_kind_from_name(strncmp(pname, "mtp-", 4) ? pname : pname + 4);
+	const policy_info *pi = policy_info_of(kind);
+	char buf[256], *save = NULL;
+
+	q->n_args = 0;
+	if (list == NULL)
+		return 0;
+	if (pi == NULL)
+		return pcg_fail(err, "--policy-args: --policy %s takes no parameters", pname);
+	if (strlen(list) >= sizeof buf)
+		return pcg_fail(err, "--policy-args: too long");
+	strcpy(buf, list);
+	for (char *it = strtok_r(buf, ",", &save); it; it = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(it, '='), *end;
+		if (eq == NULL)
+			return pcg_fail(err, "--policy-args: '%s': want NAME=X", it);
+		*eq = '\0';
+		const int a = policy_arg_index(kind, it);
+		if (a < 0)
+			return pcg_fail(err, "--policy-args: --policy %s takes no parameter '%s'",
+					pi->name, it);
+		errno = 0;
+		const double v = strtod(eq + 1, &end);
+		const policy_arg_info *ai = &pi->args[a];
+		if (errno || end == eq + 1 || *end || !(v >= ai->min && v <= ai->max) ||
+		    (ai->integer && v != (double)(long long)v))
+			return pcg_fail(err, "--policy-args: %s=%s: want %s from %.10g to %.10g", it,
+					eq + 1, ai->integer ? "a whole number" : "a number", ai->min,
+					ai->max);
+		if (q->n_args == PROTO_MAX_ARGS)
+			return pcg_fail(err, "--policy-args: more than %d", PROTO_MAX_ARGS);
+		snprintf(q->arg_name[q->n_args], sizeof q->arg_name[0], "%s", it);
+		q->arg_val[q->n_args++] = v;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	pcg_err err = { "" };
 	int rc = 1;
+	char names[256];
+	snprintf(policy_opt_help, sizeof policy_opt_help, "%s, none (the target alone), "
+		 "mtp-viterbi, or mtp-NAME (the target's MTP heads draft, NAME verifies); "
+		 "'help' describes them", policy_names(names, sizeof names, ", "));
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 
 	if (first == PCG_OPTS_HELP) {
@@ -553,6 +602,11 @@ int main(int argc, char **argv)
 	if (!strcmp(policy_name, "help")) {
 		policy_help();
 		return 0;
+	}
+	static proto_msg args_msg; /* --policy-args, checked before anything runs */
+	if (first >= 0 && parse_policy_args(policy_args, policy_name, &args_msg, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 2;
 	}
 	const int batch = outdir != NULL;
 	if (first >= 0 && batch && first == argc - 1 && strcmp(argv[first], "-")) {
@@ -622,6 +676,9 @@ int main(int argc, char **argv)
 			snprintf(q->text, sizeof q->text, "%s", text);
 		snprintf(q->policy, sizeof q->policy, "%s", policy_name);
 		q->beta = (float)beta;
+		q->n_args = args_msg.n_args;
+		memcpy(q->arg_name, args_msg.arg_name, sizeof q->arg_name);
+		memcpy(q->arg_val, args_msg.arg_val, sizeof q->arg_val);
 		q->n = lookahead;
 		q->samp = (pcg_sampling){ (float)temp, top_k, (float)top_p };
 		q->seed = (uint64_t)seed;

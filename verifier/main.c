@@ -41,10 +41,11 @@
 #include "voice.h"
 
 static const char *prog = "verifier";
-static const char *SYNOPSIS = "--tokenizer FILE [--asg FILE|-] [--listen URL] [--draft URL] "
+static const char *SYNOPSIS = "--tokenizer FILE [--asg FILE|-] [--knn FILE] [--listen URL] [--draft URL] "
 			      "[--target URL] [--codec URL|none] [--sessions N] [--queue N] [--timeout-ms N] "
 			      "[--tries N] [--ms-per-position N]";
 
+static const char *knn_path;
 static const char *tok_path, *asg_path, *listen_url, *draft_url, *target_url, *codec_url;
 static const char *voice_path, *tm_path;
 static const char *local_dir, *local_draft, *local_layers, *local_device, *curve_key, *curve_allow,
@@ -56,6 +57,9 @@ static const pcg_opt opts[] = {
 	  "the target's tokenizer.json or GGUF file (the speech vocabulary and the prompt)" },
 	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
 	  "ASG file for the pcg policy (- reads standard input)" },
+	{ "knn", PCG_OPT_STR, &knn_path, NULL, 1, 0, "FILE",
+	  "neighbour file for the lantern policy (asg-build --knn K; "
+	  "default with --local: DIR/knn when it exists)" },
 	{ "voice", PCG_OPT_STR, &voice_path, NULL, 1, 0, "FILE",
 	  "a phoneme voice's voice.json: espeak-ng phonemes and forced phoneme tokens "
 	  "(default with --local: DIR/voice.json when it exists)" },
@@ -186,6 +190,7 @@ typedef struct verifier {
 	llasa_vocab voc;
 	spec_env env;
 	asg *groups;          /* --asg */
+	asg *knn;             /* --knn */
 	voice_info *voice;    /* --voice: a phoneme voice, else NULL */
 	tm *tm;               /* --tm, for mtp-viterbi */
 	void *ctx;
@@ -944,6 +949,16 @@ int main(int argc, char **argv)
 	}
 	if (tm_path == NULL)
 		tm_path = beside_local(local_tm, sizeof local_tm, "tm");
+	static char local_knn[4200];
+	if (knn_path == NULL)
+		knn_path = beside_local(local_knn, sizeof local_knn, "knn");
+	if (knn_path && (v.knn = asg_open(knn_path, &err)) == NULL)
+		goto fail;
+	if (v.knn && asg_get(v.knn)->n > (uint32_t)v.voc.speech_count) {
+		pcg_fail(&err, "%s: covers %u tokens, the vocabulary has %d speech tokens", knn_path,
+			 asg_get(v.knn)->n, v.voc.speech_count);
+		goto fail;
+	}
 	if (tm_path && (v.tm = tm_open(tm_path, &err)) == NULL)
 		goto fail;
 	if (voice_path) {
@@ -967,7 +982,7 @@ int main(int argc, char **argv)
 			 asg_get(v.groups)->n, v.voc.speech_count);
 		goto fail;
 	}
-	v.env = (spec_env){ .tok = v.tok, .voc = &v.voc, .voice = v.voice, .tm = v.tm,
+	v.env = (spec_env){ .tok = v.tok, .voc = &v.voc, .voice = v.voice, .tm = v.tm, .knn = v.knn,
 			    .unk_phone = v.voice ? tok_token_id(v.tok, "<|p__|>", 7) : 0,
 			    .unk_next = v.voice ? tok_token_id(v.tok, "<|n__|>", 7) : 0 };
 	atomic_init(&v.next_session, ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid());
@@ -1078,6 +1093,7 @@ out:
 	if (ctx)
 		zmq_ctx_term(ctx);
 	asg_close(&v.groups);
+	asg_close(&v.knn);
 	tm_close(&v.tm);
 	tok_free(&v.tok);
 	return rc;
