@@ -98,7 +98,7 @@ fi
 # policies.
 expect 0 "pcg-synth --policy help" pcg-synth --policy help
 n=0
-for p in $(awk 'NR > 1 && $1 !~ /^(none|mtp-)/ { print $1 }' out); do
+for p in $(awk 'NR > 1 && /^  [^ ]/ && $1 !~ /^(none|mtp-)/ { print $1 }' out); do
 	n=$((n + 1))
 	for page in pcg-synth.1 pcg-sim.1 verifier.8; do
 		grep -q -- "$p" "$PCG_ROOT/man/$page" || bad "man/$page does not list the policy $p"

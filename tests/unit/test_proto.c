@@ -51,6 +51,17 @@ static int roundtrip(const proto_msg *m, proto_msg *out, pcg_err *err)
 	return rc;
 }
 
+static void bad(const char *what, const void *buf, size_t len, const char *want)
+{
+	pcg_err err = { "" };
+	proto_msg *o = calloc(1, sizeof *o);
+	int rc = proto_parse(buf, len, o, &err);
+
+	CHECKF(rc == -1 && strstr(err.msg, want) != NULL, "%s: rc %d, '%s' lacks '%s'", what, rc,
+	       err.msg, want);
+	free(o);
+}
+
 static void test_roundtrip(void)
 {
 	pcg_err err = { "" };
@@ -121,6 +132,28 @@ static void test_roundtrip(void)
 	      !strcmp(o->policy, "pcg") && o->beta == 0.4f && o->n == 3 && o->max_tokens == 500 &&
 	      o->stream && o->audio && o->chunk == 10 && o->left == 20 && o->right == 4 &&
 	      o->seed == 7 && o->samp.top_k == 50);
+	/* the policy's parameters by name (optional: absent above) */
+	CHECK(o->n_args == 0);
+	s->n_args = 2;
+	snprintf(s->arg_name[0], sizeof s->arg_name[0], "epsilon");
+	s->arg_val[0] = 0.09;
+	snprintf(s->arg_name[1], sizeof s->arg_name[1], "k");
+	s->arg_val[1] = 50;
+	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
+	CHECK(o->n_args == 2 && !strcmp(o->arg_name[0], "epsilon") && o->arg_val[0] == 0.09 &&
+	      !strcmp(o->arg_name[1], "k") && o->arg_val[1] == 50);
+	{
+		/* a repeated name, a non-number and too many are refused by name */
+		void *buf;
+		size_t len;
+		snprintf(s->arg_name[1], sizeof s->arg_name[1], "epsilon");
+		CHECK(proto_pack(s, &buf, &len, &err) == 0);
+		bad("args: a name twice", buf, len, "'epsilon' twice");
+		free(buf);
+		s->n_args = PROTO_MAX_ARGS + 1;
+		CHECK(proto_pack(s, &buf, &len, &err) < 0 && strstr(err.msg, "policy arguments"));
+	}
+	s->n_args = 0;
 	s->type = PROTO_RESULT;
 	s->n_append = 2;
 	s->append[0] = 5;
@@ -281,16 +314,6 @@ static void test_sparse(void)
 }
 
 /* A raw message must fail with err containing want. */
-static void bad(const char *what, const void *buf, size_t len, const char *want)
-{
-	pcg_err err = { "" };
-	proto_msg *o = calloc(1, sizeof *o);
-	int rc = proto_parse(buf, len, o, &err);
-
-	CHECKF(rc == -1 && strstr(err.msg, want) != NULL, "%s: rc %d, '%s' lacks '%s'", what, rc,
-	       err.msg, want);
-	free(o);
-}
 
 static void test_hostile(void)
 {
