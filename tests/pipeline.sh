@@ -14,9 +14,10 @@ trap cleanup EXIT
 
 pcg-mkmodel --out tiny --std 0.3 --seed 2 >/dev/null || exit 1
 asg-build --model tiny --theta 0.3 --quiet -o tiny.asg || exit 1
-pcg-up --target tiny --draft-layers 0 --asg tiny.asg >up.log 2>&1 || { cat up.log; exit 1; }
+asg-build --model tiny --knn 4 --quiet -o tiny.knn || exit 1
+pcg-up --target tiny --draft-layers 0 --asg tiny.asg --knn tiny.knn >up.log 2>&1 || { cat up.log; exit 1; }
 ok "pcg-up: $(tail -n 2 up.log | head -n 1)"
-for pol in none sd ssd pcg greedy; do
+for pol in none sd ssd pcg greedy typical topk lantern; do
 	if pcg-synth --policy $pol --max-tokens 40 --tokens "A short test." >"ipc.$pol" 2>"err.$pol"; then
 		n=$(tail -n 1 "ipc.$pol" | wc -w)
 		[ "$n" -ge 1 ] && [ "$n" -le 40 ] && ok "$pol: $n tokens" || bad "$pol: $n tokens"
@@ -32,6 +33,14 @@ pcg-synth --policy pcg --max-tokens 40 --seed 99 --tokens "A short test." >seed9
 [ "$(tail -n 1 ipc.pcg)" != "$(tail -n 1 seed99.pcg)" ] && ok "another seed, other tokens" || bad "seed ignored"
 pcg-synth --policy pcg --f16 --max-tokens 40 --tokens "A short test." >f16.pcg && ok "f16 distributions" || bad "f16"
 pcg-synth --policy bogus "x" 2>err; [ $? -eq 1 ] && grep -q "policy" err && ok "unknown policy: error" || bad "unknown policy"
+# A policy's parameters travel by name: another setting, other acceptance; the
+# verifier refuses what the rule does not take.
+pcg-synth --policy lantern --policy-args delta=0 --max-tokens 40 --tokens "A short test." >l0 2>el0 &&
+pcg-synth --policy lantern --policy-args delta=0.5,k=4 --max-tokens 40 --tokens "A short test." >l5 2>el5 &&
+	[ "$(sed -n 's/.*acceptance rate \([0-9.]*\).*/\1/p' el0)" != "$(sed -n 's/.*acceptance rate \([0-9.]*\).*/\1/p' el5)" ] &&
+	ok "lantern --policy-args delta: another acceptance" || bad "lantern args: $(cat el0 el5)"
+pcg-synth --policy topk --policy-args delta=0.5 "x" 2>err; [ $? -eq 2 ] && grep -q "takes no parameter 'delta'" err &&
+	ok "a parameter the policy does not take: usage error" || bad "topk delta: $(cat err)"
 pcg-down >down.log 2>&1
 ls rt/*.sock rt/*.pid >/dev/null 2>&1 && bad "sockets or PID files left" || ok "pcg-down cleaned up"
 

@@ -707,9 +707,26 @@ static void test_edges(rig *g, route *to)
 	bad_request(g, "sd", 0, NULL, "'n'");
 	bad_request(g, "sd", PROTO_MAX_N, NULL, "'n'");
 	bad_request(g, "pcg", -1, g->groups, "'n'");
-	proto_msg *req = synth("sd", 5, 10);
+	bad_request(g, "lantern", LOOKAHEAD, g->groups, "needs a neighbour file");
+	proto_msg *req = synth("topk", 1, 10);
+	/* the policy's parameters by name: one it does not take, one out of range */
+	req->n_args = 1;
+	snprintf(req->arg_name[0], sizeof req->arg_name[0], "delta");
+	req->arg_val[0] = 0.1;
+	spec_session *s = spec_new(&g->env, req, NULL, 900, &err);
+	CHECKF(s == NULL && strstr(err.msg, "takes no parameter 'delta'"), "%s", err.msg);
+	snprintf(req->arg_name[0], sizeof req->arg_name[0], "k");
+	req->arg_val[0] = 0;
+	s = spec_new(&g->env, req, NULL, 900, &err);
+	CHECKF(s == NULL && strstr(err.msg, "k = 0"), "%s", err.msg);
+	req->arg_val[0] = 5;
+	s = spec_new(&g->env, req, NULL, 900, &err);
+	CHECKF(s != NULL, "topk k 5: %s", err.msg);
+	spec_free(&s);
+	free(req);
+	req = synth("sd", 5, 10);
 	req->n = PROTO_MAX_N - 1; /* the largest lookahead is fine */
-	spec_session *s = spec_new(&g->env, req, NULL, 901, &err);
+	s = spec_new(&g->env, req, NULL, 901, &err);
 	CHECKF(s != NULL, "lookahead %d: %s", PROTO_MAX_N - 1, err.msg);
 	spec_free(&s);
 	free(req);
