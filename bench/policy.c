@@ -1,4 +1,4 @@
-/* bench/policy.c: time per verification round of the sd and pcg policies at
+/* bench/policy.c: time per verification round of every policy at
  * V = 65,537 (65,536 speech tokens and the end token), lookahead L = 3,
  * with peaked distributions: q puts 0.5 on one token, 0.3 on the rest of an
  * ASG group holding it and 0.2 spread over the vocabulary; p does the same
@@ -6,7 +6,9 @@
  * often wrong about the token: the case PCG is for). Rounds cycle over a
  * pool of precomputed distributions; x is drawn from p outside the timing.
  * Prints mean and 99th percentile microseconds per round, tokens emitted per
- * round and the pcg/sd time ratio, both policies measured in one run.
+ * round and each policy's time over sd's, all measured in one run. lantern
+ * takes a neighbour file of 8 neighbours per token (the 4 ids on each side,
+ * the shape asg-build --knn 8 writes) with its defaults (delta 0.1).
  * Usage: bench-policy [--asg FILE] [--rounds N] [--seed S] [--max-trials N]
  *   without --asg: a synthetic ASG of windows of 24 tokens overlapping by 12
  */
@@ -44,6 +46,27 @@ static double now(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A neighbour file: group t is t and the 4 ids on each side. */
+static asg *neighbours(pcg_err *err)
+{
+	uint64_t *start = malloc(((size_t)NSPEECH + 1) * sizeof *start);
+	uint32_t *mem = malloc((size_t)NSPEECH * 9 * sizeof *mem);
+	asg *a;
+
+	start[0] = 0;
+	for (int t = 0; t < NSPEECH; t++) {
+		int m = 0;
+		for (int j = t - 4; j <= t + 4; j++)
+			if (j >= 0 && j < NSPEECH)
+				mem[start[t] + m++] = (uint32_t)j;
+		start[t + 1] = start[t] + m;
+	}
+	a = asg_from_groups(NSPEECH, NSPEECH, start, mem, NULL, 0, 0, 9, err);
+	free(start);
+	free(mem);
+	return a;
 }
 
 static asg *synthetic(pcg_err *err)
@@ -95,8 +118,7 @@ int main(int argc, char **argv)
 	pcg_err err = { "" };
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 	static float *P[POOL][L], *Q[POOL][L + 1];
-	const policy_kind kinds[2] = { POLICY_SD, POLICY_PCG };
-	double mean_us[2];
+	double mean_us[POLICY_N_KINDS];
 	const asg_view *g;
 	asg *a;
 	pcg_rng r;
@@ -107,7 +129,8 @@ int main(int argc, char **argv)
 		return first == PCG_OPTS_HELP ? 0 : 2;
 	}
 	a = asg_path ? asg_open(asg_path, &err) : synthetic(&err);
-	if (a == NULL) {
+	asg *knn = a ? neighbours(&err) : NULL;
+	if (knn == NULL) {
 		fprintf(stderr, "bench-policy: %s\n", err.msg);
 		return 1;
 	}
@@ -134,8 +157,11 @@ int main(int argc, char **argv)
 		}
 	printf("policy: V %d, L %d, %d rounds, ASG %s: n %u, M %u, mean |G| %.1f\n", V, L, rounds,
 	       asg_path ? asg_path : "synthetic windows", g->n, g->M, (double)g->nnz / g->M);
-	for (int kk = 0; kk < 2; kk++) {
-		policy_params pp = { .kind = kinds[kk], .groups = kinds[kk] == POLICY_PCG ? a : NULL,
+	for (int kk = 0; kk < POLICY_N_KINDS; kk++) {
+		const unsigned needs = policy_info_of(kk)->needs;
+		policy_params pp = { .kind = (policy_kind)kk,
+				     .groups = needs & POLICY_NEEDS_ASG ? a
+					     : needs & POLICY_NEEDS_KNN ? knn : NULL,
 				     .max_trials = max_trials, .end_token = NSPEECH };
 		policy *pl = policy_new(&pp, V, &err);
 		double *t = malloc((size_t)rounds * sizeof *t), sum = 0.0;
@@ -164,18 +190,21 @@ int main(int argc, char **argv)
 		}
 		qsort(t, rounds, sizeof *t, cmp_d);
 		mean_us[kk] = 1e6 * sum / rounds;
-		printf("%-4s %8.1f us/round mean, %8.1f p99, %8.1f max; %.3f tokens/round, "
-		       "rejections %.3f/round", policy_kind_name(kinds[kk]), mean_us[kk],
+		printf("%-8s %8.1f us/round mean, %8.1f p99, %8.1f max; %.3f tokens/round, "
+		       "rejections %.3f/round", policy_kind_name((policy_kind)kk), mean_us[kk],
 		       1e6 * t[(int)(0.99 * (rounds - 1))], 1e6 * t[rounds - 1],
 		       (double)emitted / rounds, (double)rejects / rounds);
-		if (kinds[kk] == POLICY_PCG)
+		if (kk == POLICY_PCG)
 			printf(", %.2f trials/rejection, %ld exact", rejects ? (double)trials / rejects : 0.0,
 			       exact);
 		printf("\n");
 		free(t);
 		policy_free(&pl);
 	}
-	printf("pcg/sd time ratio %.2f\n", mean_us[1] / mean_us[0]);
+	for (int kk = 1; kk < POLICY_N_KINDS; kk++)
+		printf("%s/sd time ratio %.2f\n", policy_kind_name((policy_kind)kk),
+		       mean_us[kk] / mean_us[POLICY_SD]);
 	asg_close(&a);
+	asg_close(&knn);
 	return 0;
 }

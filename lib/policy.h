@@ -41,7 +41,7 @@
  *        neighbourhoods N(x) (asg-build --knn: each token's K nearest in the
  *        target's embedding space): mass is moved onto a token x with
  *        p(x) > q(x) from its neighbours y with q(y) > p(y), at most k of
- *        them, until x's deficit is filled, a total of delta is moved over
+ *        them (tokens with p > 1e-4 only), until x's deficit is filled, a total of delta is moved over
  *        all tokens, or none is left; the result q' is a distribution with
  *        TV(q', q) <= delta (the paper's bound), and the round is sd against
  *        q': accept min(1, q'(x) / p(x)), residual norm([q' - p]+). The

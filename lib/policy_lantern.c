@@ -9,8 +9,9 @@
  * variation. Spent per draft token, that budget does not bound the output:
  * on the distributions of tests/unit/test_policy_rules.c the output's TV
  * from q reached 2.6 delta. Here the budget is spent once per position.
- * q' starts as q; each token t with
- * p(t) > q'(t), in id order, takes mass from its neighbours y (the members
+ * q' starts as q; each token t with p(t) > q'(t) and p(t) > 1e-4 (a draft
+ * token below that is too rare to matter; the cut bounds the work by
+ * 10,000 tokens), in id order, takes mass from its neighbours y (the members
  * of group t of a neighbour file, asg-build --knn, most weight first, at
  * most k) that have q'(y) > p(y), never more than that excess, until t's
  * deficit is filled or delta has been moved in all. Then q' is a
@@ -21,8 +22,8 @@
  * sum_x min(p(x), q'(x)) = sum min(p, q) + (mass moved).
  *
  * Cost: nothing beyond sd when q(x) >= p(x) (x then keeps its ratio 1);
- * otherwise one pass over V to copy q and one over the deficit tokens and
- * their at most k neighbours. Defaults: delta 0.1 and k 1000 (the paper's
+ * otherwise one pass over V to copy q and one over the deficit tokens
+ * (at most 10,000) and their at most k neighbours. Defaults: delta 0.1 and k 1000 (the paper's
  * code's lantern_delta and lantern_k; k is capped by the file's K).
  */
 #include "policy_rule.h"
@@ -34,6 +35,7 @@
 
 #define DELTA 0
 #define K 1
+#define MIN_P 1e-4f /* deficit tokens below it take nothing */
 
 typedef struct lantern_state {
 	uint32_t n;          /* tokens with neighbours */
@@ -127,6 +129,8 @@ static void relax(policy *pl, const float *p, const float *q)
 
 	memcpy(qp, q, (size_t)pl->V * sizeof *qp);
 	for (uint32_t t = 0; t < st->n && budget > 0.0; t++) {
+		if (!(p[t] > MIN_P) || !(p[t] > qp[t]))
+			continue;
 		double need = (double)p[t] - qp[t];
 		for (uint64_t j = st->start[t]; j < st->start[t + 1] && need > 0.0 && budget > 0.0; j++) {
 			const uint32_t y = st->nb[j];

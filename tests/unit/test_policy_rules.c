@@ -239,6 +239,8 @@ static double relaxed(const asg *g, const float *p, const float *q, double delta
 		qp[t] = q[t];
 	for (int t = 0; t < V; t++) {
 		int nb[V], m = neighbours(g, t, nb);
+		if (!(p[t] > 1e-4f)) /* too rare to take anything */
+			continue;
 		for (int i = 0; i < m; i++) {
 			double give = fmin(fmin(qp[nb[i]] - p[nb[i]], p[t] - qp[t]), delta - moved);
 			if (give > 0.0) {
