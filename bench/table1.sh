@@ -1,8 +1,10 @@
 #!/bin/sh
 # bench/table1.sh: the PCG paper's Table 1 in miniature on the demo voice
 # (models/demo), through the four-process pipeline, in one run: the draft
-# alone, the target alone (autoregressive), sd, ssd (beta 0.2, 0.4) and pcg
-# (three theta values, and one with a top-k cut of the groups), on held-out
+# alone, the target alone (autoregressive), sd, ssd (beta 0.2, 0.4), pcg
+# (three theta values, and one with a top-k cut of the groups), typical
+# (Medusa's defaults and epsilon 0.3 alpha 0.5), topk (k 50, Llasa+'s, and
+# 10) and lantern (delta 0.1 and 0.3, k 1000 capped by the file's 8), on held-out
 # sentences (bench/table1-sentences.tsv: id, speaker, text; none of them was
 # trained on) x seeds, temperature 0.8, top-k 50, lookahead 3. Speed is
 # wall-clock speech tokens/s against the target alone in the same run;
@@ -123,6 +125,16 @@ if [ "$methods" != 0 ]; then
 		run "pcg-$th" pcg --asg "$work/asg/$th"
 	done
 	run pcg-0.4-k4 pcg --asg "$work/asg/0.4-k4"
+	# The other published rules, at their papers' defaults and one more
+	# setting each (lantern's neighbours: the voice's knn, asg-build --knn).
+	run typical typical
+	run typical-0.3-0.5 typical --policy-args epsilon=0.3,alpha=0.5
+	run topk-50 topk
+	run topk-10 topk --policy-args k=10
+	if [ -f "$m/knn" ]; then
+		run lantern-0.1 lantern
+		run lantern-0.3 lantern --policy-args delta=0.3
+	fi
 fi
 # The MTP paper's Table II: n heads, top-k, Viterbi; and the heads
 # verified by sd and pcg (exact).
@@ -285,7 +297,7 @@ set terminal pngcairo size 900,600
 set output "$work/table1.png"
 set xlabel "speedup over the target alone (wall clock)"
 set ylabel "corpus WER (Whisper base)"
-set title "Demo voice: speed against intelligibility (pcg theta and ssd beta sweeps)"
+set title "Demo voice: speed against intelligibility, every acceptance rule"
 set key off
 set grid
 plot "$work/curve.dat" using 2:3 with points pt 7 ps 1.5, \
