@@ -4,8 +4,11 @@
 #ifndef PCG_CHECK_H
 #define PCG_CHECK_H
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static int check_failures;
 static int check_count;
@@ -36,11 +39,42 @@ static inline int check_done(const char *name)
 	return check_failures ? 1 : 0;
 }
 
-/* Directory for the test's files (tests/run sets TEST_TMP). */
+/* Directory for the test's files: TEST_TMP (tests/run sets it and removes
+ * it), else a fresh directory of its own under TMPDIR that is removed, with
+ * what the test left in it, when the test exits. */
+static char check_own_tmp[200]; /* short: the tests join names to it in small buffers */
+static pid_t check_own_pid; /* a forked child leaves it to its parent */
+
+static inline int check_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static inline void check_rm_tmp(void)
+{
+	if (getpid() == check_own_pid)
+		nftw(check_own_tmp, check_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static inline const char *check_tmpdir(void)
 {
 	const char *d = getenv("TEST_TMP");
-	return d && *d ? d : "/tmp";
+	if (d && *d)
+		return d;
+	if (!check_own_tmp[0]) {
+		const char *t = getenv("TMPDIR");
+		snprintf(check_own_tmp, sizeof check_own_tmp, "%s/pcg-test.XXXXXX", t && *t ? t : "/tmp");
+		if (mkdtemp(check_own_tmp) == NULL) {
+			perror(check_own_tmp);
+			exit(2);
+		}
+		check_own_pid = getpid();
+		atexit(check_rm_tmp);
+	}
+	return check_own_tmp;
 }
 
 #endif

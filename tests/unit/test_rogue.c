@@ -1,7 +1,8 @@
 /* test_rogue.c: a rogue client sends malformed, truncated, oversized and
  * mis-framed messages to targetd while a good client is served: every good
  * request gets its right answer, the server counts and drops what it cannot
- * read, and its memory stays flat (RSS after 3000 bad messages within 16 MB
+ * read (its count of dropped messages, from its log, is at least the number
+ * of misframed messages sent), and its memory stays flat (RSS after 3000 bad messages within 16 MB
  * of RSS before them). Bounded: a few seconds. */
 #include <signal.h>
 #include <stdio.h>
@@ -43,15 +44,17 @@ static int good_round(pcg_client *c, proto_msg *q, proto_msg *r, int i)
 
 int main(void)
 {
-	char url[512];
+	char url[512], logpath[512];
 	pcg_err err;
 
 	if (access("bin/targetd", X_OK) != 0)
 		SKIP("bin/targetd not built");
 	snprintf(url, sizeof url, "ipc://%s/rogue.sock", check_tmpdir());
+	snprintf(logpath, sizeof logpath, "%s/targetd.log", check_tmpdir());
 	pid_t pid = fork();
 	if (pid == 0) {
-		freopen("/dev/null", "w", stderr);
+		if (freopen(logpath, "w", stderr) == NULL)
+			_exit(126);
 		execl("bin/targetd", "targetd", "--model", MODEL, "--listen", url, "--threads", "1",
 		      (char *)NULL);
 		_exit(127);
@@ -81,7 +84,7 @@ int main(void)
 	q->type = PROTO_SCORE;
 	proto_pack(q, &valid, &vlen, &err);
 	unsigned char *buf = malloc(vlen + 64);
-	int good_ok = 0, good_n = 0;
+	int good_ok = 0, good_n = 0, misframed = 0;
 	for (int i = 0; i < 3000; i++) {
 		seed = seed * 1103515245u + 12345u;
 		switch (seed % 6) {
@@ -99,6 +102,7 @@ int main(void)
 			zmq_send(rogue, "\xdf\x0f\xff\xff\xff\x00", 6, ZMQ_DONTWAIT);
 			break;
 		case 3: /* too many frames */
+			misframed++;
 			for (int k = 0; k < 6; k++)
 				zmq_send(rogue, "x", 1, (k < 5 ? ZMQ_SNDMORE : 0) | ZMQ_DONTWAIT);
 			break;
@@ -151,6 +155,27 @@ int main(void)
 	int st = 0;
 	waitpid(pid, &st, 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* The server counted what it dropped and what it answered with an
+	 * error: its last log line says so. */
+	unsigned long n_served = 0, n_errors = 0, n_dropped = 0;
+	char line[512];
+	int found = 0;
+	FILE *lf = fopen(logpath, "r");
+	while (lf && fgets(line, sizeof line, lf)) {
+		const char *at = strstr(line, "stopping: ");
+		if (at && sscanf(at, "stopping: %lu served, %lu errors, %lu dropped", &n_served,
+				 &n_errors, &n_dropped) == 3)
+			found = 1;
+	}
+	if (lf)
+		fclose(lf);
+	printf("targetd counted %lu served, %lu errors, %lu dropped (%d misframed sent)\n",
+	       n_served, n_errors, n_dropped, misframed);
+	CHECKF(found, "no 'stopping: ... dropped' line in %s", logpath);
+	CHECKF(n_dropped >= (unsigned long)misframed, "dropped %lu < %d misframed messages sent",
+	       n_dropped, misframed);
+	CHECKF(n_errors > 0 && n_served >= (unsigned long)good_n, "errors %lu, served %lu",
+	       n_errors, n_served);
 	free(valid);
 	free(buf);
 	free(q);
