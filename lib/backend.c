@@ -211,10 +211,14 @@ static int cpu_probs(pcg_backend *be, float *p, const float *logits, int rows, i
 	return 0;
 }
 
+/* By name: several ops share a signature (upload/download, add/swiglu),
+ * so an order slip would compile and swap them. */
 static const pcg_backend_ops cpu_ops = {
-	cpu_alloc, cpu_free, cpu_grow, cpu_copy, cpu_copy,
-	cpu_embed, cpu_rmsnorm, cpu_matmul, cpu_matmul_rows, cpu_rope, cpu_attention, cpu_add,
-	cpu_swiglu, cpu_probs,
+	.alloc = cpu_alloc, .free = cpu_free, .grow = cpu_grow,
+	.upload = cpu_copy, .download = cpu_copy,
+	.embed = cpu_embed, .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul,
+	.matmul_rows = cpu_matmul_rows, .rope = cpu_rope, .attention = cpu_attention,
+	.add = cpu_add, .swiglu = cpu_swiglu, .probs = cpu_probs,
 };
 
 static pcg_backend cpu_backend = { &cpu_ops, PCG_DEVICE_CPU, 1, NULL };

@@ -532,10 +532,14 @@ static int cu_probs(pcg_backend *be, float *p, const float *logits, int rows, in
 
 /* ------------------------------------------------------------------ open */
 
+/* By name (C++20 designated initializers, in declaration order): several
+ * ops share a signature, so an order slip would compile and swap them. */
 static const pcg_backend_ops cuda_ops = {
-	cu_alloc, cu_free, cu_grow, cu_upload, cu_download,
-	cu_embed, cu_rmsnorm, cu_matmul, cu_matmul_rows, cu_rope, cu_attention, cu_add,
-	cu_swiglu, cu_probs,
+	.alloc = cu_alloc, .free = cu_free, .grow = cu_grow,
+	.upload = cu_upload, .download = cu_download,
+	.embed = cu_embed, .rmsnorm = cu_rmsnorm, .matmul = cu_matmul,
+	.matmul_rows = cu_matmul_rows, .rope = cu_rope, .attention = cu_attention,
+	.add = cu_add, .swiglu = cu_swiglu, .probs = cu_probs,
 };
 
 static int open_ctx(cuda_ctx *c, int device, pcg_err *err)
