@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "clock.h"
 #include "asg.h"
 #include "device.h"
 #include "llasa.h"
@@ -54,13 +55,6 @@ static const pcg_opt opts[] = {
 	{ NULL },
 };
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Progress: a line every 5 s once the run has taken 5 s, so small runs
  * stay quiet. Work is counted in row pairs; it is shown as rows done. */
 typedef struct progress {
@@ -71,7 +65,7 @@ typedef struct progress {
 static void on_progress(void *ctx, double done, double total)
 {
 	progress *p = ctx;
-	double t = now(), el = t - p->start, rows = p->n * (done / total);
+	double t = pcg_now(), el = t - p->start, rows = p->n * (done / total);
 
 	if (quiet || t - p->last < 5.0 || done <= 0 || done >= total)
 		return;
@@ -198,7 +192,7 @@ int main(int argc, char **argv)
 	/* Before the rows are read: a missing GPU should not cost the load. */
 	if (pcg_device_check(device, &err) < 0)
 		goto fail;
-	pr.start = pr.last = now();
+	pr.start = pr.last = pcg_now();
 	if (model_dir && !rows_s && speech_rows(model_dir, &a, &b, &err) < 0) {
 		fprintf(stderr, "%s: %s (give --rows A:B for a model without LLaSA's speech tokens)\n",
 			prog, err.msg);
@@ -235,7 +229,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: rows\t%ld:%ld of %s, %d columns\n", prog, a, b,
 			model_dir ? model_dir : emb_path, d);
 		fprintf(stderr, "%s: device\t%s\n", prog, pcg_device_name(device, dev, sizeof dev));
-		fprintf(stderr, "%s: seconds\t%.1f\n", prog, now() - pr.start);
+		fprintf(stderr, "%s: seconds\t%.1f\n", prog, pcg_now() - pr.start);
 		fprintf(stderr, "%s: peak_rss_mb\t%.0f\n", prog, ru.ru_maxrss / 1024.0);
 	}
 	rc = 0;

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "matmul.h"
 #include "opts.h"
 #include "safetensors.h"
@@ -37,13 +38,6 @@ static const pcg_opt opts[] = {
 	  "also chunked decoding vs whole, for several chunk sizes" },
 	{ NULL },
 };
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* CPU seconds of all threads of this process. */
 static double cpu_seconds(void)
@@ -179,7 +173,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		snprintf(path, sizeof path, "%s/model.safetensors", dir);
-		double t0 = now();
+		double t0 = pcg_now();
 		pid_t pid = fork();
 		if (pid == 0) {
 			write_random(path);
@@ -189,17 +183,17 @@ int main(int argc, char **argv)
 		waitpid(pid, &status, 0);
 		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 			return 1;
-		printf("random full-size weights written in %.1f s\n", now() - t0);
+		printf("random full-size weights written in %.1f s\n", pcg_now() - t0);
 		weights = dir;
 	}
 	pcg_set_threads(threads);
 	xc2_config cfg;
 	xc2_config_default(&cfg);
-	double t0 = now();
+	double t0 = pcg_now();
 	xc2_model *m = xc2_open(weights, &cfg, &err);
 	if (m == NULL)
 		die("open", &err);
-	printf("opened in %.3f s (%.0f MB mapped); %d threads, %s kernels\n", now() - t0,
+	printf("opened in %.3f s (%.0f MB mapped); %d threads, %s kernels\n", pcg_now() - t0,
 	       xc2_mapped_bytes(m) / 1e6, pcg_get_threads(), pcg_matmul_isa());
 
 	static const int seconds[] = { 5, 30 };
@@ -219,10 +213,10 @@ int main(int argc, char **argv)
 		double best = INFINITY, best_cpu = INFINITY;
 		for (int k = 0; k < reps; k++) {
 			double c0 = cpu_seconds();
-			t0 = now();
+			t0 = pcg_now();
 			if (xc2_decode(m, codes, T, wav, &err) < 0)
 				die("decode", &err);
-			double dt = now() - t0, dc = cpu_seconds() - c0;
+			double dt = pcg_now() - t0, dc = cpu_seconds() - c0;
 			best = dt < best ? dt : best;
 			best_cpu = dc < best_cpu ? dc : best_cpu;
 		}
@@ -258,11 +252,11 @@ int main(int argc, char **argv)
 				for (int c = 0; c < 3; c++) {
 					if (c > 0 && b != 2)
 						continue; /* lookahead only with the default context */
-					t0 = now();
+					t0 = pcg_now();
 					if (xc2_decode_chunked(m, codes, T, chunks[a], lefts[b], rights[c], ch,
 							       &err) < 0)
 						die("chunked", &err);
-					double dt = now() - t0;
+					double dt = pcg_now() - t0;
 					printf("  %5d  %7d  %9d  %5.1f  %8.0f\n", chunks[a], lefts[b],
 					       rights[c], snr_db(whole, ch, n),
 					       dt * 1e3 / ((T + chunks[a] - 1) / chunks[a]));

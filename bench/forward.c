@@ -20,6 +20,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "clock.h"
 #include "matmul.h"
 #include "model.h"
 #include "qmatmul.h"
@@ -51,13 +52,6 @@ static const pcg_opt opts[] = {
 	  "positions per sequence and step with --batch" },
 	{ NULL },
 };
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* The CPU's model name, for the record of every benchmark row. */
 static const char *cpu_name(void)
@@ -91,13 +85,13 @@ static double decode(llama_model *m, llama_kv *kv, const llama_rows *rows, float
 	double t;
 
 	llama_kv_truncate(kv, ctx, &err);
-	t = now();
+	t = pcg_now();
 	for (int i = 0; i < steps; i++) {
 		if (llama_forward(m, kv, &tok, 1, 1, rows, logits, &err) < 0)
 			die("decode", &err);
 		tok = (tok * 7 + 13) % 1000;
 	}
-	return (now() - t) / steps;
+	return (pcg_now() - t) / steps;
 }
 
 /* Seconds per forward of n positions at the context, best of reps. */
@@ -110,10 +104,10 @@ static double blockf(llama_model *m, llama_kv *kv, int n, const llama_rows *rows
 
 	for (int r = 0; r < reps; r++) {
 		llama_kv_truncate(kv, ctx, &err);
-		double t = now();
+		double t = pcg_now();
 		if (llama_forward(m, kv, toks, n, n, rows, logits, &err) < 0)
 			die("block", &err);
-		t = now() - t;
+		t = pcg_now() - t;
 		best = t < best ? t : best;
 	}
 	return best;
@@ -149,7 +143,7 @@ static void decode_batch(llama_model *m, llama_kv **kv, int B, const llama_rows 
 	}
 	for (int s = 0; s < steps; s++) {
 		for (int way = 0; way < 2; way++) {
-			double t0 = now();
+			double t0 = pcg_now();
 			if (way == 1) {
 				if (llama_forward_batch(m, seqs, B, rows, NULL, &err) < 0)
 					die("batch", &err);
@@ -159,7 +153,7 @@ static void decode_batch(llama_model *m, llama_kv **kv, int B, const llama_rows 
 							  rows, seqs[b].out, &err) < 0)
 						die("decode", &err);
 			}
-			dt[way * steps + s] = now() - t0;
+			dt[way * steps + s] = pcg_now() - t0;
 			for (int b = 0; b < B; b++)
 				for (int i = 0; i < batch_block; i++)
 					toks[b][i] = (toks[b][i] * 7 + 13) % 1000;
@@ -221,7 +215,7 @@ int main(int argc, char **argv)
 		return first == PCG_OPTS_HELP ? 0 : 2;
 	}
 	pcg_set_threads(threads);
-	double t0 = now();
+	double t0 = pcg_now();
 	llama_open_opts oo = { .device = device };
 	if (layers_s && pcg_parse_ids(layers_s, (int **)&oo.layers, &oo.n_layers) < 0) {
 		fprintf(stderr, "bench-forward: --layers: '%s' is not a list of layer numbers\n",
@@ -232,7 +226,7 @@ int main(int argc, char **argv)
 	if (m == NULL)
 		die("load", &err);
 	const llama_config *c = llama_get_config(m);
-	double t_load = now() - t0;
+	double t_load = pcg_now() - t0;
 	int sb = speech_begin >= 0 ? speech_begin : c->vocab - 65536;
 	int se = speech_end >= 0 ? speech_end : c->vocab;
 	if (sb < 3)
@@ -261,10 +255,10 @@ int main(int argc, char **argv)
 		free((int *)oo.layers);
 		return 0;
 	}
-	t0 = now();
+	t0 = pcg_now();
 	if (llama_forward(m, kv, prompt, ctx, 1, NULL, logits, &err) < 0)
 		die("prefill", &err);
-	double t_prefill = now() - t0;
+	double t_prefill = pcg_now() - t0;
 
 	/* Warm the page cache and the CPU, then measure side by side, twice
 	 * interleaved so that drift of the machine hits both alike. */

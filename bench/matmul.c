@@ -14,17 +14,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dtype.h"
 #include "matmul.h"
 #include "qmatmul.h"
 #include "quant.h"
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 #define COPIES 12
 
@@ -34,10 +28,10 @@ static double time_matmul(float *y, const float *x, int B, const pcg_mat *W, int
 {
 	double best = 1e30;
 	for (int r = 0; r < reps; r++) {
-		double t = now();
+		double t = pcg_now();
 		for (int c = 0; c < COPIES; c++)
 			pcg_matmul(y, W[c].rows, x, B, &W[c], 0, W[c].rows);
-		t = (now() - t) / COPIES;
+		t = (pcg_now() - t) / COPIES;
 		if (t < best)
 			best = t;
 	}
@@ -115,9 +109,9 @@ int main(int argc, char **argv)
 	{
 		double best = 1e30;
 		for (int r = 0; r < reps; r++) {
-			double t = now();
+			double t = pcg_now();
 			cblas_sgemv(CblasRowMajor, CblasNoTrans, N, K, 1.0f, wf, K, x, 1, 0.0f, y, 1);
-			t = now() - t;
+			t = pcg_now() - t;
 			best = t < best ? t : best;
 		}
 		printf("openblas sgemv f32 B=1 %7.3f ms %6.1f GB/s\n", best * 1e3,

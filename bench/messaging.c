@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "clock.h"
 #include "client.h"
 #include "model.h"
 #include "modelserver.h"
@@ -55,13 +56,6 @@ static void *serve(void *a)
 	srv *s = a;
 	modelserver_serve(s->ctx, &s->cfg, &stop);
 	return NULL;
-}
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int cmp(const void *a, const void *b)
@@ -128,7 +122,7 @@ int main(int argc, char **argv)
 			int ctxlen = 8, ok = 1;
 			double bytes = 0;
 			for (int k = -3; k < rounds && ok; k++) { /* 3 warm-up rounds */
-				double t0 = now(), compute = 0;
+				double t0 = pcg_now(), compute = 0;
 				*q = (proto_msg){ .type = PROTO_PROPOSE, .session = 1 + f16, .pos = 0,
 						  .n = 3, .samp = { 1, top_k, (float)top_p }, .seed = 5,
 						  .rows = rows, .f16 = f16 };
@@ -147,7 +141,7 @@ int main(int argc, char **argv)
 				compute += r->n_stats ? r->stats[0] : 0;
 				bytes += k >= 0 ? (double)r->len : 0;
 				if (k >= 0)
-					over[k] = now() - t0 - compute;
+					over[k] = pcg_now() - t0 - compute;
 			}
 			if (!ok) {
 				fprintf(stderr, "bench-messaging: %s: %s %s\n", transports[tr], err.msg, r->msg);

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "model.h"
 #include "mtp.h"
 #include "opts.h"
@@ -30,13 +31,6 @@ static const pcg_opt opts[] = {
 	{ NULL },
 };
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void die(const char *what, const pcg_err *err)
 {
 	fprintf(stderr, "bench-mtp: %s: %s\n", what, err->msg);
@@ -51,7 +45,7 @@ static double decode(llama_model *m, llama_kv *kv, float *logits, float *hidden)
 	double t;
 
 	llama_kv_truncate(kv, ctx, &err);
-	t = now();
+	t = pcg_now();
 	for (int i = 0; i < steps; i++) {
 		int rc = hidden ? llama_forward_hidden(m, kv, &tok, 1, 1, NULL, logits, hidden, &err)
 				: llama_forward(m, kv, &tok, 1, 1, NULL, logits, &err);
@@ -59,18 +53,18 @@ static double decode(llama_model *m, llama_kv *kv, float *logits, float *hidden)
 			die("decode", &err);
 		tok = (tok * 7 + 13) % 1000;
 	}
-	return (now() - t) / steps;
+	return (pcg_now() - t) / steps;
 }
 
 static double heads(mtp_heads *h, const float *hidden, const llama_rows *rows, float *logits)
 {
 	pcg_err err;
-	double t = now();
+	double t = pcg_now();
 
 	for (int i = 0; i < steps; i++)
 		if (mtp_logits(h, hidden, 0, mtp_n_heads(h), rows, logits, &err) < 0)
 			die("heads", &err);
-	return (now() - t) / steps;
+	return (pcg_now() - t) / steps;
 }
 
 int main(int argc, char **argv)

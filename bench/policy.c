@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "asg.h"
 #include "opts.h"
 #include "policy.h"
@@ -40,13 +41,6 @@ static const pcg_opt opts[] = {
 	  "pcg's thinning cap (0: the policy's default)" },
 	{ NULL },
 };
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* A neighbour file: group t is t and the 4 ids on each side. */
 static asg *neighbours(pcg_err *err)
@@ -175,13 +169,13 @@ int main(int argc, char **argv)
 			int x[L];
 			for (int j = 0; j < L; j++)
 				x[j] = pcg_sample(P[s][j], V, pcg_rng_uniform(&rr));
-			double t0 = now();
+			double t0 = pcg_now();
 			if (policy_run(pl, L, x, (const float *const *)P[s], (const float *const *)Q[s],
 				       &rr, &res, &err) < 0) {
 				fprintf(stderr, "bench-policy: %s\n", err.msg);
 				return 1;
 			}
-			t[i] = now() - t0;
+			t[i] = pcg_now() - t0;
 			sum += t[i];
 			emitted += res.n_tokens;
 			rejects += res.rejected;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "clock.h"
 #include "model.h"
 #include "net.h"
 #include "device.h"
@@ -204,13 +205,6 @@ static int row_token(const llama_rows *rows, int idx)
 	return -1;
 }
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Whether the sampler leaves zeros: then the reply is worth sending as the
  * nonzero entries alone (proto decides per vector by size; either way the
  * client reads the same vector). */
@@ -342,11 +336,11 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 {
 	server *sv = ctx;
-	double t0 = now();
+	double t0 = pcg_now();
 
 	serve(sv, q, rep);
 	rep->n_stats = 1;
-	rep->stats[0] = now() - t0;
+	rep->stats[0] = pcg_now() - t0;
 	if (rep->type == PROTO_PROBS || rep->type == PROTO_OK)
 		evict(sv, q->session);
 }
@@ -614,7 +608,7 @@ static void sched_pass(sched *sc)
 			continue;
 		piece = 1;
 		session *x = find(sv, p->q->session);
-		double t = now();
+		double t = pcg_now();
 		if (x == NULL) {
 			pending_fail(sc, p, "the session was dropped");
 			continue;
@@ -624,7 +618,7 @@ static void sched_pass(sched *sc)
 			pending_fail(sc, p, err.msg);
 			continue;
 		}
-		p->t_compute += now() - t;
+		p->t_compute += pcg_now() - t;
 		pending_advance(sv, p, toks, n, n_out);
 	}
 	/* the short steps, batched */
@@ -651,7 +645,7 @@ static void sched_pass(sched *sc)
 		}
 		if (nb == 0)
 			continue;
-		double t = now();
+		double t = pcg_now();
 		int rc = llama_forward_batch(sv->model, seqs, nb, &ready[a]->q->rows,
 					     &ready[a]->q->samp, &err);
 		if (rc < 0 && nb > 1) { /* find the one that fails: the rest go on alone */
@@ -669,7 +663,7 @@ static void sched_pass(sched *sc)
 			pending_fail(sc, who[0], err.msg);
 			continue;
 		}
-		const double dt = now() - t;
+		const double dt = pcg_now() - t;
 		sc->batches++;
 		sc->batched_rows += (unsigned long)nb;
 		for (int i = 0; i < nb; i++) {
@@ -742,7 +736,7 @@ static void sched_take(sched *sc, const net_req *nr)
 	memcpy(p->route, nr->route, nr->route_len);
 	p->route_len = nr->route_len;
 	p->delim = nr->delim;
-	p->t_told = now();
+	p->t_told = pcg_now();
 	if (proto_parse(nr->body, nr->len, p->q, &err) < 0) {
 		proto_error(rep, p->q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
 		goto reply;
@@ -773,7 +767,7 @@ reply:
 #define KEEPALIVE_S 1.0
 static void sched_keepalive(sched *sc)
 {
-	const double t = now();
+	const double t = pcg_now();
 	proto_msg *m = sc->rep;
 
 	for (pending *p = sc->head; p; p = p->nextp) {

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "policy.h"
 #include "rng.h"
 #include "sampling.h"
@@ -45,13 +46,6 @@ struct spec_session {
 	proto_msg *q, *r;        /* a request to a server, its reply */
 	float *p, *qv, *hv;      /* (L + 1) x width; hv: PROTO_MAX_VEC x width for MTP */
 };
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Row index of a model id in the output rows (speech codes, then end). */
 static int id_row(const spec_session *s, int id)
@@ -242,7 +236,7 @@ spec_session *spec_new(const spec_env *env, const proto_msg *req, const asg *gro
 	memcpy(s->ctx, pids, np * sizeof *s->ctx);
 	s->n = (int)np;
 	free(pids);
-	s->t0 = now();
+	s->t0 = pcg_now();
 	return s;
 fail:
 	free(pids);
@@ -401,10 +395,10 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 				s->q->forced_at[s->q->n_forced] = k;
 				s->q->forced[s->q->n_forced++] = s->fc.id[f];
 			}
-		t = now();
+		t = pcg_now();
 		if (ask(s, io, SPEC_DRAFT, &s->d_sync, NULL, 0, &r, err) < 0)
 			return -1;
-		s->st[PROTO_STAT_T_DRAFT] += now() - t;
+		s->st[PROTO_STAT_T_DRAFT] += pcg_now() - t;
 		for (int i = 0; i < Lr; i++) {
 			x[i] = r->x[i];
 			proto_vector(r, i, s->p + (size_t)i * W);
@@ -425,10 +419,10 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	request(s, PROTO_SCORE, target_only ? 1 : n_tail + 1);
 	s->q->heads = s->heads;
 	const int nq = s->q->n, heads = s->heads;
-	t = now();
+	t = pcg_now();
 	if (ask(s, io, SPEC_TARGET, &s->t_sync, tail, n_tail, &r, err) < 0)
 		return -1;
-	s->st[PROTO_STAT_T_TARGET] += now() - t;
+	s->st[PROTO_STAT_T_TARGET] += pcg_now() - t;
 	for (int i = 0; i < nq; i++) {
 		proto_vector(r, i * (1 + heads), s->qv + (size_t)i * W);
 		for (int k = 0; k < heads; k++) {
@@ -438,7 +432,7 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	}
 
 	/* 3. policy */
-	t = now();
+	t = pcg_now();
 	pcg_rng rng;
 	pcg_rng_init(&rng, s->seed, 1 + (uint64_t)s->rounds);
 	for (int i = 0; i < PROTO_MAX_N; i++)
@@ -492,7 +486,7 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 			s->hp[k] = s->hv + ((size_t)a * (1 + heads) + 1 + k) * W;
 		s->have_heads = 1;
 	}
-	s->st[PROTO_STAT_T_POLICY] += now() - t;
+	s->st[PROTO_STAT_T_POLICY] += pcg_now() - t;
 
 	/* 4. commit, up to the end token; the forced tokens due before a
 	 * token of the block go in before it, with certainty (neither drafted
@@ -550,7 +544,7 @@ void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 	st[PROTO_STAT_RATE] = st[PROTO_STAT_DRAFTED] > 0
 				      ? st[PROTO_STAT_ACCEPTED] / st[PROTO_STAT_DRAFTED] : 0;
 	st[PROTO_STAT_MAL] = rounds > 0 ? 1 + st[PROTO_STAT_ACCEPTED] / rounds : 0;
-	st[PROTO_STAT_T_TOTAL] = now() - s->t0;
+	st[PROTO_STAT_T_TOTAL] = pcg_now() - s->t0;
 	st[PROTO_STAT_TOKENS] = s->nsp;
 	st[PROTO_STAT_TOK_S] = st[PROTO_STAT_T_TOTAL] > 0 ? s->nsp / st[PROTO_STAT_T_TOTAL] : 0;
 	/* messaging: time in calls minus the servers' own compute */

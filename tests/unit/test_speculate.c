@@ -79,6 +79,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "asg.h"
 #include "check.h"
 #include "chi2.h"
@@ -151,13 +152,6 @@ static int call(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err)
 	route *to = ctx;
 
 	return serve(to->g, stage == SPEC_DRAFT ? to->draft : to->scorer, q, r, err);
-}
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* A synth request (the caller frees it). */
@@ -390,7 +384,7 @@ static void collect(route *to, const char *policy, int n, uint64_t base, hist *h
 	run *r = malloc(sizeof *r);
 	float *q = malloc((size_t)(T + 1) * g->W * sizeof *q);
 	double *d = malloc((size_t)(g->W > g->G ? g->W : g->G) * sizeof *d);
-	double rounds = 0, accepted = 0, t0 = now();
+	double rounds = 0, accepted = 0, t0 = pcg_now();
 	long tokens = 0, bonus = 0, bad = 0;
 	pcg_rng rng;
 
@@ -431,7 +425,7 @@ static void collect(route *to, const char *policy, int n, uint64_t base, hist *h
 	       "round", policy, n, (double)tokens / n, rounds / n, rounds ? accepted / rounds : 0);
 	if (hg && strcmp(policy, "none"))
 		printf(", %.1f%% bonus tokens", 100.0 * bonus / tokens);
-	printf(" (%.1f s)\n", now() - t0);
+	printf(" (%.1f s)\n", pcg_now() - t0);
 	free(r);
 	free(q);
 	free(d);
@@ -457,7 +451,7 @@ static void collect_voice(route *to, const spec_env *env, const char *policy, in
 	double *d = malloc((size_t)(g->W > g->G ? g->W : g->G) * sizeof *d);
 	float *qt = malloc((size_t)g->W * sizeof *qt);
 	long tokens = 0, inside = 0, forced = 0, bad = 0;
-	double rounds = 0, accepted = 0, t0 = now();
+	double rounds = 0, accepted = 0, t0 = pcg_now();
 	pcg_err err = { "" };
 	pcg_rng rng;
 
@@ -543,7 +537,7 @@ static void collect_voice(route *to, const spec_env *env, const char *policy, in
 	printf(" %s: %d sessions, %.2f tokens and %.2f rounds a session, %.2f drafts accepted a "
 	       "round; %ld of %ld tokens after a forced token, %ld of them inside a round (%.1f s)\n",
 	       policy, n, (double)tokens / n, rounds / n, rounds ? accepted / rounds : 0, forced,
-	       tokens, inside, now() - t0);
+	       tokens, inside, pcg_now() - t0);
 	free(req);
 	free(sq);
 	free(rep);
@@ -810,12 +804,12 @@ int main(int argc, char **argv)
 
 	route to_sd = { &g, g.near, g.target }, to_pcg = { &g, g.far, g.target };
 	route near_alone = { &g, g.near, g.near }, far_alone = { &g, g.far, g.far };
-	double t0 = now();
+	double t0 = pcg_now();
 	printf("edge cases\n");
 	test_edges(&g, &to_sd);
 	printf("determinism and interleaving\n");
 	test_determinism(&g, &to_sd, &to_pcg);
-	printf(" (%.1f s)\n", now() - t0);
+	printf(" (%.1f s)\n", pcg_now() - t0);
 
 	printf("the target's distributions: lookahead %d, top-k %d, at most %d tokens, base seed "
 	       "%llu, alpha %.2g per test\n", LOOKAHEAD, SAMP.top_k, T, (unsigned long long)base,
