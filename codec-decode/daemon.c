@@ -18,6 +18,7 @@
 #include "audio.h"
 #include "codes.h"
 #include "net.h"
+#include "service.h"
 #include "proto.h"
 
 #define MAX_SESSIONS 256
@@ -32,8 +33,6 @@ typedef struct utterance {
 	uint64_t last_use;
 } utterance;
 
-static volatile sig_atomic_t stop;
-static void on_signal(int sig) { (void)sig; stop = 1; }
 
 typedef struct codec_state {
 	const codec_ops *c;
@@ -208,13 +207,9 @@ int codec_daemon(const char *listen_url, const codec_ops *c)
 		fprintf(stderr, "codec-decode: %s\n", err.msg);
 		goto out;
 	}
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
+	pcg_daemon_signals();
 	fprintf(stderr, "codec-decode: serving %s on %s\n", c->name, listen_url);
-	if (net_serve(sock, "codec-decode", handle, &d, &stop, NULL) < 0) {
+	if (net_serve(sock, "codec-decode", handle, &d, &pcg_daemon_stop, NULL) < 0) {
 		fprintf(stderr, "codec-decode: out of memory\n");
 		goto out;
 	}

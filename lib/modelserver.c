@@ -22,6 +22,7 @@
 #include "rng.h"
 #include "mtp.h"
 #include "sampling.h"
+#include "service.h"
 
 typedef struct session {
 	uint64_t id;
@@ -46,8 +47,6 @@ typedef struct server {
 	float *hprobs;         /* PROTO_MAX_N x (1 + heads) x vocab, with heads */
 } server;
 
-static volatile sig_atomic_t stop;
-static void on_signal(int sig) { (void)sig; stop = 1; }
 
 static void logf_(const server *sv, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void logf_(const server *sv, const char *fmt, ...)
@@ -995,20 +994,7 @@ int modelserver_main(int argc, char **argv, ms_role role)
 	pcg_err err = { "" };
 	int layers[1024], n_layers;
 
-	/* Servers of a pipeline share cores and take turns. OpenMP threads that
-	 * spin after each parallel region (libgomp's default) steal the cores
-	 * from the other process: 8x slower rounds measured on 2 cores with a
-	 * tiny model. libgomp reads OMP_WAIT_POLICY when it is loaded, before
-	 * main, so set it and start again; a user's own setting wins. */
-	char self[4096];
-	ssize_t sl;
-	if (getenv("OMP_WAIT_POLICY") == NULL &&
-	    (sl = readlink("/proc/self/exe", self, sizeof self - 1)) > 0) {
-		self[sl] = '\0';
-		setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-		execv(self, argv); /* the real path: ps shows the program's name */
-		/* could not: go on with the default */
-	}
+	pcg_daemon_passive_openmp(argv); /* lib/service.h says why */
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 	if (first == PCG_OPTS_HELP) {
 		pcg_opts_usage(stdout, prog, synopsis, opts);
@@ -1043,19 +1029,14 @@ int modelserver_main(int argc, char **argv, ms_role role)
 	}
 	pcg_set_threads(threads);
 
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal; /* no SA_RESTART: zmq_poll returns EINTR */
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	pcg_daemon_signals();
 	void *ctx = zmq_ctx_new();
 	if (ctx == NULL) {
 		fprintf(stderr, "%s: zmq_ctx_new failed\n", prog);
 		return 1;
 	}
 	ms_config cfg = { prog, model_dir, listen_url, layers, n_layers, kv_mem, device };
-	int rc = modelserver_serve(ctx, &cfg, &stop);
+	int rc = modelserver_serve(ctx, &cfg, &pcg_daemon_stop);
 	zmq_ctx_term(ctx);
 	return rc;
 }

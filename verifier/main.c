@@ -34,6 +34,7 @@
 #include "proto.h"
 #include "rng.h"
 #include "sampling.h"
+#include "service.h"
 #include "speculate.h"
 #include "tm.h"
 #include "tokenizer.h"
@@ -103,8 +104,7 @@ static const pcg_opt opts[] = {
 	{ NULL },
 };
 
-static volatile sig_atomic_t stop;
-static void on_signal(int sig) { (void)sig; stop = 1; }
+#define stop pcg_daemon_stop /* lib/service: SIGTERM, SIGINT */
 
 /* An ASG image sent with a request: validated by asg_open through a memory
  * file, shared by the requests that send the same bytes while they run. */
@@ -877,17 +877,10 @@ int main(int argc, char **argv)
 	void *ctx = NULL, *sock = NULL;
 	int rc = 1, layers[1024], n_layers = 0;
 	local_server ls[2] = { 0 };
-	char self[4096];
-	ssize_t sl;
 
 	/* In --local mode the model servers are threads here: passive OpenMP
-	 * waiting, as draftd and targetd set it (see lib/modelserver.c). */
-	if (getenv("OMP_WAIT_POLICY") == NULL &&
-	    (sl = readlink("/proc/self/exe", self, sizeof self - 1)) > 0) {
-		self[sl] = '\0';
-		setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-		execv(self, argv);
-	}
+	 * waiting, as draftd and targetd have it. */
+	pcg_daemon_passive_openmp(argv);
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 
 	if (first == PCG_OPTS_HELP) {
@@ -1038,12 +1031,7 @@ int main(int argc, char **argv)
 	    (h.ping_codec = client_new(ctx, codec_url, timeout_ms, 1, &err)) == NULL)
 		goto fail;
 
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_handler = on_signal;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	pcg_daemon_signals();
 	fprintf(stderr, "%s: listening on %s (draft %s, target %s, codec %s; %d sessions)\n",
 		prog, listen_url, draft_url, target_url, codec_url, n_sessions);
 	if (serve(&h) < 0) {
