@@ -64,6 +64,10 @@ const asg_view *asg_get(const asg *a);
  * Returns NULL with err naming the file and the problem. */
 asg *asg_open(const char *path, pcg_err *err);
 
+/* The same from size bytes in memory (copied; an ASG a request carried),
+ * named name in errors. */
+asg *asg_from_memory(const void *image, size_t size, const char *name, pcg_err *err);
+
 /* Frees or unmaps; sets *a to NULL. NULL is fine. */
 void asg_close(asg **a);
 

@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
-#include <sys/mman.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -219,8 +218,6 @@ static sent_asg *asg_acquire(verifier *v, const void *img, size_t len, pcg_err *
 {
 	uint64_t h = fnv64(img, len) ^ len;
 	sent_asg *x;
-	char path[64];
-	int fd;
 
 	pthread_mutex_lock(&v->lock);
 	for (x = v->sent; x; x = x->next)
@@ -234,17 +231,7 @@ static sent_asg *asg_acquire(verifier *v, const void *img, size_t len, pcg_err *
 		pcg_fail(err, "out of memory");
 		return NULL;
 	}
-	fd = memfd_create("asg", MFD_CLOEXEC);
-	if (fd < 0 || write(fd, img, len) != (ssize_t)len) {
-		pcg_fail(err, "asg: cannot buffer %zu bytes", len);
-		if (fd >= 0)
-			close(fd);
-		free(x);
-		return NULL;
-	}
-	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-	x->a = asg_open(path, err);
-	close(fd); /* the mapping keeps the pages */
+	x->a = asg_from_memory(img, len, "asg", err);
 	if (x->a == NULL) {
 		pcg_err_prefix(err, "field 'asg'");
 		free(x);

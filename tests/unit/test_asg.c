@@ -422,6 +422,19 @@ static void test_files(void)
 		CHECK(!memcmp(img, "PCG-ASG\n", 8));
 	}
 	asg_close(&b);
+	/* The same image from memory (an ASG a request carried), and a corrupt
+	 * one refused with the name given. */
+	if (img) {
+		b = asg_from_memory(img, n, "sent", &err);
+		CHECKF(b && asg_get(b)->checksum == asg_get(a)->checksum, "%s", err.msg);
+		asg_close(&b);
+		unsigned char *c = malloc(n);
+		memcpy(c, img, n);
+		c[n / 2] ^= 1;
+		CHECK(asg_from_memory(c, n, "sent", &err) == NULL && has(&err, "sent"));
+		CHECK(asg_from_memory(c, 7, "sent", &err) == NULL && has(&err, "too short"));
+		free(c);
+	}
 	{
 		char tmp[1100];
 		snprintf(tmp, sizeof tmp, "%s.tmp", path);
