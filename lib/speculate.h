@@ -49,7 +49,7 @@ typedef struct spec_env {
 	const voice_info *voice; /* a phoneme voice, or NULL */
 	int unk_phone;           /* its token for a phoneme it does not know */
 	int unk_next;            /* and for a next phoneme it does not know (<|n__|>) */
-	const tm *tm;            /* mtp-viterbi's transition matrix, or NULL */
+	const tmat *tm;          /* mtp-viterbi's transition matrix, or NULL */
 	const asg *knn;          /* lantern's neighbour file (asg-build --knn), or NULL */
 } spec_env;
 

@@ -34,12 +34,12 @@ enum {
  * of the double mantissa's meaning; 1e6 is beyond any useful smoothing. */
 #define ALPHA_MAX 1e6
 
-struct tm {
+struct tmat {
 	tm_view v;
 	pcg_image img;    /* the file: mapped, read, or built in memory */
 };
 
-const tm_view *tm_get(const tm *t)
+const tm_view *tm_get(const tmat *t)
 {
 	return &t->v;
 }
@@ -222,13 +222,13 @@ static int by_col(const void *x, const void *y)
 	return p->col < q->col ? -1 : p->col > q->col;
 }
 
-tm *tm_from_counts(uint32_t n, double alpha, uint32_t prune, const uint64_t *row_start,
+tmat *tm_from_counts(uint32_t n, double alpha, uint32_t prune, const uint64_t *row_start,
 		   const uint32_t *col, const uint64_t *cnt, pcg_err *err)
 {
 	uint64_t nnz_in, nnz = 0, total = 0, maxdeg = 0;
 	unsigned char *b = NULL;
 	cc *row = NULL;
-	tm *t = NULL;
+	tmat *t = NULL;
 	layout l;
 
 	if (n < 1 || n > INT32_MAX) {
@@ -323,9 +323,9 @@ fail:
 	return NULL;
 }
 
-tm *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *err)
+tmat *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *err)
 {
-	tm *t = calloc(1, sizeof *t);
+	tmat *t = calloc(1, sizeof *t);
 	/* malloc's alignment (>= 8) makes the arrays usable in place. */
 	unsigned char *b = malloc(size ? size : 1);
 
@@ -344,10 +344,10 @@ tm *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *er
 	return t;
 }
 
-tm *tm_open(const char *path, pcg_err *err)
+tmat *tm_open(const char *path, pcg_err *err)
 {
 	const char *name = strcmp(path, "-") ? path : "stdin";
-	tm *t = calloc(1, sizeof *t);
+	tmat *t = calloc(1, sizeof *t);
 
 	if (t == NULL) {
 		pcg_fail(err, "%s: out of memory", name);
@@ -364,9 +364,9 @@ tm *tm_open(const char *path, pcg_err *err)
 	return t;
 }
 
-void tm_close(tm **tp)
+void tm_close(tmat **tp)
 {
-	tm *t = tp ? *tp : NULL;
+	tmat *t = tp ? *tp : NULL;
 
 	if (t == NULL)
 		return;
@@ -375,7 +375,7 @@ void tm_close(tm **tp)
 	*tp = NULL;
 }
 
-int tm_write(const tm *t, const char *path, pcg_err *err)
+int tm_write(const tmat *t, const char *path, pcg_err *err)
 {
 	return pcg_write_file(path, t->img.data, t->v.bytes, 0644, err);
 }
@@ -395,7 +395,7 @@ static int64_t find(const tm_view *v, uint32_t a, uint32_t b)
 	return lo < v->row_start[a + 1] && v->col[lo] == b ? (int64_t)lo : -1;
 }
 
-double tm_logq(const tm *t, uint32_t a, uint32_t b)
+double tm_logq(const tmat *t, uint32_t a, uint32_t b)
 {
 	const tm_view *v = &t->v;
 	int64_t j;
@@ -406,7 +406,7 @@ double tm_logq(const tm *t, uint32_t a, uint32_t b)
 		   ((double)v->row_total[a] + v->alpha * v->n));
 }
 
-int tm_submatrix(const tm *t, const uint32_t *tok, int m, double *out, pcg_err *err)
+int tm_submatrix(const tmat *t, const uint32_t *tok, int m, double *out, pcg_err *err)
 {
 	const tm_view *v = &t->v;
 
@@ -547,11 +547,11 @@ uint64_t tm_counter_bigrams(const tm_counter *c)
 	return c->bigrams;
 }
 
-tm *tm_counter_finish(tm_counter *c, double alpha, uint32_t prune, pcg_err *err)
+tmat *tm_counter_finish(tm_counter *c, double alpha, uint32_t prune, pcg_err *err)
 {
 	uint64_t *row_start;
 	uint32_t *col;
-	tm *t;
+	tmat *t;
 
 	if (flush(c, err) < 0)
 		return NULL;
@@ -577,7 +577,7 @@ tm *tm_counter_finish(tm_counter *c, double alpha, uint32_t prune, pcg_err *err)
 	return t;
 }
 
-void tm_print_stats(FILE *f, const tm *t, const char *prefix)
+void tm_print_stats(FILE *f, const tmat *t, const char *prefix)
 {
 	const tm_view *v = &t->v;
 	uint64_t maxdeg = 0, empty = 0;

@@ -46,41 +46,42 @@ typedef struct tm_view {
 	uint64_t checksum;         /* as stored (and verified) */
 } tm_view;
 
-typedef struct tm tm;
+/* The matrix (tmat, not tm: libc's struct tm is in <time.h>). */
+typedef struct tmat tmat;
 
 /* The view of a (non-NULL) tm. */
-const tm_view *tm_get(const tm *t);
+const tm_view *tm_get(const tmat *t);
 
 /* Makes a TM from explicit rows: row a holds col[row_start[a] ..
  * row_start[a + 1]) (ascending, < n) with counts cnt (>= 1). prune > 0 keeps
  * the prune largest counts per row. Returns NULL with err on bad input. */
-tm *tm_from_counts(uint32_t n, double alpha, uint32_t prune, const uint64_t *row_start,
+tmat *tm_from_counts(uint32_t n, double alpha, uint32_t prune, const uint64_t *row_start,
 		   const uint32_t *col, const uint64_t *cnt, pcg_err *err);
 
 /* Opens a TM file: mapped when it is a regular file, read into memory
  * otherwise; "-" reads standard input. Validates everything. Returns NULL
  * with err naming the file and the problem. */
-tm *tm_open(const char *path, pcg_err *err);
+tmat *tm_open(const char *path, pcg_err *err);
 
 /* Validates an image held by the caller (a copy is made). name prefixes the
  * messages. For tests and for files that arrive in a message. */
-tm *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *err);
+tmat *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *err);
 
 /* Frees or unmaps; sets *t to NULL. NULL is fine. */
-void tm_close(tm **t);
+void tm_close(tmat **t);
 
 /* Writes the image to path atomically (path.tmp, fsync, rename; on failure
  * nothing is left at path.tmp and an existing path is untouched), or to
  * standard output when path is "-". */
-int tm_write(const tm *t, const char *path, pcg_err *err);
+int tm_write(const tmat *t, const char *path, pcg_err *err);
 
 /* log Q(a, b), a, b < n (asserted: callers check ids against n first).
  * O(log deg(a)) by binary search in row a. */
-double tm_logq(const tm *t, uint32_t a, uint32_t b);
+double tm_logq(const tmat *t, uint32_t a, uint32_t b);
 
 /* The dense m x m block of log Q over the tokens tok[0..m): out[i * m + j]
  * = log Q(tok[i], tok[j]). Returns -1 with err if a token is >= n. */
-int tm_submatrix(const tm *t, const uint32_t *tok, int m, double *out, pcg_err *err);
+int tm_submatrix(const tmat *t, const uint32_t *tok, int m, double *out, pcg_err *err);
 
 /* Counts bigrams of a corpus, sequence by sequence, in memory proportional
  * to the distinct bigrams seen (never n x n). */
@@ -98,10 +99,10 @@ uint64_t tm_counter_sequences(const tm_counter *c);
 uint64_t tm_counter_bigrams(const tm_counter *c);
 
 /* The smoothed, optionally pruned TM of what was counted. */
-tm *tm_counter_finish(tm_counter *c, double alpha, uint32_t prune, pcg_err *err);
+tmat *tm_counter_finish(tm_counter *c, double alpha, uint32_t prune, pcg_err *err);
 
 /* Prints the header fields and statistics, one "name<TAB>value" per line,
  * each starting with prefix (tm-info's output; tm-build's summary). */
-void tm_print_stats(FILE *f, const tm *t, const char *prefix);
+void tm_print_stats(FILE *f, const tmat *t, const char *prefix);
 
 #endif

@@ -77,7 +77,7 @@ static void problem_free(problem *p)
 	free(p->start);
 }
 
-static int setup(problem *p, const tm *q, const float *probs, int n, int V,
+static int setup(problem *p, const tmat *q, const float *probs, int n, int V,
 		 const viterbi_opts *o, pcg_err *err)
 {
 	const tm_view *v = tm_get(q);
@@ -165,7 +165,7 @@ fail:
 	return -1;
 }
 
-int viterbi_decode(const tm *q, const float *probs, int n_heads, int V,
+int viterbi_decode(const tmat *q, const float *probs, int n_heads, int V,
 		   const viterbi_opts *o, uint32_t *path, double *score, int *m, pcg_err *err)
 {
 	problem p;
@@ -196,7 +196,7 @@ int viterbi_decode(const tm *q, const float *probs, int n_heads, int V,
 	return 0;
 }
 
-int viterbi_brute(const tm *q, const float *probs, int n_heads, int V,
+int viterbi_brute(const tmat *q, const float *probs, int n_heads, int V,
 		  const viterbi_opts *o, uint32_t *path, double *score, pcg_err *err)
 {
 	problem p;

@@ -39,12 +39,12 @@ typedef struct viterbi_opts {
  * (probabilities: finite, >= 0; log 0 is -inf). V <= the TM's n. Writes
  * path[0..n_heads) and, when not NULL, the log score and m. Returns -1 with
  * err on bad input. Ties go to the lower candidate token. */
-int viterbi_decode(const tm *q, const float *probs, int n_heads, int V,
+int viterbi_decode(const tmat *q, const float *probs, int n_heads, int V,
 		   const viterbi_opts *o, uint32_t *path, double *score, int *m, pcg_err *err);
 
 /* The same objective by trying every path over the candidates (m^n_heads of
  * them, or k^n_heads with VITERBI_PER_HEAD); for tests, small cases only. */
-int viterbi_brute(const tm *q, const float *probs, int n_heads, int V,
+int viterbi_brute(const tmat *q, const float *probs, int n_heads, int V,
 		  const viterbi_opts *o, uint32_t *path, double *score, pcg_err *err);
 
 /* The dynamic programme itself over m states given as arrays: emit[t * m +

@@ -94,7 +94,7 @@ int main(int argc, char **argv)
 	pcg_err err = { "" };
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 	tm_counter *c = NULL;
-	tm *t = NULL;
+	tmat *t = NULL;
 	int rc = 1;
 
 	if (first == PCG_OPTS_HELP) {

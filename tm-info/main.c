@@ -23,7 +23,7 @@ int main(int argc, char **argv)
 	pcg_err err = { "" };
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 	const tm_view *v;
-	tm *t;
+	tmat *t;
 
 	if (first == PCG_OPTS_HELP) {
 		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);

@@ -191,7 +191,7 @@ typedef struct verifier {
 	asg *groups;          /* --asg */
 	asg *knn;             /* --knn */
 	voice_info *voice;    /* --voice: a phoneme voice, else NULL */
-	tm *tm;               /* --tm, for mtp-viterbi */
+	tmat *tm;               /* --tm, for mtp-viterbi */
 	void *ctx;
 	stage stages[2];      /* SPEC_DRAFT, SPEC_TARGET: their replicas */
 	const char *codec_url;

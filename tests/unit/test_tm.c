@@ -63,7 +63,7 @@ static void test_counts(void)
 	const double alpha = 0.5;
 	pcg_err err = { "" };
 	tm_counter *c = tm_counter_new(n, &err);
-	tm *t;
+	tmat *t;
 
 	CHECK(c != NULL);
 	for (int s = 0; s < 4; s++)
@@ -119,7 +119,7 @@ static void test_prune(void)
 	uint32_t col[] = { 1, 2, 3, 4 };
 	uint64_t cnt[] = { 1, 5, 3, 3 };
 	pcg_err err = { "" };
-	tm *t = tm_from_counts(5, 1.0, 2, rs, col, cnt, &err);
+	tmat *t = tm_from_counts(5, 1.0, 2, rs, col, cnt, &err);
 
 	CHECKF(t != NULL, "%s", err.msg);
 	if (t == NULL)
@@ -144,13 +144,13 @@ static void test_prune(void)
 }
 
 /* A random TM of n tokens, its image copied to *img. */
-static tm *random_tm(uint32_t n, uint64_t seed, unsigned char **img, size_t *size)
+static tmat *random_tm(uint32_t n, uint64_t seed, unsigned char **img, size_t *size)
 {
 	pcg_err err = { "" };
 	tm_counter *c = tm_counter_new(n, &err);
 	uint64_t s = seed;
 	uint32_t seq[64];
-	tm *t;
+	tmat *t;
 
 	for (int k = 0; k < 40; k++) {
 		size_t len = rnd(&s) % 64;
@@ -180,7 +180,7 @@ static tm *random_tm(uint32_t n, uint64_t seed, unsigned char **img, size_t *siz
 static void expect_reject(const unsigned char *b, size_t size, const char *want)
 {
 	pcg_err err = { "" };
-	tm *t = tm_from_memory(b, size, "x.tm", &err);
+	tmat *t = tm_from_memory(b, size, "x.tm", &err);
 	CHECKF(t == NULL && has(err.msg, want) && has(err.msg, "x.tm: "),
 	       "want '%s', got '%s'", want, t ? "accepted" : err.msg);
 	tm_close(&t);
@@ -192,7 +192,7 @@ static void test_file(void)
 	size_t size = 0;
 	pcg_err err = { "" };
 	char path[4096];
-	tm *t = random_tm(37, 7, &img, &size), *u;
+	tmat *t = random_tm(37, 7, &img, &size), *u;
 
 	CHECK(t != NULL && img != NULL && size == tm_get(t)->bytes);
 	if (t == NULL || img == NULL)
@@ -296,7 +296,7 @@ static void test_file(void)
 		uint64_t s = 99;
 		int accepted = 0;
 		for (int it = 0; it < 3000; it++) {
-			tm *m;
+			tmat *m;
 			memcpy(b, img, size);
 			for (int e = 1 + rnd(&s) % 4; e > 0; e--)
 				b[rnd(&s) % size] = (unsigned char)rnd(&s);
@@ -330,7 +330,7 @@ static void test_many(void)
 	uint64_t *dense = calloc(N * N, sizeof *dense), s = 5;
 	pcg_err err = { "" };
 	tm_counter *c = tm_counter_new(N, &err);
-	tm *t;
+	tmat *t;
 	int same = 1;
 
 	for (size_t i = 0; i < LEN; i++)

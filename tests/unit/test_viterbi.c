@@ -24,12 +24,12 @@ static double unif(uint64_t *s)
 }
 
 /* A random TM over n tokens with sparse rows. */
-static tm *random_tm(uint32_t n, uint64_t *s)
+static tmat *random_tm(uint32_t n, uint64_t *s)
 {
 	pcg_err err = { "" };
 	tm_counter *c = tm_counter_new(n, &err);
 	uint32_t seq[32];
-	tm *t;
+	tmat *t;
 
 	for (int k = 0; k < 8; k++) {
 		size_t len = rnd(s) % 32;
@@ -43,7 +43,7 @@ static tm *random_tm(uint32_t n, uint64_t *s)
 }
 
 /* The objective of a path, written out from its definition. */
-static double objective(const tm *q, const float *p, int V, int n, int64_t start,
+static double objective(const tmat *q, const float *p, int V, int n, int64_t start,
 			const uint32_t *x)
 {
 	double s = log(p[x[0]]) + (start >= 0 ? tm_logq(q, (uint32_t)start, x[0]) : 0.0);
@@ -66,7 +66,7 @@ static void test_random(void)
 		for (int k = 1; k <= 5; k++)
 			for (int rep = 0; rep < 12; rep++) {
 				int V = 2 + rnd(&s) % 11;
-				tm *q = random_tm((uint32_t)(V + rnd(&s) % 3), &s);
+				tmat *q = random_tm((uint32_t)(V + rnd(&s) % 3), &s);
 				float *p = malloc((size_t)n * V * sizeof *p);
 				uint32_t dp[4], bf[4];
 				double sd, sb;
@@ -173,7 +173,7 @@ static void test_by_hand(void)
 	uint64_t cnt[] = { 98 };
 	float p[] = { 0.8f, 0.1f, 0.1f, 0.2f, 0.3f, 0.5f };
 	pcg_err err = { "" };
-	tm *q = tm_from_counts(3, 1.0, 0, rs, col, cnt, &err);
+	tmat *q = tm_from_counts(3, 1.0, 0, rs, col, cnt, &err);
 	viterbi_opts o = { 2, -1, VITERBI_UNION };
 	uint32_t path[2];
 	double sc;
