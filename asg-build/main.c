@@ -184,11 +184,8 @@ int main(int argc, char **argv)
 		  "cosine)"
 		: knn && strcmp(device_s, "cpu") ? "--knn runs on the CPU: leave out --device"
 		: pcg_device_parse(device_s, &device, &err) < 0 ? err.msg : NULL;
-	if (bad) {
-		fprintf(stderr, "%s: %s\n", prog, bad);
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
-	}
+	if (bad)
+		return pcg_usage_error(prog, SYNOPSIS, opts, bad);
 	/* Before the rows are read: a missing GPU should not cost the load. */
 	if (pcg_device_check(device, &err) < 0)
 		goto fail;
@@ -235,7 +232,7 @@ int main(int argc, char **argv)
 	rc = 0;
 	goto out;
 fail:
-	fprintf(stderr, "%s: %s\n", prog, err.msg);
+	pcg_die(prog, &err);
 out:
 	free(E);
 	asg_close(&g);

@@ -30,13 +30,12 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (first < 0 || argc - first != 1) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg : "one FILE is required");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
+		return pcg_usage_error(prog, SYNOPSIS, opts,
+			first < 0 ? err.msg : "one FILE is required");
 	}
 	a = asg_open(argv[first], &err); /* verifies the checksum and the structure */
 	if (a == NULL) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 		return 1;
 	}
 	v = asg_get(a);

@@ -81,9 +81,8 @@ static const pcg_opt opts[] = {
 
 static int usage_error(const char *msg)
 {
-	fprintf(stderr, "%s: %s\n", prog, msg);
-	pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-	return 2;
+	return pcg_usage_error(prog, SYNOPSIS, opts,
+		msg);
 }
 
 /* config.json in the weights' directory (or beside the weights file). */
@@ -376,7 +375,7 @@ int main(int argc, char **argv)
 	rc = 0;
 	goto out;
 fail:
-	fprintf(stderr, "%s: %s\n", prog, err.msg);
+	pcg_die(prog, &err);
 out:
 	free(wav);
 	free(codes);

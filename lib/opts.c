@@ -15,7 +15,7 @@ static int set_value(const pcg_opt *o, const char *v, pcg_err *err)
 	char *end;
 	double d;
 
-	switch (o->type) {
+	switch (PCG_OPT_TYPE(o)) {
 	case PCG_OPT_STR:
 		*(const char **)o->dst = v;
 		return 0;
@@ -73,7 +73,7 @@ int pcg_opts_parse(const pcg_opt *opts, int argc, char **argv, pcg_err *err)
 	for (k = 0; opts[k].name; k++) {
 		const pcg_opt *o = &opts[k];
 		if (o->def == NULL) {
-			switch (o->type) {
+			switch (PCG_OPT_TYPE(o)) {
 			case PCG_OPT_STR: *(const char **)o->dst = NULL; break;
 			case PCG_OPT_FLOAT: *(double *)o->dst = 0; break;
 			case PCG_OPT_SIZE: *(long long *)o->dst = 0; break;
@@ -123,7 +123,7 @@ int pcg_opts_parse(const pcg_opt *opts, int argc, char **argv, pcg_err *err)
 		}
 		if (eq)
 			val = eq + 1;
-		else if (opts[k].type != PCG_OPT_FLAG) {
+		else if (PCG_OPT_TYPE(&opts[k]) != PCG_OPT_FLAG) {
 			if (i + 1 >= argc) {
 				free(pos);
 				return pcg_fail(err, "--%s needs a value", opts[k].name);
@@ -137,6 +137,12 @@ int pcg_opts_parse(const pcg_opt *opts, int argc, char **argv, pcg_err *err)
 		if (k < MAX_OPTS)
 			given[k] = 1;
 	}
+	for (k = 0; opts[k].name; k++)
+		if ((opts[k].type & PCG_OPT_REQUIRED) && !(k < MAX_OPTS && given[k])) {
+			free(pos);
+			return pcg_fail(err, "%s%s is required", opts[k].name[1] ? "--" : "-",
+					opts[k].name);
+		}
 	/* Positional arguments go last, in order. */
 	for (i = 0; i < npos; i++)
 		argv[argc - npos + i] = pos[i];
@@ -161,12 +167,26 @@ void pcg_opts_usage(FILE *f, const char *prog, const char *synopsis, const pcg_o
 		snprintf(lhs, sizeof lhs, "%s%s%s%s", o->name[1] ? "--" : "-", o->name,
 			 o->metavar ? " " : "", o->metavar ? o->metavar : "");
 		fprintf(f, "  %-24s %s", lhs, o->help);
-		if (o->def && o->type != PCG_OPT_FLAG)
+		if (o->def && PCG_OPT_TYPE(o) != PCG_OPT_FLAG)
 			fprintf(f, " (default %s)", o->def);
 		fputc('\n', f);
 	}
 	fprintf(f, "  %-24s %s\n  %-24s %s\n", "-h, --help", "this help", "--version",
 		"the version of pcg-tts");
+}
+
+int pcg_usage_error(const char *prog, const char *synopsis, const pcg_opt *opts,
+		    const char *msg)
+{
+	fprintf(stderr, "%s: %s\n", prog, msg);
+	pcg_opts_usage(stderr, prog, synopsis, opts);
+	return 2;
+}
+
+int pcg_die(const char *prog, const pcg_err *err)
+{
+	fprintf(stderr, "%s: %s\n", prog, err->msg);
+	return 1;
 }
 
 int pcg_parse_ids(const char *s, int **out, int *n)

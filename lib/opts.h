@@ -36,6 +36,11 @@ typedef struct pcg_opt {
 	const char *help;
 } pcg_opt;
 
+/* Or'ed into a type: the parse fails, naming the flag, when it is not
+ * given ({ "draft", PCG_OPT_STR | PCG_OPT_REQUIRED, ... }). */
+#define PCG_OPT_REQUIRED 0x100
+#define PCG_OPT_TYPE(o) ((pcg_opt_type)((o)->type & 0xff))
+
 /* The release of pcg-tts, printed by every program's --version. */
 #define PCG_VERSION "0.2.0"
 
@@ -50,6 +55,15 @@ int pcg_opts_parse(const pcg_opt *opts, int argc, char **argv, pcg_err *err);
 
 /* Prints "usage: prog synopsis" and one line per flag with its default. */
 void pcg_opts_usage(FILE *f, const char *prog, const char *synopsis, const pcg_opt *opts);
+
+/* The usage error every program reports alike: "prog: msg" and the usage
+ * on standard error. Returns 2, the exit status of a usage error. */
+int pcg_usage_error(const char *prog, const char *synopsis, const pcg_opt *opts,
+		    const char *msg);
+
+/* "prog: what failed" on standard error. Returns 1, the exit status of a
+ * failure. */
+int pcg_die(const char *prog, const pcg_err *err);
 
 /* Parses a comma-separated list of token ids ("1,2,3", each in [0,
  * INT_MAX]) into a malloc'd array (*out, *n). Returns 0, or -1 on a bad or

@@ -613,10 +613,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (first < 0 || first != argc) {
-		fprintf(stderr, "%s: %s\n", prog,
+		return pcg_usage_error(prog, SYNOPSIS, opts,
 			first < 0 ? err.msg : "no arguments besides options");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
 	}
 	if (show_version) {
 		printf("%s %s (pcg-tts, protocol %d)\n", prog, VERSION, PROTO_VERSION);
@@ -652,7 +650,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (token_file && read_token(token_file, &err) < 0) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 		return 1;
 	}
 	int known = 0;

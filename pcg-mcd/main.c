@@ -48,13 +48,12 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (first < 0 || argc - first != 2) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg : "two files are required");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
+		return pcg_usage_error(prog, SYNOPSIS, opts,
+			first < 0 ? err.msg : "two files are required");
 	}
 	mcd_config_default(&c);
 	if (mcd_files(argv[first], argv[first + 1], &c, &r, &err) < 0) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 		return 1;
 	}
 	if (json) {

@@ -429,10 +429,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (first < 0 || first != argc || out_dir == NULL) {
-		fprintf(stderr, "%s: %s\n", prog,
+		return pcg_usage_error(prog, "--out DIR [options]", opts,
 			first < 0 ? err.msg : first != argc ? "unexpected argument" : "--out DIR is required");
-		pcg_opts_usage(stderr, prog, "--out DIR [options]", opts);
-		return 2;
 	}
 	progress = !quiet && isatty(2);
 	if (apply_preset() < 0) {
@@ -481,6 +479,6 @@ int main(int argc, char **argv)
 		goto fail;
 	return 0;
 fail:
-	fprintf(stderr, "%s: %s\n", prog, err.msg);
+	pcg_die(prog, &err);
 	return 1;
 }

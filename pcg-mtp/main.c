@@ -154,12 +154,11 @@ int main(int argc, char **argv)
 	}
 	if (first < 0 || first != argc || !model_dir || (!tokens_s && init_n == 0) ||
 	    (tokens_s && init_n > 0)) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg
+		return pcg_usage_error(prog, SYNOPSIS, opts,
+			first < 0 ? err.msg
 			: first != argc ? "unexpected argument"
 			: !model_dir ? "--model is required"
 			: "one of --tokens and --init is required");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
 	}
 	if (strcmp(dtype_s, "f32") && strcmp(dtype_s, "f16") && strcmp(dtype_s, "bf16")) {
 		fprintf(stderr, "%s: --dtype: '%s' is not f32, f16 or bf16\n", prog, dtype_s);
@@ -219,7 +218,7 @@ int main(int argc, char **argv)
 	rc = 0;
 	goto out;
 fail:
-	fprintf(stderr, "%s: %s\n", prog, err.msg);
+	pcg_die(prog, &err);
 out:
 	free(hid);
 	free(lg);

@@ -53,13 +53,12 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (first < 0 || argc - first != 1) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg : "one TEXT is required");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
+		return pcg_usage_error(prog, SYNOPSIS, opts,
+			first < 0 ? err.msg : "one TEXT is required");
 	}
 	if (voice_file) {
 		if (voice_load(voice_file, &vi, &err) < 0) {
-			fprintf(stderr, "%s: %s\n", prog, err.msg);
+			pcg_die(prog, &err);
 			return 1;
 		}
 		if (speaker >= vi.n_speakers) {
@@ -115,6 +114,6 @@ int main(int argc, char **argv)
 	return 0;
 fail:
 	voice_render_free(&r);
-	fprintf(stderr, "%s: %s\n", prog, err.msg);
+	pcg_die(prog, &err);
 	return 1;
 }

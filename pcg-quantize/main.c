@@ -285,10 +285,9 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (first < 0 || argc - first != 1 || type_s == NULL) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg
+		return pcg_usage_error(prog, SYNOPSIS, opts,
+			first < 0 ? err.msg
 			: type_s == NULL ? "--type is required" : "one MODEL_DIR is required");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
 	}
 	for (size_t i = 0; i < sizeof ftypes / sizeof ftypes[0]; i++)
 		if (!strcasecmp(type_s, ftypes[i].name))
@@ -421,7 +420,7 @@ int main(int argc, char **argv)
 	rc = 0;
 	goto done;
 fail:
-	fprintf(stderr, "%s: %s\n", prog, err.msg);
+	pcg_die(prog, &err);
 done:
 	for (int i = 0; i < c.n; i++)
 		free((char *)c.jobs[i].name);

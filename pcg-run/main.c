@@ -45,10 +45,9 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (first < 0 || first != argc || !model_dir || !tokens_s) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg
+		return pcg_usage_error(prog, SYNOPSIS, opts,
+			first < 0 ? err.msg
 			: first != argc ? "unexpected argument" : "--model and --tokens are required");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
 	}
 	if (pcg_parse_ids(tokens_s, &tokens, &n) < 0) {
 		fprintf(stderr, "%s: --tokens: '%s' is not a comma-separated list of ids\n", prog,
@@ -94,7 +93,7 @@ int main(int argc, char **argv)
 	rc = 0;
 	goto out;
 fail:
-	fprintf(stderr, "%s: %s\n", prog, err.msg);
+	pcg_die(prog, &err);
 out:
 	free(logits);
 	free(tokens);

@@ -31,12 +31,12 @@ static char policy_help[256], policy_want[300];
 static double arg_value[MAX_ARG_OPTS];
 static char arg_help[MAX_ARG_OPTS][160];
 static pcg_opt opts[8 + MAX_ARG_OPTS] = {
-	{ "policy", PCG_OPT_STR, &policy_s, NULL, 1, 0, "P", policy_help },
+	{ "policy", PCG_OPT_STR | PCG_OPT_REQUIRED, &policy_s, NULL, 1, 0, "P", policy_help },
 	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
 	  "pcg: the ASG file (- for stdin; without it every token is its own group); "
 	  "lantern: the neighbour file (asg-build --knn K)" },
-	{ "draft", PCG_OPT_STR, &draft_path, NULL, 1, 0, "FILE", "p: raw little-endian float32" },
-	{ "target", PCG_OPT_STR, &target_path, NULL, 1, 0, "FILE", "q: raw little-endian float32" },
+	{ "draft", PCG_OPT_STR | PCG_OPT_REQUIRED, &draft_path, NULL, 1, 0, "FILE", "p: raw little-endian float32" },
+	{ "target", PCG_OPT_STR | PCG_OPT_REQUIRED, &target_path, NULL, 1, 0, "FILE", "q: raw little-endian float32" },
 	{ "trials", PCG_OPT_INT, &trials, "100000", 1, 2147483647, "N", "rounds to run" },
 	{ "seed", PCG_OPT_INT, &seed, "1", 0, 2147483647, "S", "random seed" },
 	{ NULL },
@@ -165,9 +165,7 @@ int main(int argc, char **argv)
 			 stray_arg(kind, first_arg), pi->name);
 	const char *bad = first < 0 ? err.msg
 		: first != argc ? "unexpected argument"
-		: !policy_s ? "--policy is required"
 		: kind < 0 ? policy_want
-		: !draft_path || !target_path ? "--draft and --target are required"
 		: *stray ? stray
 		: asg_path && !(pi->needs & (POLICY_NEEDS_ASG | POLICY_NEEDS_KNN))
 		? "--asg is for --policy pcg and lantern"
@@ -185,11 +183,8 @@ int main(int argc, char **argv)
 			bad = stray;
 		}
 	}
-	if (bad) {
-		fprintf(stderr, "%s: %s\n", prog, bad);
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
-	}
+	if (bad)
+		return pcg_usage_error(prog, SYNOPSIS, opts, bad);
 	p = read_probs(draft_path, &V, &err);
 	q = p ? read_probs(target_path, &Vq, &err) : NULL;
 	if (q == NULL)
@@ -268,7 +263,7 @@ int main(int argc, char **argv)
 	rc = 0;
 	goto out;
 fail:
-	fprintf(stderr, "%s: %s\n", prog, err.msg);
+	rc = pcg_die(prog, &err);
 out:
 	policy_free(&pl);
 	asg_close(&a);

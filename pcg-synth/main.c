@@ -298,7 +298,7 @@ static int do_ping_call(void *ctx, const char *url, proto_msg *q, proto_msg *r)
 	if (c != NULL && !strncmp(url, "ipc://", 6))
 		client_set_alive(c, listening, (void *)url);
 	if (c == NULL || client_call(c, q, r, &err) < 0)
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 	else if (r->type == PROTO_ERROR)
 		print_error(r);
 	else if (r->type == PROTO_PONG && printf("%s\n", r->msg) > 0)
@@ -357,7 +357,7 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 	q->audio = path != NULL;
 	if (proto_pack(q, &packed, &plen, &err) < 0 || net_send(sock, packed, plen, &err) < 0) {
 		free(packed);
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 		return 1;
 	}
 	free(packed);
@@ -604,10 +604,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	static proto_msg args_msg; /* --policy-args, checked before anything runs */
-	if (first >= 0 && parse_policy_args(policy_args, policy_name, &args_msg, &err) < 0) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
-		return 2;
-	}
+	if (first >= 0 && parse_policy_args(policy_args, policy_name, &args_msg, &err) < 0)
+		return pcg_usage_error(prog, SYNOPSIS, opts, err.msg);
 	const int batch = outdir != NULL;
 	if (first >= 0 && batch && first == argc - 1 && strcmp(argv[first], "-")) {
 		fprintf(stderr, "%s: --output-dir reads its utterances from standard input, one "
@@ -616,9 +614,8 @@ int main(int argc, char **argv)
 	}
 	if (first < 0 || (!do_ping && !batch && first != argc - 1) ||
 	    ((do_ping || batch) && first < argc - (batch ? 1 : 0))) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg : "one TEXT (or -) is needed");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
+		return pcg_usage_error(prog, SYNOPSIS, opts,
+				       first < 0 ? err.msg : "one TEXT (or -) is needed");
 	}
 	const int to_stdout = out && !strcmp(out, "-");
 	audio_format fmt = AUDIO_WAV;
@@ -699,11 +696,11 @@ int main(int argc, char **argv)
 	if (url == NULL)
 		url = net_default_verifier(ubuf, sizeof ubuf);
 	if (net_curve_setup(curve_key, NULL, curve_server, &err) < 0) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 		return 1;
 	}
 	if (pcg_up && no_listener(url, &err)) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 		return 1;
 	}
 	void *ctx = zmq_ctx_new(), *sock = NULL;
@@ -719,7 +716,7 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, then a cancel */
 	if ((sock = net_client(ctx, url, &err)) == NULL) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 		goto out;
 	}
 	rc = batch ? synth_batch(sock, q, r, url) : synth_one(sock, q, r, out, url);

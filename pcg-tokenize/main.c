@@ -247,9 +247,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (first < 0 || (why = misuse(argc - first, argv + first)) != NULL) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg : why);
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
+		return pcg_usage_error(prog, SYNOPSIS, opts,
+			first < 0 ? err.msg : why);
 	}
 	t = tok_open(tok_path, &err);
 	if (t == NULL)
@@ -263,7 +262,7 @@ int main(int argc, char **argv)
 	if (rc == 0 && fflush(stdout) != 0)
 		rc = pcg_fail(&err, "stdout: write failed");
 	if (rc < 0)
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 	tok_free(&t);
 	return rc < 0 ? 1 : 0;
 }

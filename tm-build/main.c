@@ -102,10 +102,9 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (first < 0 || !pcg_opts_given(opts, "n") || out_path == NULL) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg
+		return pcg_usage_error(prog, SYNOPSIS, opts,
+			first < 0 ? err.msg
 			: !pcg_opts_given(opts, "n") ? "-n N is required" : "-o FILE is required");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
 	}
 	c = tm_counter_new((uint32_t)n, &err);
 	if (c == NULL)
@@ -138,7 +137,7 @@ int main(int argc, char **argv)
 	rc = 0;
 fail:
 	if (rc)
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 	tm_counter_free(&c);
 	tm_close(&t);
 	return rc;

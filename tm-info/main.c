@@ -30,13 +30,12 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (first < 0 || argc - first != 1) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg : "one FILE is required");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
+		return pcg_usage_error(prog, SYNOPSIS, opts,
+			first < 0 ? err.msg : "one FILE is required");
 	}
 	t = tm_open(argv[first], &err); /* verifies the checksum and the structure */
 	if (t == NULL) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 		return 1;
 	}
 	v = tm_get(t);

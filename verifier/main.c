@@ -337,7 +337,7 @@ static void to_client(worker *w, job *j, const proto_msg *m, int final)
 	unsigned char fin = (unsigned char)final;
 
 	if (proto_pack_buf(m, &w->buf, &err) < 0) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 		if (!final)
 			return;
 		w->buf.len = 0; /* main still learns the job is over */
@@ -583,7 +583,7 @@ static void reply_msg(hub *h, const net_req *r, const proto_msg *m)
 	pcg_err err = { "" };
 
 	if (proto_pack_buf(m, &h->buf, &err) < 0)
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 	else if (send_to(h, r->route, r->route_len, r->delim, h->buf.data, h->buf.len) < 0)
 		fprintf(stderr, "%s: a reply to a client is lost: %s\n", prog,
 			zmq_strerror(zmq_errno()));
@@ -750,7 +750,7 @@ static void from_client(hub *h)
 	int got = net_recv_req(h->sock, &nr, 0, &err);
 	if (got <= 0) {
 		if (got < 0)
-			fprintf(stderr, "%s: %s\n", prog, err.msg);
+			pcg_die(prog, &err);
 		return;
 	}
 	if (proto_parse(nr.body, nr.len, req, &err) < 0) {
@@ -877,10 +877,9 @@ int main(int argc, char **argv)
 	if (first >= 0 && tok_path == NULL && local_dir)
 		tok_path = local_dir; /* its tokenizer.json, or a GGUF's own (tok_open) */
 	if (first < 0 || first != argc || tok_path == NULL) {
-		fprintf(stderr, "%s: %s\n", prog, first < 0 ? err.msg
+		return pcg_usage_error(prog, SYNOPSIS, opts,
+			first < 0 ? err.msg
 			: first != argc ? "unexpected argument" : "--tokenizer FILE is required");
-		pcg_opts_usage(stderr, prog, SYNOPSIS, opts);
-		return 2;
 	}
 	if (local_dir) {
 		if ((n_layers = modelserver_parse_layers(local_layers, layers, 1024, &err)) < 0) {
@@ -893,21 +892,21 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		if (pcg_device_check(dev, &err) < 0) {
-			fprintf(stderr, "%s: %s\n", prog, err.msg);
+			pcg_die(prog, &err);
 			return 1;
 		}
 		draft_url = "inproc://draftd";
 		target_url = "inproc://targetd";
 	}
 	if (net_curve_setup(curve_key, curve_allow, curve_peers, &err) < 0) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 		return 1;
 	}
 	if (net_endpoint_ok(listen_url, 1, &err) < 0 ||
 	    stage_parse(&v.stages[SPEC_DRAFT], "draft", draft_url, &err) < 0 ||
 	    stage_parse(&v.stages[SPEC_TARGET], "target", target_url, &err) < 0 ||
 	    (strcmp(codec_url, "none") && net_endpoint_ok(codec_url, 0, &err) < 0)) {
-		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		pcg_die(prog, &err);
 		return 2;
 	}
 	v.stages[SPEC_DRAFT].name = "draftd";
@@ -1028,7 +1027,7 @@ int main(int argc, char **argv)
 	rc = 0;
 	goto out;
 fail:
-	fprintf(stderr, "%s: %s\n", prog, err.msg);
+	pcg_die(prog, &err);
 out:
 	stop = 1;
 	if (workers) {
