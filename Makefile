@@ -1,5 +1,9 @@
 # Makefile: builds libpcg, the programs and the tests of pcg-tts.
-#   make            library and programs (bin/)
+#   make            library and programs (bin/). The first build installs the
+#                   Debian packages it needs (scripts/install-deps, with sudo when
+#                   not root) and leaves build/.deps-ok; `make deps` runs that
+#                   install again, also when the stamp is there
+#   make bench      the benches that need no weights (bench/run), briefly
 #   make test       builds everything, runs tests/run (offline, a few minutes)
 #   make test-gpu   the CUDA tests on a GPU, also under compute-sanitizer
 #   make demo       runs the demo job on the embedded tiny model
@@ -63,7 +67,10 @@ all: $(BINS) $(BENCHES) $(CUDA_LIB)
 $(DEPS_OK): scripts/install-deps
 	@scripts/install-deps
 	@mkdir -p build && touch $@
-deps: $(DEPS_OK)
+.PHONY: deps
+deps:
+	@scripts/install-deps
+	@mkdir -p build && touch $(DEPS_OK)
 
 build/libpcg.a: $(LIB_OBJ)
 	ar rcs $@ $^

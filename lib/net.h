@@ -1,7 +1,7 @@
 /* net.h: ZeroMQ sockets with the limits every socket of the pipeline needs
- * (ZMQ_MAXMSGSIZE, finite timeouts, LINGER 0), endpoint policy (tcp binds
- * to loopback only: a real interface would need CURVE keys, which this
- * build does not configure, so it is refused), and framed send/receive that
+ * (ZMQ_MAXMSGSIZE, finite timeouts, LINGER 0), endpoint policy (tcp on a
+ * real interface only with CURVE keys and a ZAP allow-list; loopback and
+ * ipc without), and framed send/receive that
  * never trusts the size or number of frames a peer sends.
  *
  * Servers use a ROUTER socket and answer each request to the peer that sent
