@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "audio.h"
+#include "fileio.h"
 #include "codes.h"
 #include "daemon.h"
 #include "device.h"
@@ -88,16 +88,7 @@ static int usage_error(const char *msg)
 /* config.json in the weights' directory (or beside the weights file). */
 static int find_config(char *buf, size_t n)
 {
-	struct stat st;
-	const char *slash;
-
-	if (stat(weights, &st) == 0 && S_ISDIR(st.st_mode))
-		snprintf(buf, n, "%s/config.json", weights);
-	else if ((slash = strrchr(weights, '/')) != NULL)
-		snprintf(buf, n, "%.*s/config.json", (int)(slash - weights), weights);
-	else
-		snprintf(buf, n, "config.json");
-	return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
+	return pcg_config_beside(weights, buf, n);
 }
 
 /* --codec auto: the codec config.json beside the weights names. */

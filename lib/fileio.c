@@ -231,3 +231,17 @@ int pcg_json_fail(pcg_err *err, const char *what, const void *json_error)
 	return pcg_fail(err, "%s: not valid JSON at line %d, column %d: %s", what, je->line,
 			je->column, je->text);
 }
+
+int pcg_config_beside(const char *weights, char *buf, size_t n)
+{
+	struct stat st;
+	const char *slash;
+
+	if (stat(weights, &st) == 0 && S_ISDIR(st.st_mode))
+		snprintf(buf, n, "%s/config.json", weights);
+	else if ((slash = strrchr(weights, '/')) != NULL)
+		snprintf(buf, n, "%.*s/config.json", (int)(slash - weights), weights);
+	else
+		snprintf(buf, n, "config.json");
+	return stat(buf, &st) == 0 && S_ISREG(st.st_mode);
+}

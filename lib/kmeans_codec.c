@@ -102,20 +102,6 @@ float kmc_uniform(uint64_t seed, uint64_t i)
 	return (float)(z >> 40) / 16777216.0f;
 }
 
-/* config.json in the weights' directory (or beside the weights file). */
-static void config_beside(const char *weights, char *buf, size_t n)
-{
-	struct stat st;
-	const char *slash;
-
-	if (stat(weights, &st) == 0 && S_ISDIR(st.st_mode))
-		snprintf(buf, n, "%s/config.json", weights);
-	else if ((slash = strrchr(weights, '/')) != NULL)
-		snprintf(buf, n, "%.*s/config.json", (int)(slash - weights), weights);
-	else
-		snprintf(buf, n, "config.json");
-}
-
 kmc_model *kmc_open(const char *weights, const char *config, pcg_err *err)
 {
 	char cpath[4200];
@@ -136,7 +122,7 @@ kmc_model *kmc_open(const char *weights, const char *config, pcg_err *err)
 		goto fail;
 	}
 	if (config == NULL) {
-		config_beside(weights, cpath, sizeof cpath);
+		pcg_config_beside(weights, cpath, sizeof cpath);
 		config = cpath;
 	}
 	if (kmc_config_load(config, &m->cfg, err) < 0)
