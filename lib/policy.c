@@ -241,6 +241,16 @@ int policy_draw(policy *pl, const float *q, const float *p, pcg_rng *rng)
 	return total > 0.0 ? policy_block_draw(pl, q, p, total, u) : -1;
 }
 
+int policy_correct_from_q(policy *pl, int x, const float *p, const float *q, pcg_rng *rng,
+			  policy_result *out, int *group)
+{
+	(void)x;
+	(void)p;
+	(void)out;
+	*group = -1;
+	return policy_draw(pl, q, NULL, rng);
+}
+
 double policy_ratio(double pm, double qm)
 {
 	if (!(qm > 0.0))

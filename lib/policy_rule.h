@@ -60,6 +60,11 @@ double policy_block_sums(policy *pl, const float *q, const float *p);
 int policy_block_draw(const policy *pl, const float *q, const float *p, double total,
 		      double u);
 
+/* A correct() for the rules that, on a rejection, draw from the target's q
+ * itself (typical, topk). */
+int policy_correct_from_q(policy *pl, int x, const float *p, const float *q, pcg_rng *rng,
+			  policy_result *out, int *group);
+
 /* min(1, q/p) with policy.h's edge cases: 0 when q has no mass, 1 when
  * q >= p. */
 double policy_ratio(double pm, double qm);

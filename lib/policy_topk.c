@@ -27,16 +27,6 @@ static int topk_accept(policy *pl, int x, const float *p, const float *q, pcg_rn
 	return above < k && qx > 0.0f;
 }
 
-static int topk_correct(policy *pl, int x, const float *p, const float *q, pcg_rng *rng,
-			policy_result *out, int *group)
-{
-	(void)x;
-	(void)p;
-	(void)out;
-	*group = -1;
-	return policy_draw(pl, q, NULL, rng);
-}
-
 const policy_rule policy_rule_topk = {
 	.info = { "topk", "Llasa+'s top-k membership: x is kept when it is among the target's k "
 		  "most probable tokens, else a token is drawn from q",
@@ -45,5 +35,5 @@ const policy_rule policy_rule_topk = {
 		  { { "k", 1, 1 << 30, 50, 1, "topk, lantern: k (topk: the top-k membership; "
 		      "lantern: neighbours per token)" } }, 0 },
 	.accept = topk_accept,
-	.correct = topk_correct,
+	.correct = policy_correct_from_q,
 };

@@ -80,16 +80,6 @@ static int typical_accept(policy *pl, int x, const float *p, const float *q, pcg
 	return q[x] > thr;
 }
 
-static int typical_correct(policy *pl, int x, const float *p, const float *q, pcg_rng *rng,
-			   policy_result *out, int *group)
-{
-	(void)x;
-	(void)p;
-	(void)out;
-	*group = -1;
-	return policy_draw(pl, q, NULL, rng);
-}
-
 const policy_rule policy_rule_typical = {
 	.info = { "typical", "Medusa's typical acceptance: x is kept when q(x) > "
 		  "min(epsilon, alpha exp(-H(q))), else a token is drawn from q",
@@ -101,5 +91,5 @@ const policy_rule policy_rule_typical = {
 		      "(Medusa's posterior_alpha)" } }, 0 },
 	.deterministic = 0,
 	.accept = typical_accept,
-	.correct = typical_correct,
+	.correct = policy_correct_from_q,
 };

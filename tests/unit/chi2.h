@@ -1,9 +1,13 @@
-/* chi2.h: the chi-square goodness-of-fit test the statistical unit tests
- * share (test_policy, test_mtp_sd). */
+/* chi2.h: the chi-square goodness-of-fit test and the verdicts the
+ * statistical unit tests share (test_policy, test_policy_rules,
+ * test_mtp_sd). */
 #ifndef PCG_TEST_CHI2_H
 #define PCG_TEST_CHI2_H
 
 #include <math.h>
+#include <stdio.h>
+
+#include "check.h"
 
 /* Regularised upper incomplete gamma Q(a, x): a series for small x, a
  * continued fraction (modified Lentz) otherwise. */
@@ -77,6 +81,35 @@ static double chi2_p(const long *obs, const double *prob, int k, long N, double 
 	*stat = x2;
 	*df = cats - 1;
 	return cats > 1 ? gamma_q(0.5 * (cats - 1), 0.5 * x2) : 1.0;
+}
+
+/* The verdicts of the statistical tests: each passes when its p-value is at
+ * least chi2_alpha (the including test sets it: its family-wise level over
+ * the most tests it runs, Bonferroni) and counts in chi2_tests. */
+static double chi2_alpha = 1e-6;
+static int chi2_tests;
+
+static inline void expect_fit(const char *what, double pv, double stat, int df)
+{
+	chi2_tests++;
+	CHECKF(pv >= chi2_alpha, "%s: chi2(%d) = %.2f, p-value %.3g < %.2g", what, df, stat, pv,
+	       chi2_alpha);
+	printf("  %-58s chi2(%2d) = %8.2f  p = %.3g\n", what, df, stat, pv);
+}
+
+/* Two-sided z test of a mean against its expectation. The standard error
+ * gets 1e-6 added: expectations computed from f32 probabilities are good to
+ * about 1e-7, and a degenerate case (rate 1, TV 1) has standard error 0. */
+static inline void expect_mean(const char *what, double mean, double want, double sd_of_mean)
+{
+	if (!(sd_of_mean >= 0.0)) /* a rate a rounding above 1 gives sqrt(< 0) */
+		sd_of_mean = 0.0;
+	const double z = (mean - want) / (sd_of_mean + 1e-6);
+	const double pv = erfc(fabs(z) / sqrt(2.0));
+	chi2_tests++;
+	CHECKF(pv >= chi2_alpha, "%s: %.6f, expected %.6f (z = %.2f, p-value %.3g)", what, mean,
+	       want, z, pv);
+	printf("  %-58s %.5f vs %.5f  z = %+.2f\n", what, mean, want, z);
 }
 
 #endif

@@ -44,34 +44,6 @@
 #define MAX_TESTS 400
 #define ALPHA (0.001 / MAX_TESTS)
 
-static int n_tests;
-
-/* ---- statistics ---- */
-
-/* A test passes when its p-value is at least ALPHA. */
-static void expect_fit(const char *what, double pv, double stat, int df)
-{
-	n_tests++;
-	CHECKF(pv >= ALPHA, "%s: chi2(%d) = %.2f, p-value %.3g < %.2g", what, df, stat, pv, ALPHA);
-	printf("  %-58s chi2(%2d) = %8.2f  p = %.3g\n", what, df, stat, pv);
-}
-
-/* Two-sided z test of a mean against its expectation. The standard error
- * gets 1e-6 added: expectations computed from f32 probabilities are good to
- * about 1e-7, and a degenerate case (rate 1, TV 1) has standard error 0. */
-static void expect_mean(const char *what, double mean, double want, double sd_of_mean)
-{
-	double z;
-	if (!(sd_of_mean >= 0.0)) /* a rate a rounding above 1 gives sqrt(< 0) */
-		sd_of_mean = 0.0;
-	z = (mean - want) / (sd_of_mean + 1e-6);
-	double pv = erfc(fabs(z) / sqrt(2.0));
-	n_tests++;
-	CHECKF(pv >= ALPHA, "%s: %.6f, expected %.6f (z = %.2f, p-value %.3g)", what, mean, want,
-	       z, pv);
-	printf("  %-58s %.5f vs %.5f  z = %+.2f\n", what, mean, want, z);
-}
-
 /* ---- shapes ---- */
 
 static void normalise(float *v)
@@ -796,6 +768,7 @@ static void test_gamma(void)
 
 int main(void)
 {
+	chi2_alpha = ALPHA;
 	test_gamma();
 	make_pqs();
 	test_sd_ssd();
@@ -804,7 +777,7 @@ int main(void)
 	test_block();
 	test_power();
 	test_edges();
-	printf("%d statistical tests at alpha %.2g each (family-wise 0.001)\n", n_tests, ALPHA);
-	CHECKF(n_tests <= MAX_TESTS, "%d tests: raise MAX_TESTS", n_tests);
+	printf("%d statistical tests at alpha %.2g each (family-wise 0.001)\n", chi2_tests, ALPHA);
+	CHECKF(chi2_tests <= MAX_TESTS, "%d tests: raise MAX_TESTS", chi2_tests);
 	return check_done("test_policy");
 }

@@ -34,25 +34,6 @@
 #define NPQ 8
 #define KNN 3
 
-static int n_tests;
-
-static void expect_fit(const char *what, double pv, double stat, int df)
-{
-	n_tests++;
-	CHECKF(pv >= ALPHA, "%s: chi2(%d) = %.2f, p-value %.3g < %.2g", what, df, stat, pv, ALPHA);
-	printf("  %-58s chi2(%2d) = %8.2f  p = %.3g\n", what, df, stat, pv);
-}
-
-static void expect_mean(const char *what, double mean, double want, double sd_of_mean)
-{
-	double z = (mean - want) / ((sd_of_mean > 0.0 ? sd_of_mean : 0.0) + 1e-6);
-	double pv = erfc(fabs(z) / sqrt(2.0));
-	n_tests++;
-	CHECKF(pv >= ALPHA, "%s: %.6f, expected %.6f (z = %.2f, p-value %.3g)", what, mean, want,
-	       z, pv);
-	printf("  %-58s %.5f vs %.5f  z = %+.2f\n", what, mean, want, z);
-}
-
 /* A draw of V probabilities: Dirichlet(c) by gamma variates (Marsaglia-Tsang
  * for c >= 1, boosted for c < 1), then optionally half the tokens zeroed. */
 static double gamma_var(pcg_rng *r, double c)
@@ -322,7 +303,7 @@ static void test_lantern(void)
 				tv += 0.5 * fabs((double)t.tok[y] / TRIALS - d->q[y]);
 				bias += 0.5 * sqrt(d->q[y] * (1.0 - d->q[y]) / TRIALS);
 			}
-			n_tests++;
+			chi2_tests++;
 			CHECKF(tv <= delta + bias + 6.0 / sqrt(TRIALS),
 			       "lantern delta %g, %s: TV(output, q) = %.4f > delta", delta, d->name, tv);
 			printf("  lantern delta %.2g, %-30s TV(out, q) %.4f (bound %.2g)\n", delta, d->name,
@@ -392,12 +373,13 @@ static void test_table(void)
 
 int main(void)
 {
+	chi2_alpha = ALPHA;
 	make_pqs();
 	test_table();
 	test_typical();
 	test_topk();
 	test_lantern();
-	printf("%d statistical tests (at most %d)\n", n_tests, MAX_TESTS);
-	CHECK(n_tests > 0 && n_tests <= MAX_TESTS);
+	printf("%d statistical tests (at most %d)\n", chi2_tests, MAX_TESTS);
+	CHECK(chi2_tests > 0 && chi2_tests <= MAX_TESTS);
 	return check_done("test_policy_rules");
 }
