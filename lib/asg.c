@@ -381,18 +381,16 @@ asg *asg_open(const char *path, pcg_err *err)
 asg *asg_from_memory(const void *image, size_t size, const char *name, pcg_err *err)
 {
 	asg *a = calloc(1, sizeof *a);
-	/* malloc's alignment (>= 8) makes the arrays usable in place. */
-	unsigned char *b = malloc(size ? size : 1);
 
-	if (a == NULL || b == NULL) {
-		free(a);
-		free(b);
+	if (a == NULL) {
 		pcg_fail(err, "%s: out of memory", name);
 		return NULL;
 	}
-	memcpy(b, image, size);
-	pcg_image_own(&a->img, b, size);
-	if (validate(b, size, name, &a->v, err) < 0) {
+	if (pcg_image_copy(&a->img, image, size, name, err) < 0) {
+		free(a);
+		return NULL;
+	}
+	if (validate(a->img.data, size, name, &a->v, err) < 0) {
 		asg_close(&a);
 		return NULL;
 	}

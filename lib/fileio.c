@@ -189,6 +189,18 @@ void pcg_image_own(pcg_image *im, unsigned char *buf, uint64_t size)
 	im->size = size;
 }
 
+int pcg_image_copy(pcg_image *im, const void *data, size_t size, const char *name,
+		   pcg_err *err)
+{
+	unsigned char *b = malloc(size ? size : 1);
+
+	if (b == NULL)
+		return pcg_fail(err, "%s: out of memory", name);
+	memcpy(b, data, size);
+	pcg_image_own(im, b, size);
+	return 0;
+}
+
 void pcg_image_close(pcg_image *im)
 {
 	if (im->map)

@@ -42,12 +42,17 @@ typedef struct pcg_image {
 } pcg_image;
 
 /* Opens path ("-": standard input). Returns 0, or -1 with err naming the file. */
+int pcg_image_open(const char *path, uint64_t min_map, pcg_image *im, pcg_err *err);
+
+/* A copy of size bytes in memory (malloc'd: aligned for every array of a
+ * file image). Returns 0, or -1 with err naming name. */
+int pcg_image_copy(pcg_image *im, const void *data, size_t size, const char *name,
+		   pcg_err *err);
+
 /* The path of config.json in the weights' directory, or beside the weights
  * file (a directory is taken whole), into buf. Returns 1 when it is a regular
  * file, else 0 (buf holds the path looked at). */
 int pcg_config_beside(const char *weights, char *buf, size_t n);
-
-int pcg_image_open(const char *path, uint64_t min_map, pcg_image *im, pcg_err *err);
 
 /* Takes over a malloc'd buffer of size bytes (an image built in memory). */
 void pcg_image_own(pcg_image *im, unsigned char *buf, uint64_t size);

@@ -326,18 +326,16 @@ fail:
 tmat *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *err)
 {
 	tmat *t = calloc(1, sizeof *t);
-	/* malloc's alignment (>= 8) makes the arrays usable in place. */
-	unsigned char *b = malloc(size ? size : 1);
 
-	if (t == NULL || b == NULL) {
-		free(t);
-		free(b);
+	if (t == NULL) {
 		pcg_fail(err, "%s: out of memory", name);
 		return NULL;
 	}
-	memcpy(b, image, size);
-	pcg_image_own(&t->img, b, size);
-	if (validate(b, size, name, &t->v, err) < 0) {
+	if (pcg_image_copy(&t->img, image, size, name, err) < 0) {
+		free(t);
+		return NULL;
+	}
+	if (validate(t->img.data, size, name, &t->v, err) < 0) {
 		tm_close(&t);
 		return NULL;
 	}
