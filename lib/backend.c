@@ -257,7 +257,7 @@ int pcg_backend_upload_mat(pcg_backend *be, pcg_mat *dst, const pcg_mat *src, vo
 
 	*owned = NULL;
 	*dst = *src;
-	if (be->host)
+	if (pcg_backend_is_host(be))
 		return 0;
 	if (pcg_dtype_is_quant(src->dtype))
 		return pcg_fail(err, "%s: %s weights run on the CPU only (--device cpu), or "

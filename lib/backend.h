@@ -72,6 +72,13 @@ struct pcg_backend {
 	void *ctx;           /* the backend's own state */
 };
 
+/* Whether be's pointers are host memory (the CPU backend): the callers that
+ * may read or write them directly ask this, not the struct. */
+static inline int pcg_backend_is_host(const pcg_backend *be)
+{
+	return be->host;
+}
+
 /* The backend of device (lib/device.h): the CPU's is static and always
  * there; a CUDA device's is created (stream, cuBLAS handle). Returns NULL
  * with err when the device cannot be used. */

@@ -267,7 +267,7 @@ static int dev_vec(llama_model *m, float **v, int n, const char *what, pcg_err *
 {
 	void *p;
 
-	if (m->be->host)
+	if (pcg_backend_is_host(m->be))
 		return 0;
 	if (m->be->ops->alloc(m->be, &p, (size_t)n * sizeof **v, what, err) < 0)
 		return -1;
@@ -291,7 +291,7 @@ static int to_device(llama_model *m, const char *device, pcg_err *err)
 	m->be = pcg_backend_open(dev, err);
 	if (m->be == NULL)
 		return -1;
-	if (m->be->host)
+	if (pcg_backend_is_host(m->be))
 		return 0;
 	if (dev_mat(m, &m->embed, "embed_tokens", err) < 0 ||
 	    dev_vec(m, &m->norm, c->hidden, "norm", err) < 0 ||
@@ -625,7 +625,7 @@ int llama_lm_head(const llama_model *m, const float *h, int B, const llama_rows 
 	const size_t lb = (size_t)B * llama_rows_count(m, rows) * sizeof(float);
 	/* the same products as a forward pass of B positions */
 	const int exact = B <= EXACT_MAX;
-	if (be->host)
+	if (pcg_backend_is_host(be))
 		return lm_head_rows(m, h, B, exact, rows, logits, err);
 	/* a device: h up, the product, the logits down */
 	if (be->ops->alloc(be, &d, hb + lb, "lm_head", err) < 0)
@@ -646,7 +646,7 @@ static float *scratch(llama_model *m, size_t bytes, pcg_err *err)
 {
 	pcg_backend *be = m->be;
 
-	if (be->host) {
+	if (pcg_backend_is_host(be)) {
 		float *p = malloc(bytes);
 		if (p == NULL)
 			pcg_fail(err, "forward: out of memory for %zu bytes of activations", bytes);
@@ -789,7 +789,7 @@ static int pass(llama_model *m, llama_seq *s, int n_seqs, const llama_rows *rows
 	/* Activations of the rows: x, xb (H); q, att (q_dim); hb, hb2 (F); the
 	 * logits of the outputs, unless they go straight into the caller's array
 	 * (one sequence on the host). */
-	const int direct = be->host && n_seqs == 1;
+	const int direct = pcg_backend_is_host(be) && n_seqs == 1;
 	const size_t per = (size_t)2 * H + 2 * (size_t)q_dim + 2 * (size_t)F;
 	const size_t lg_n = direct || !p.lm ? 0 : (size_t)p.outs * n_logits;
 	const int N = p.rows;
@@ -882,7 +882,7 @@ static int pass(llama_model *m, llama_seq *s, int n_seqs, const llama_rows *rows
 		s[i].kv->len += s[i].n;
 	rc = 0;
 out:
-	if (be->host)
+	if (pcg_backend_is_host(be))
 		free(buf);
 	free(p.at);
 	return rc;
