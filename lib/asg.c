@@ -798,9 +798,9 @@ asg *asg_build_knn(float *E, int n, int d, int K, const asg_build_opts *o, pcg_e
 			for (int r = 0; r < ri; r++) {
 				const int t = i0 + r;
 				int m = 0;
-				/* t first, then the others with cos > 0, most similar first */
+				/* t first, then the others, most similar first */
 				for (int j = 0; j < n; j++)
-					if (j != t && C[(size_t)r * n + j] > 0.0f)
+					if (j != t)
 						row[m++] = (nb){ (uint32_t)j, C[(size_t)r * n + j] };
 				if (m > keep - 1) {
 					qsort(row, m, sizeof *row, by_sim);

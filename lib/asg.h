@@ -131,10 +131,10 @@ typedef struct asg_pair {
 asg *asg_build(float *E, int n, int d, const asg_build_opts *o, pcg_err *err);
 
 /* A neighbour file in the ASG format (for the lantern policy): group t is
- * token t and its K most similar tokens by cosine (ties: the lower id),
- * those with cos > 0 only, so M = n and identical sets are not merged;
+ * token t and its K most similar tokens by cosine (ties: the lower id; all
+ * n - 1 others when n <= K), so M = n and identical sets are not merged;
  * the weights split each token's unit over the groups that hold it in
- * proportion to the cosine (as ASG_W_SIMILARITY). theta is stored as 0,
+ * proportion to the cosine (at least 1e-6, as ASG_W_SIMILARITY). theta is stored as 0,
  * topk as K + 1. E is normalised in place. Rows are done in blocks of 64,
  * one single-threaded sgemm of 64 x n per OpenMP thread, so memory is
  * O(64 n) per thread plus the file. Sets threads as asg_build does. */
