@@ -25,6 +25,7 @@
 # row (with MTP=0 and QUANT, a run of the target in each format only).
 # Needs: make, pcg-eval's Python packages (make eval-deps), gnuplot for the
 # plot. Results: $BENCH_CACHE/table1/ (default /tmp/pcg-tts-bench).
+# MODEL=DIR takes another voice's directory (default models/demo).
 # SET=everyday takes bench/everyday-sentences.tsv instead (30 sentences of
 # everyday modern English, no Bible text: what the voice never saw), results
 # in $BENCH_CACHE/table1-everyday/.
@@ -32,7 +33,7 @@ set -eu
 cd "$(dirname "$0")/.."
 root=$PWD
 export PATH="$root/bin:$root/scripts:$PATH"
-m=models/demo
+m=${MODEL:-models/demo}
 nsent=${1:-100}
 seeds=${2:-3}
 eval_seeds=${3:-$seeds}
