@@ -828,7 +828,8 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof path, "%s/voice.json", dir);
 	if (voice_load(path, &vi, &err) == 0) {
 		spec_env ve = { .tok = g.tok, .voc = &g.voc, .voice = &vi,
-				.unk_phone = tok_token_id(g.tok, "<|p__|>", 7) };
+				.unk_phone = tok_token_id(g.tok, "<|p__|>", 7),
+				.unk_next = vi.next_phoneme ? tok_token_id(g.tok, "<|n__|>", 7) : 0 };
 		g.W = g.voc.speech_count;
 		g.G = (int)(g.g->M + (g.W - g.g->n));
 		printf("a phoneme voice: rounds across forced tokens, lookahead %d, at most %d "
@@ -850,13 +851,15 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 4; i++)
 			free(hv[i]);
 		/* voice.json's next_phoneme: each forced phoneme token is followed
-		 * by the next phoneme's (here the demo's tokenizer has no <|n_Y|>:
-		 * every one is the stand-in given as unk_next) */
+		 * by the next phoneme's. A voice trained so has the <|n_Y|> tokens;
+		 * for one without them every next-phoneme token is the stand-in
+		 * given as unk_next (a text token: recognisable). */
 		voice_info vn = vi;
 		vn.next_phoneme = 1;
 		spec_env ne = ve;
 		ne.voice = &vn;
-		ne.unk_next = tok_token_id(g.tok, "<|s_0|>", 7) - 1; /* a text token: recognisable */
+		ne.unk_next = vi.next_phoneme ? tok_token_id(g.tok, "<|n__|>", 7)
+					      : tok_token_id(g.tok, "<|s_0|>", 7) - 1;
 		proto_msg *rq = synth("sd", 5, TV);
 		snprintf(rq->text, sizeof rq->text, "%s", VOICE_TEXT);
 		spec_io io = { call, &to_sd };
@@ -867,12 +870,17 @@ int main(int argc, char **argv)
 		CHECKF(rc == 1, "next_phoneme session: %s", err.msg);
 		const int *cx = ss ? spec_context(ss, &nc) : NULL;
 		for (int p = 0; cx && p + 1 < nc; p++) {
+			size_t l0, l1;
+			const char *s0 = tok_token_str(g.tok, cx[p], &l0);
+			const char *s1 = tok_token_str(g.tok, cx[p + 1], &l1);
+			const int is_phone = s0 && l0 > 4 && !strncmp(s0, "<|p_", 4);
+			const int next_is_n = cx[p + 1] == ne.unk_next ||
+					      (s1 && l1 > 4 && !strncmp(s1, "<|n_", 4));
 			if (llasa_id_to_code(&g.voc, cx[p]) >= 0)
 				speech++;
-			else if (speech > 0 || p > 0) {
-				const int is_p = cx[p] != ne.unk_next && cx[p + 1] == ne.unk_next;
-				pairs += is_p && speech > 0;
-				lone += speech > 0 && cx[p] != ne.unk_next && !is_p;
+			else if (speech > 0 && is_phone) {
+				pairs += next_is_n;
+				lone += !next_is_n;
 			}
 		}
 		CHECKF(pairs > 0 && lone == 0, "next_phoneme: %d phoneme tokens followed by the "
