@@ -104,11 +104,12 @@ mkdir -p "$work/codes"
 : >"$work/runs"
 trap 'pcg-down >/dev/null 2>&1' EXIT
 # The draft alone: the draft model as the target of its own pipeline, with
-# the voice's voice.json beside it.
+# the voice's tokenizer and voice.json beside it.
 mkdir -p "$work/draftvoice"
-for f in config.json model.safetensors tokenizer.json; do
+for f in config.json model.safetensors; do
 	ln -sf "$root/$m/draft/$f" "$work/draftvoice/$f"
 done
+ln -sf "$root/$m/tokenizer.json" "$work/draftvoice/tokenizer.json"
 ln -sf "$root/$m/voice.json" "$work/draftvoice/voice.json"
 methods=${METHODS:-1}
 if [ "$methods" != 0 ]; then
