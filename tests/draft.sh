@@ -17,10 +17,9 @@
 # rates are printed. (Measured on the first demo voice: distilled 0.549,
 # shipped 0.527; on the second, 8,192 codes, 10 epochs: 0.374 against 0.317,
 # and 5 epochs of 120 texts are too few: 0.252.) About 4 minutes when other
-# work shares the 2 cores.
-# timeout: 600 Skips
-# (77) without torch, transformers and safetensors (make draft-deps installs
-# them).
+# work shares the 2 cores. Skips (77) without torch, transformers and
+# safetensors (make draft-deps installs them).
+# timeout: 600
 set -u
 ROOT=${PCG_ROOT:-$(pwd)}
 T=${TEST_TMP:-$(mktemp -d)}
