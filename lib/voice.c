@@ -15,16 +15,14 @@
 #include "voice.h"
 #include "fileio.h"
 
-int voice_load(const char *path, voice_info *v, pcg_err *err)
+/* voice.json's fields from root (taken over: freed here); path names it in
+ * errors. */
+static int from_json(json_t *root, const char *path, voice_info *v, pcg_err *err)
 {
-	json_error_t je;
-	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je), *sp;
+	json_t *sp;
 	const char *s;
 	int rc = -1;
 
-	memset(v, 0, sizeof *v);
-	if (root == NULL)
-		return pcg_json_fail(err, path, &je);
 	if (!json_is_object(root)) {
 		pcg_fail(err, "%s: not a JSON object", path);
 		goto out;
@@ -84,6 +82,28 @@ int voice_load(const char *path, voice_info *v, pcg_err *err)
 out:
 	json_decref(root);
 	return rc;
+}
+
+int voice_load(const char *path, voice_info *v, pcg_err *err)
+{
+	json_error_t je;
+	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+
+	memset(v, 0, sizeof *v);
+	if (root == NULL)
+		return pcg_json_fail(err, path, &je);
+	return from_json(root, path, v, err);
+}
+
+int voice_parse(const char *json, size_t len, const char *name, voice_info *v, pcg_err *err)
+{
+	json_error_t je;
+	json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+
+	memset(v, 0, sizeof *v);
+	if (root == NULL)
+		return pcg_json_fail(err, name, &je);
+	return from_json(root, name, v, err);
 }
 
 static int espeak_rate; /* 0: not initialised yet; -1: failed */

@@ -47,6 +47,9 @@ typedef struct voice_info {
 /* Reads voice.json. Fails naming the field that is missing or wrong. */
 int voice_load(const char *path, voice_info *v, pcg_err *err);
 
+/* The same from len bytes of JSON in memory, named name in errors. */
+int voice_parse(const char *json, size_t len, const char *name, voice_info *v, pcg_err *err);
+
 /* One phoneme: espeak-ng's name and the codec frame where it starts. */
 typedef struct voice_phone {
 	char name[9];
