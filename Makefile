@@ -135,9 +135,12 @@ build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/asg.c lib/policy.c $(wildcard lib
 build/fuzz/fuzz_tm: tests/fuzz/fuzz_tm.c lib/tm.c lib/fileio.c lib/err.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -lm -o $@
-build/fuzz/fuzz_text: tests/fuzz/fuzz_text.c lib/config.c lib/tokenizer.c lib/codes.c lib/fileio.c lib/err.c | $(DEPS_OK)
+build/fuzz/fuzz_text: tests/fuzz/fuzz_text.c lib/config.c lib/tokenizer.c lib/codes.c lib/voice.c lib/fileio.c lib/err.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
-	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lpcre2-8 -lm -o $@
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lpcre2-8 -lespeak-ng -lm -o $@
+build/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/fileio.c lib/err.c lib/dtype.c lib/quant.c | $(DEPS_OK)
+	@mkdir -p build/fuzz
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lm -o $@
 
 test: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS) $(FUZZERS)
 	@tests/run

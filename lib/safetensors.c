@@ -54,6 +54,7 @@ static const struct {
 typedef struct st_file {
 	void *map;
 	size_t size;
+	int copied;   /* map is a malloc'd copy (st_from_memory), not a mapping */
 	st_tensor *t;
 	int n;
 	json_t *meta; /* "__metadata__" (string values), or NULL */
@@ -227,7 +228,9 @@ static void file_close(st_file *f)
 		free((char *)f->t[i].name);
 	free(f->t);
 	json_decref(f->meta);
-	if (f->map != NULL)
+	if (f->map != NULL && f->copied)
+		free(f->map);
+	else if (f->map != NULL)
 		munmap(f->map, f->size);
 	memset(f, 0, sizeof *f);
 }
@@ -340,6 +343,39 @@ static st_ckpt *ckpt_new(int nfiles, int ntensors)
 		free(c);
 		return NULL;
 	}
+	return c;
+}
+
+st_ckpt *st_from_memory(const void *data, size_t size, const char *name, pcg_err *err)
+{
+	st_file f;
+	st_ckpt *c;
+
+	memset(&f, 0, sizeof f);
+	f.size = size;
+	f.copied = 1;
+	f.map = malloc(size ? size : 1);
+	if (f.map == NULL) {
+		pcg_fail(err, "%s: out of memory", name);
+		return NULL;
+	}
+	memcpy(f.map, data, size);
+	if (parse_header(&f, name, err) < 0) {
+		file_close(&f);
+		return NULL;
+	}
+	c = ckpt_new(1, f.n);
+	if (c == NULL) {
+		file_close(&f);
+		pcg_fail(err, "%s: out of memory", name);
+		return NULL;
+	}
+	c->files[0] = f;
+	c->nfiles = 1;
+	c->n = f.n;
+	c->mapped = f.size;
+	if (f.n > 0)
+		memcpy(c->t, f.t, (size_t)f.n * sizeof *f.t);
 	return c;
 }
 

@@ -46,6 +46,11 @@ typedef struct st_ckpt st_ckpt;
  * Returns NULL and fills err on failure. */
 st_ckpt *st_open(const char *path, pcg_err *err);
 
+/* One .safetensors file's size bytes from memory (copied), validated as
+ * st_open validates a file, named name in errors: for checking an image
+ * before it is written, and for the fuzz target. */
+st_ckpt *st_from_memory(const void *data, size_t size, const char *name, pcg_err *err);
+
 /* Unmaps and frees; sets *c to NULL. NULL is fine. */
 void st_close(st_ckpt **c);
 

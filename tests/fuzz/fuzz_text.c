@@ -1,7 +1,8 @@
 /* fuzz_text.c: libFuzzer target for the text parsers of untrusted input
  * other than the protocol: config.json (llama_config_parse), tokenizer.json
- * (tok_parse, then an encode of a short text), and speech codes as text
- * and as int32 (codes_parse). The first byte picks the parser, the rest is
+ * (tok_parse, then an encode of a short text), speech codes as text and
+ * as int32 (codes_parse), and voice.json (voice_parse). The first byte
+ * picks the parser (0xff: voice.json; else its value mod 4), the rest is
  * the input (a tokenizer.json, a config.json, codes). Corpus: tests/fuzz/corpus/text (README.md). */
 #include <stddef.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include "codes.h"
 #include "config.h"
 #include "tokenizer.h"
+#include "voice.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -19,6 +21,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	const char *s = (const char *)data + 1;
 	const size_t n = size - 1;
+	if (data[0] == 0xff) {
+		voice_info v;
+		voice_parse(s, n, "fuzz", &v, &err);
+		return 0;
+	}
 	switch (data[0] % 4) {
 	case 0: {
 		llama_config c;

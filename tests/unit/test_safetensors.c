@@ -516,6 +516,39 @@ static void test_fuzz(void)
 	CHECK(opened > 0 && opened < 3000);
 }
 
+/* st_from_memory: the same tensors as st_open from the same bytes, and a
+ * corrupt header refused with the name given. */
+static void test_from_memory(void)
+{
+	const char *root = getenv("PCG_ROOT");
+	char path[1024];
+	pcg_err err = { "" };
+	snprintf(path, sizeof path, "%s/tests/fixtures/llama/gqa-f32/model.safetensors",
+		 root ? root : ".");
+	FILE *f = fopen(path, "rb");
+	CHECKF(f != NULL, "%s", path);
+	if (f == NULL)
+		return;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	rewind(f);
+	unsigned char *b = malloc((size_t)n);
+	CHECK(b && fread(b, 1, (size_t)n, f) == (size_t)n);
+	fclose(f);
+	st_ckpt *a = st_open(path, &err), *m = st_from_memory(b, (size_t)n, "mem", &err);
+	CHECKF(a && m && st_count(a) == st_count(m), "%s", err.msg);
+	for (int i = 0; a && m && i < st_count(a); i++) {
+		const st_tensor *x = st_get(a, i), *y = st_find(m, x->name);
+		CHECK(y && y->nbytes == x->nbytes && !memcmp(y->data, x->data, x->nbytes));
+	}
+	st_close(&a);
+	st_close(&m);
+	b[9] = '!'; /* inside the JSON header */
+	CHECK(st_from_memory(b, (size_t)n, "mem", &err) == NULL && strstr(err.msg, "mem"));
+	CHECK(st_from_memory(b, 5, "mem", &err) == NULL && strstr(err.msg, "shorter"));
+	free(b);
+}
+
 int main(void)
 {
 	snprintf(tmpdir, sizeof tmpdir, "%s/st.%d", check_tmpdir(), (int)getpid());
@@ -527,5 +560,6 @@ int main(void)
 	test_bad_files();
 	test_bad_indexes();
 	test_fuzz();
+	test_from_memory();
 	return check_done("test_safetensors");
 }
