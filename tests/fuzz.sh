@@ -8,7 +8,7 @@ for f in build/fuzz/*; do
 	name=$(basename "$f")
 	corpus=tests/fuzz/corpus/${name#fuzz_}
 	n=$(ls "$corpus" | wc -l)
-	if "$f" -runs=0 "$corpus" >"${TEST_TMP:-/tmp}/$name.log" 2>&1; then
+	if "$f" -runs=0 -malloc_limit_mb=64 "$corpus" >"${TEST_TMP:-/tmp}/$name.log" 2>&1; then
 		echo "ok: $name ran $n inputs"
 	else
 		echo "FAIL: $name"; tail -n 30 "${TEST_TMP:-/tmp}/$name.log"; fails=$((fails + 1))
