@@ -24,10 +24,11 @@
 /* LLaSA's tokenizer.json is 30 MB; anything far larger is not a tokenizer. */
 #define TOK_MAX_BYTES ((size_t)1 << 30)
 /* Ids index arrays, so a file must not make us allocate for 2^31 of them;
- * the largest vocabularies in use have about 2^20 ids. 2^22 keeps the
- * largest of those arrays (16 bytes an id) within 64 MB, the fuzz target's
- * limit on one allocation (a vocab id of 8,828,881 found it). */
-#define TOK_MAX_ID (1 << 22)
+ * the largest vocabularies in use have about 2^20 ids. 2^21 keeps the
+ * largest of those arrays (16 bytes an id) at 32 MB, under the fuzz
+ * target's 64 MB limit on one allocation (a vocab id of 8,828,881 found
+ * it, then one near 2^22). */
+#define TOK_MAX_ID (1 << 21)
 
 /* ------------------------------------------------------------------ tables */
 
@@ -1514,7 +1515,8 @@ static int skim(jscan *j, const char *in, span big[3], text *out)
 /* A scanner over a span of the file (offsets in messages stay file offsets). */
 static jscan js_at(const char *start, span s, pcg_err *err)
 {
-	return (jscan){ start, s.p, s.p + s.n, NULL, 0, 0, err };
+	/* a span not found is { NULL, 0 }: no arithmetic on the null pointer */
+	return (jscan){ start, s.p, s.p ? s.p + s.n : NULL, NULL, 0, 0, err };
 }
 
 static int parse_vocab(tokenizer *t, jscan *j, pcg_err *err)

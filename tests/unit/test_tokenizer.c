@@ -427,7 +427,7 @@ static void test_bad_files(void)
 		  "merges[0]: neither" },
 		{ "\"!\": 0", "\"!\": -1", "vocab: '!': id is not an integer" },
 		{ "\"!\": 0", "\"!\": 1e3", "vocab: '!': id is not an integer" },
-		{ "\"!\": 0", "\"!\": 4194304", "vocab: '!': id is not an integer in [0, 4194304)" },
+		{ "\"!\": 0", "\"!\": 2097152", "vocab: '!': id is not an integer in [0, 2097152)" },
 		{ "\"\\\"\": 1", "\"\\\"\": 0", "vocab: id 0 is used by" },
 		{ "\"id\": 496", "\"id\": 600",
 		  "added_tokens[0] '<|begin_of_text|>': id 600 in the file, but HF tokenizers would give it 496" },
