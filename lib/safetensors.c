@@ -346,10 +346,28 @@ static st_ckpt *ckpt_new(int nfiles, int ntensors)
 	return c;
 }
 
+/* A checkpoint of the one file f (taken over), named name in errors. */
+static st_ckpt *single(st_file *f, const char *name, pcg_err *err)
+{
+	st_ckpt *c = ckpt_new(1, f->n);
+
+	if (c == NULL) {
+		file_close(f);
+		pcg_fail(err, "%s: out of memory", name);
+		return NULL;
+	}
+	c->files[0] = *f;
+	c->nfiles = 1;
+	c->n = f->n;
+	c->mapped = f->size;
+	if (f->n > 0)
+		memcpy(c->t, f->t, (size_t)f->n * sizeof *f->t);
+	return c;
+}
+
 st_ckpt *st_from_memory(const void *data, size_t size, const char *name, pcg_err *err)
 {
 	st_file f;
-	st_ckpt *c;
 
 	memset(&f, 0, sizeof f);
 	f.size = size;
@@ -364,41 +382,16 @@ st_ckpt *st_from_memory(const void *data, size_t size, const char *name, pcg_err
 		file_close(&f);
 		return NULL;
 	}
-	c = ckpt_new(1, f.n);
-	if (c == NULL) {
-		file_close(&f);
-		pcg_fail(err, "%s: out of memory", name);
-		return NULL;
-	}
-	c->files[0] = f;
-	c->nfiles = 1;
-	c->n = f.n;
-	c->mapped = f.size;
-	if (f.n > 0)
-		memcpy(c->t, f.t, (size_t)f.n * sizeof *f.t);
-	return c;
+	return single(&f, name, err);
 }
 
 static st_ckpt *open_single(const char *path, pcg_err *err)
 {
 	st_file f;
-	st_ckpt *c;
 
 	if (file_open(&f, path, err) < 0)
 		return NULL;
-	c = ckpt_new(1, f.n);
-	if (c == NULL) {
-		file_close(&f);
-		pcg_fail(err, "%s: out of memory", path);
-		return NULL;
-	}
-	c->files[0] = f;
-	c->nfiles = 1;
-	c->n = f.n;
-	c->mapped = f.size;
-	if (f.n > 0)
-		memcpy(c->t, f.t, (size_t)f.n * sizeof *f.t);
-	return c;
+	return single(&f, path, err);
 }
 
 /* One weight_map entry: tensor name -> shard file name (both owned by the
