@@ -171,13 +171,17 @@ int main(int argc, char **argv)
 		? "--asg is for --policy pcg and lantern"
 		: !asg_path && (pi->needs & POLICY_NEEDS_KNN)
 		? "--policy lantern needs --asg FILE, a neighbour file (asg-build --knn K)" : NULL;
+	/* the policy's parameters: given (in range) or their defaults */
+	double args[POLICY_MAX_ARGS] = { 0 };
 	for (int i = 0; !bad && i < pi->n_args; i++) {
 		const policy_arg_info *ai = &pi->args[i];
 		int j = first_arg;
 		while (strcmp(opts[j].name, ai->name))
 			j++;
+		const int given = pcg_opts_given(opts, ai->name);
 		const double v = arg_value[j - first_arg];
-		if (pcg_opts_given(opts, ai->name) && !(v >= ai->min && v <= ai->max)) {
+		args[i] = given ? v : ai->def;
+		if (given && !(v >= ai->min && v <= ai->max)) {
 			snprintf(stray, sizeof stray, "--%s %.10g: want %.10g to %.10g", ai->name, v,
 				 ai->min, ai->max);
 			bad = stray;
@@ -198,11 +202,7 @@ int main(int argc, char **argv)
 		goto fail;
 	policy_params pp = { .kind = (policy_kind)kind, .groups = a, .end_token = -1 };
 	for (int i = 0; i < pi->n_args; i++) {
-		const policy_arg_info *ai = &pi->args[i];
-		int j = first_arg;
-		while (strcmp(opts[j].name, ai->name))
-			j++;
-		pp.arg[i] = pcg_opts_given(opts, ai->name) ? arg_value[j - first_arg] : ai->def;
+		pp.arg[i] = args[i];
 		pp.arg_set |= 1u << i;
 	}
 	if ((pl = policy_new(&pp, V, &err)) == NULL)
