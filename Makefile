@@ -87,10 +87,12 @@ build/asan/%.o: %.c | $(DEPS_OK)
 # The matmul kernels rely on a * b + c becoming one FMA (-std=c11 turns that off).
 build/lib/matmul.o build/asan/lib/matmul.o: ALL_CFLAGS += -ffp-contract=fast
 
+# Programs and tests link libpcg-cuda.a (in LDLIBS_ALL): a change to it
+# relinks them (a prerequisite, filtered out of the objects named).
 define prog_rule
-bin/$(1): $(patsubst %.c,build/%.o,$(wildcard $(1)/*.c)) build/libpcg.a | $(CUDA_LIB)
+bin/$(1): $(patsubst %.c,build/%.o,$(wildcard $(1)/*.c)) build/libpcg.a $(CUDA_LIB)
 	@mkdir -p bin
-	$$(CC) $$(ALL_CFLAGS) -o $$@ $$^ $$(LDLIBS_ALL)
+	$$(CC) $$(ALL_CFLAGS) -o $$@ $$(filter-out $(CUDA_LIB),$$^) $$(LDLIBS_ALL)
 endef
 $(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
 
@@ -98,14 +100,14 @@ $(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
 HTTPD_PKGS := libmicrohttpd samplerate rubberband
 bin/pcg-httpd: LDLIBS_ALL += $(shell pkg-config --libs $(HTTPD_PKGS) 2>/dev/null || echo -lmicrohttpd -lsamplerate -lrubberband)
 
-bin/bench-%: build/bench/%.o build/libpcg.a | $(CUDA_LIB)
+bin/bench-%: build/bench/%.o build/libpcg.a $(CUDA_LIB)
 	@mkdir -p bin
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
+	$(CC) $(ALL_CFLAGS) -o $@ $(filter-out $(CUDA_LIB),$^) $(LDLIBS_ALL)
 
-build/tests/%: build/tests/unit/%.o build/libpcg.a | $(CUDA_LIB)
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
-build/tests/asan-%: build/asan/tests/unit/%.o build/libpcg-asan.a | $(CUDA_LIB)
-	$(CC) $(ALL_CFLAGS) $(SANITIZE) -o $@ $^ $(LDLIBS_ALL)
+build/tests/%: build/tests/unit/%.o build/libpcg.a $(CUDA_LIB)
+	$(CC) $(ALL_CFLAGS) -o $@ $(filter-out $(CUDA_LIB),$^) $(LDLIBS_ALL)
+build/tests/asan-%: build/asan/tests/unit/%.o build/libpcg-asan.a $(CUDA_LIB)
+	$(CC) $(ALL_CFLAGS) $(SANITIZE) -o $@ $(filter-out $(CUDA_LIB),$^) $(LDLIBS_ALL)
 
 # CUDA: lib/cuda/*.cu into libpcg-cuda.a when nvcc is present (CUDA=0: off).
 build/libpcg-cuda.a: $(CUDA_OBJ)

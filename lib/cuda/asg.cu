@@ -179,6 +179,7 @@ static int release(gpu *g, int rc, pcg_err *err)
 	release_check(cudaFree(g->E), "cudaFree(E)", __LINE__, &rc, err);
 	if (g->prev_device >= 0)
 		release_check(cudaSetDevice(g->prev_device), "cudaSetDevice", __LINE__, &rc, err);
+	(void)cudaGetLastError(); /* reported above or ignored: not for a later check */
 	return rc;
 }
 

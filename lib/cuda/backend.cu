@@ -33,6 +33,8 @@ struct cuda_ctx {
 	size_t tokens_bytes;
 	void *xlow;           /* activations rounded for cublasGemmEx */
 	size_t xlow_bytes;
+	float *att_part;      /* attention's per-chunk partial results */
+	size_t att_part_bytes;
 };
 
 static cuda_ctx *ctx_of(pcg_backend *be) { return (cuda_ctx *)be->ctx; }
@@ -61,6 +63,7 @@ static void cu_free(pcg_backend *be, void *p)
 		return;
 	cudaSetDevice(ctx_of(be)->device);
 	cudaFree(p); /* synchronises; nothing to report to on a free path */
+	(void)cudaGetLastError(); /* nor for a later check to find */
 }
 
 static int cu_grow(pcg_backend *be, void **p, size_t keep, size_t bytes, const char *what,
@@ -79,6 +82,9 @@ static int cu_grow(pcg_backend *be, void **p, size_t keep, size_t bytes, const c
 			return pcg_fail(err, "%s:%d: %s: copy of %zu bytes: %s", __FILE__, __LINE__,
 					what, keep, cudaGetErrorString(e));
 		}
+		/* the copy reads *p: done before it is freed (said, not left to
+		 * cudaFree's implicit synchronisation) */
+		CU_CHECK(cudaStreamSynchronize(ctx_of(be)->stream), err);
 	}
 	cu_free(be, *p);
 	*p = q;
@@ -226,6 +232,26 @@ __device__ __forceinline__ void load8(const __nv_bfloat16 *p, float f[8])
  * a time; otherwise one at a time. */
 #define GEMV_B 8
 #define GEMV_WARPS 8
+#define GEMV_UNROLL 4
+
+/* acc[b] += f . x[b * K + 0..8) for b < B, in order. */
+__device__ __forceinline__ void gemv_fma(float acc[GEMV_B], const float f[8], const float *x,
+					 int B, int K)
+{
+#pragma unroll
+	for (int b = 0; b < GEMV_B; b++) {
+		if (b < B) {
+			float xv[8];
+			load8(x + (size_t)b * K, xv);
+			float s = acc[b];
+#pragma unroll
+			for (int i = 0; i < 8; i++)
+				s = fmaf(f[i], xv[i], s);
+			acc[b] = s;
+		}
+	}
+}
+
 template <typename T>
 __global__ void gemv_kernel(float *y, int ldy, const float *x, int B, const T *W, int K, int nr,
 			    int vec)
@@ -240,21 +266,22 @@ __global__ void gemv_kernel(float *y, int ldy, const float *x, int B, const T *W
 	for (int b = 0; b < GEMV_B; b++)
 		acc[b] = 0.0f;
 	if (vec) {
-		for (int k = lane * 8; k < K; k += 32 * 8) {
+		/* GEMV_UNROLL loads of 16 bytes in flight per lane, then their
+		 * sums in the order of k (the same order as one at a time) */
+		int k = lane * 8;
+		for (; k + 32 * 8 * (GEMV_UNROLL - 1) < K; k += 32 * 8 * GEMV_UNROLL) {
+			float f[GEMV_UNROLL][8];
+#pragma unroll
+			for (int u = 0; u < GEMV_UNROLL; u++)
+				load8(w + k + 32 * 8 * u, f[u]);
+#pragma unroll
+			for (int u = 0; u < GEMV_UNROLL; u++)
+				gemv_fma(acc, f[u], x + k + 32 * 8 * u, B, K);
+		}
+		for (; k < K; k += 32 * 8) {
 			float f[8];
 			load8(w + k, f);
-#pragma unroll
-			for (int b = 0; b < GEMV_B; b++) {
-				if (b < B) {
-					float xv[8];
-					load8(x + (size_t)b * K + k, xv);
-					float s = acc[b];
-#pragma unroll
-					for (int i = 0; i < 8; i++)
-						s = fmaf(f[i], xv[i], s);
-					acc[b] = s;
-				}
-			}
+			gemv_fma(acc, f, x + k, B, K);
 		}
 	} else {
 		for (int k = lane; k < K; k += 32) {
@@ -401,20 +428,28 @@ static int cu_rope(pcg_backend *be, float *x, int T, int n_heads, int hd, int po
 
 /* ------------------------------------------------------------- attention */
 
-/* One block per (query t, head h), ATT_WARPS warps. Each warp takes every
- * ATT_WARPS-th position j <= pos0 + t with an online softmax (running max m,
- * sum s, and acc = sum exp(score - m) v); lane l holds elements l, l + 32,
- * ... of q, acc (head_dim <= 32 * ATT_PER). The warps' partial results are
- * then merged. Scores q.k / sqrt(hd) and the softmax in f32. */
+/* Flash-decoding. Block (t * nh + h, c) takes query t of head h and the
+ * positions [c * chunk, (c + 1) * chunk) of the n = pos0 + t + 1 it sees,
+ * with ATT_WARPS warps; each warp takes every ATT_WARPS-th of them with an
+ * online softmax (running max m, sum s, and acc = sum exp(score - m) v);
+ * lane l holds elements l, l + 32, ... of q and acc (head_dim <= 32 *
+ * ATT_PER). The warps' results are merged in shared memory. With one chunk
+ * (prefill: T * nh blocks fill the device) the block writes the output;
+ * with several (decode and verification blocks: a few hundred blocks
+ * instead of nh) it writes its (M, S, acc) to part and attention_merge
+ * combines the chunks. Scores q.k / sqrt(hd) and the softmax in f32. */
 #define ATT_WARPS 4
 #define ATT_PER 8
-__global__ void attention_kernel(float *out, const float *q, const float *k, const float *v,
-				 int pos0, int nh, int group, int hd, int kv_dim, float scale)
+#define ATT_CHUNK 64    /* positions per block, at least */
+#define ATT_SPLIT_MAX 64 /* chunks per (t, h), at most */
+__global__ void attention_kernel(float *out, float *part, const float *q, const float *k,
+				 const float *v, int pos0, int nh, int group, int hd, int kv_dim,
+				 float scale, int chunk)
 {
 	extern __shared__ float sh[]; /* m[ATT_WARPS], s[ATT_WARPS], acc[ATT_WARPS][hd] */
-	const int t = blockIdx.x / nh, h = blockIdx.x % nh;
+	const int t = blockIdx.x / nh, h = blockIdx.x % nh, c = blockIdx.y;
 	const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-	const int n = pos0 + t + 1;
+	const int n = pos0 + t + 1, j0 = c * chunk, j1 = min(n, j0 + chunk);
 	const float *qh = q + ((size_t)t * nh + h) * hd;
 	const float *kb = k + (size_t)(h / group) * hd, *vb = v + (size_t)(h / group) * hd;
 	float qr[ATT_PER], acc[ATT_PER], m = -INFINITY, s = 0.0f;
@@ -425,7 +460,7 @@ __global__ void attention_kernel(float *out, const float *q, const float *k, con
 		qr[i] = e < hd ? qh[e] : 0.0f;
 		acc[i] = 0.0f;
 	}
-	for (int j = warp; j < n; j += ATT_WARPS) {
+	for (int j = j0 + warp; j < j1; j += ATT_WARPS) {
 		const float *kj = kb + (size_t)j * kv_dim, *vj = vb + (size_t)j * kv_dim;
 		float d = 0.0f;
 #pragma unroll
@@ -464,28 +499,77 @@ __global__ void attention_kernel(float *out, const float *q, const float *k, con
 	for (int w = 0; w < ATT_WARPS; w++)
 		if (sm[w] > -INFINITY) /* a warp that saw no position holds nothing */
 			S += ss[w] * expf(sm[w] - M);
-	float *oh = out + ((size_t)t * nh + h) * hd;
+	/* one chunk: the output; several: this chunk's (M, S, acc) relative to M
+	 * (a chunk past n has M = -inf and is skipped by the merge) */
+	float *dst = gridDim.y == 1 ? out + ((size_t)t * nh + h) * hd
+				    : part + ((size_t)blockIdx.x * gridDim.y + c) * (hd + 2) + 2;
+	if (gridDim.y > 1 && threadIdx.x == 0) {
+		dst[-2] = M;
+		dst[-1] = S;
+	}
 	for (int e = threadIdx.x; e < hd; e += blockDim.x) {
 		float a = 0.0f;
 		for (int w = 0; w < ATT_WARPS; w++)
 			if (sm[w] > -INFINITY)
 				a += sa[w * hd + e] * expf(sm[w] - M);
-		oh[e] = a / S;
+		dst[e] = gridDim.y == 1 ? a / S : a;
+	}
+}
+
+/* out[t, h] from the nsplit chunks of (t, h): sum_c acc_c exp(M_c - M) over
+ * sum_c S_c exp(M_c - M), M the largest M_c. Chunk 0 always saw position 0. */
+__global__ void attention_merge(float *out, const float *part, int nsplit, int hd)
+{
+	const float *pb = part + (size_t)blockIdx.x * nsplit * (hd + 2);
+	float M = -INFINITY, S = 0.0f;
+
+	for (int c = 0; c < nsplit; c++)
+		M = fmaxf(M, pb[(size_t)c * (hd + 2)]);
+	for (int c = 0; c < nsplit; c++) {
+		const float mc = pb[(size_t)c * (hd + 2)];
+		if (mc > -INFINITY)
+			S += pb[(size_t)c * (hd + 2) + 1] * expf(mc - M);
+	}
+	for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+		float a = 0.0f;
+		for (int c = 0; c < nsplit; c++) {
+			const float mc = pb[(size_t)c * (hd + 2)];
+			if (mc > -INFINITY)
+				a += pb[(size_t)c * (hd + 2) + 2 + e] * expf(mc - M);
+		}
+		out[(size_t)blockIdx.x * hd + e] = a / S;
 	}
 }
 
 static int cu_attention(pcg_backend *be, float *out, const float *q, const float *k,
 			const float *v, int T, int pos0, int nh, int nkv, int hd, pcg_err *err)
 {
+	cuda_ctx *c = ctx_of(be);
 	const size_t shm = (size_t)ATT_WARPS * (2 + hd) * sizeof(float);
+	const int n = pos0 + T; /* positions the last query sees */
+	int nsplit = 1, chunk = n;
 
 	ENTER(be, err);
 	if (hd > 32 * ATT_PER)
 		return pcg_fail(err, "attention: head_dim %d (the CUDA kernel takes up to %d)", hd,
 				32 * ATT_PER);
-	attention_kernel<<<T * nh, 32 * ATT_WARPS, shm, ctx_of(be)->stream>>>(
-		out, q, k, v, pos0, nh, nh / nkv, hd, nkv * hd, 1.0f / sqrtf((float)hd));
+	if (T <= PCG_MATMUL_SMALL && n > ATT_CHUNK) { /* too few blocks otherwise */
+		nsplit = (n + ATT_CHUNK - 1) / ATT_CHUNK;
+		nsplit = nsplit > ATT_SPLIT_MAX ? ATT_SPLIT_MAX : nsplit;
+		chunk = (n + nsplit - 1) / nsplit;
+		if (reserve(be, (void **)&c->att_part, &c->att_part_bytes,
+			    (size_t)T * nh * nsplit * (hd + 2) * sizeof(float), "attention chunks",
+			    err) < 0)
+			return -1;
+	}
+	attention_kernel<<<dim3(T * nh, nsplit), 32 * ATT_WARPS, shm, c->stream>>>(
+		out, c->att_part, q, k, v, pos0, nh, nh / nkv, hd, nkv * hd,
+		1.0f / sqrtf((float)hd), chunk);
 	CU_LAUNCH(err);
+	if (nsplit > 1) {
+		attention_merge<<<T * nh, 64, 0, c->stream>>>(out, c->att_part, nsplit, hd);
+		CU_LAUNCH(err);
+	}
 	return 0;
 }
 
@@ -589,11 +673,13 @@ extern "C" void pcg_cuda_backend_close(pcg_backend *be)
 			cudaStreamSynchronize(c->stream);
 		cu_free(be, c->tokens);
 		cu_free(be, c->xlow);
+		cu_free(be, c->att_part);
 		if (c->blas)
 			cublasDestroy(c->blas);
 		if (c->stream)
 			cudaStreamDestroy(c->stream);
 		free(c);
+		(void)cudaGetLastError(); /* leave no ignored error for a later check */
 	}
 	free(be);
 }

@@ -16,13 +16,18 @@
 #define CU_CHECK(call, err) \
 	do { \
 		cudaError_t e_ = (call); \
-		if (e_ != cudaSuccess) \
+		if (e_ != cudaSuccess) { \
+			(void)cudaGetLastError(); /* reported here, not again later */ \
 			return pcg_fail(err, "%s:%d: %s: %s", __FILE__, __LINE__, #call, \
 					cudaGetErrorString(e_)); \
+		} \
 	} while (0)
 
 /* A kernel launch: the launch error, at once (the asynchronous errors
- * surface at the next synchronising call, itself checked). */
+ * surface at the next synchronising call, itself checked). A failed call
+ * is cleared from the runtime's last error (cudaGetLastError) as it is
+ * reported: otherwise a later launch's check would find it and fail with
+ * an error that is not its own (a bad device ordinal, say). */
 #define CU_LAUNCH(err) CU_CHECK(cudaGetLastError(), err)
 
 #define CUBLAS_CHECK(call, err) \

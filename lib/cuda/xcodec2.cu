@@ -765,6 +765,7 @@ void xc2_cuda_close(xc2_cuda **gp)
 	free(g->w.tb);
 	free(g);
 	*gp = NULL;
+	(void)cudaGetLastError(); /* leave no ignored error for the next check to find */
 }
 
 size_t xc2_cuda_weight_bytes(const xc2_cuda *g)
