@@ -23,6 +23,7 @@ extern "C" {
 }
 #include "cuda/check.h"
 #include "cuda/reduce.cuh"
+#include "cuda/rmsnorm.cuh"
 #include "cuda/sampling.h"
 
 struct cuda_ctx {
@@ -170,22 +171,8 @@ static int cu_embed(pcg_backend *be, float *x, const pcg_mat *E, const int *toke
 
 /* --------------------------------------------------------------- rmsnorm */
 
-/* LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) in f32, then * weight. */
-__global__ void rmsnorm_kernel(float *out, const float *x, const float *w, int H, float eps)
-{
-	__shared__ float sh[32];
-	const float *xt = x + (size_t)blockIdx.x * H;
-	float *ot = out + (size_t)blockIdx.x * H;
-	float ss = 0.0f;
-
-	for (int i = threadIdx.x; i < H; i += blockDim.x)
-		ss += xt[i] * xt[i];
-	ss = block_sum(ss, sh);
-	const float r = 1.0f / sqrtf(ss / (float)H + eps);
-	for (int i = threadIdx.x; i < H; i += blockDim.x)
-		ot[i] = w[i] * (xt[i] * r);
-}
-
+/* LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) in f32, then * weight
+ * (lib/cuda/rmsnorm.cuh). */
 static int cu_rmsnorm(pcg_backend *be, float *out, const float *x, const float *w, int T, int H,
 		      float eps, pcg_err *err)
 {

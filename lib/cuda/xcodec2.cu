@@ -32,6 +32,7 @@
 
 #include "cuda/check.h"
 #include "cuda/reduce.cuh"
+#include "cuda/rmsnorm.cuh"
 
 #define THREADS 256                   /* per block, every kernel: a multiple of 32 */
 #define MAX_BLOCKS (1u << 20)         /* elementwise kernels loop over the rest */
@@ -184,22 +185,6 @@ static __global__ void k_gn_swish(float *y, const float *x, const float *mean, c
 		const int i = (int)(e % C), g = i / cg;
 		y[e] = silu((x[e] - mean[g]) * rstd[g] * w[i] + b[i]);
 	}
-}
-
-/* RMSNorm, one block per row: x * rsqrt(mean(x^2) + 1e-6) * w. */
-static __global__ void k_rmsnorm(float *y, const float *x, const float *w, int C)
-{
-	__shared__ float sh[32];
-	const float *xt = x + (size_t)blockIdx.x * C;
-	float *yt = y + (size_t)blockIdx.x * C;
-	float ss = 0.0f;
-
-	for (int i = threadIdx.x; i < C; i += blockDim.x)
-		ss += xt[i] * xt[i];
-	ss = block_sum(ss, sh);
-	const float r = 1.0f / sqrtf(ss / (float)C + 1e-6f);
-	for (int i = threadIdx.x; i < C; i += blockDim.x)
-		yt[i] = xt[i] * r * w[i];
 }
 
 /* LayerNorm(C, eps=1e-6) in place, one block per row, mean and biased
@@ -367,9 +352,11 @@ static int resblock(xc2_cuda *g, float *x, int T, const xc2_resblock *r, float *
 	return add(g, x, h2, (size_t)T * C, err);                      /* return x + h */
 }
 
+/* RMSNorm, one block per row: x * rsqrt(mean(x^2) + 1e-6) * w
+ * (lib/cuda/rmsnorm.cuh). */
 static int rmsnorm(xc2_cuda *g, float *y, const float *x, int T, const float *w, pcg_err *err)
 {
-	k_rmsnorm<<<T, THREADS, 0, g->stream>>>(y, x, w, g->cfg.hidden);
+	rmsnorm_kernel<<<T, THREADS, 0, g->stream>>>(y, x, w, g->cfg.hidden, 1e-6f);
 	CU_LAUNCH(err);
 	return 0;
 }
