@@ -42,6 +42,8 @@ typedef struct codec_state {
 	int16_t *pcm;           /* the reply's samples */
 	size_t wav_cap, pcm_cap;
 	uint64_t clock;
+	net_responder *responder; /* parse, handle, reply */
+	int oom;                  /* a reply could not be made: stopped */
 } codec_state;
 
 static utterance *find(codec_state *d, uint64_t s)
@@ -104,7 +106,7 @@ static int complete_chunks(codec_state *d, utterance *x, int final, size_t *n_pc
 	return 0;
 }
 
-/* net_serve's handler: one parsed message into rep. */
+/* net_respond's handler: one parsed message into rep. */
 static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 {
 	codec_state *d = ctx;
@@ -189,39 +191,51 @@ drop:
 	*x = d->u[--d->nu];
 }
 
+static int start(pcg_daemon *dm, pcg_err *err)
+{
+	codec_state *d = dm->arg;
+
+	(void)err;
+	fprintf(stderr, "codec-decode: serving %s on %s\n", d->c->name, dm->url);
+	return 0;
+}
+
+/* Each request answered at once (net_respond: parse, handle, reply). */
+static void request(pcg_daemon *dm, net_req *r)
+{
+	codec_state *d = dm->arg;
+
+	if (net_respond(d->responder, dm->sock, r, &dm->counts) < 0) {
+		fprintf(stderr, "codec-decode: out of memory\n");
+		d->oom = 1;
+		*dm->stop = 1;
+	}
+}
+
+static void done(pcg_daemon *dm)
+{
+	codec_state *d = dm->arg;
+
+	fprintf(stderr, "codec-decode: stopping, %d unfinished utterances dropped\n", d->nu);
+}
+
 int codec_daemon(const char *listen_url, const codec_ops *c)
 {
-	pcg_err err = { "" };
 	static codec_state d; /* 64 utterances: off the stack */
+	pcg_daemon dm = { .prog = "codec-decode", .url = listen_url, .stop = &pcg_daemon_stop,
+			  .arg = &d, .start = start, .request = request, .done = done };
 	int rc = 1;
-	void *ctx = zmq_ctx_new(), *sock = NULL;
 
 	d.c = c;
 	d.nu = 0;
-	if (ctx == NULL) {
-		fprintf(stderr, "codec-decode: zmq_ctx_new failed\n");
-		goto out;
-	}
-	sock = net_server(ctx, listen_url, &err);
-	if (sock == NULL) {
-		fprintf(stderr, "codec-decode: %s\n", err.msg);
-		goto out;
-	}
-	pcg_daemon_signals();
-	fprintf(stderr, "codec-decode: serving %s on %s\n", c->name, listen_url);
-	if (net_serve(sock, "codec-decode", handle, &d, &pcg_daemon_stop, NULL) < 0) {
+	if ((d.responder = net_responder_new("codec-decode", handle, &d)) == NULL)
 		fprintf(stderr, "codec-decode: out of memory\n");
-		goto out;
-	}
-	fprintf(stderr, "codec-decode: stopping, %d unfinished utterances dropped\n", d.nu);
-	rc = 0;
-out:
+	else
+		rc = pcg_daemon_run(&dm) != 0 || d.oom;
 	for (int i = 0; i < d.nu; i++)
 		free(d.u[i].codes);
 	free(d.wav);
 	free(d.pcm);
-	net_server_close(&sock, listen_url);
-	if (ctx)
-		zmq_ctx_term(ctx);
+	net_responder_free(&d.responder);
 	return rc;
 }

@@ -384,6 +384,7 @@ typedef struct pending {
 
 typedef struct sched {
 	server *sv;
+	const char *model_dir;
 	void *sock;
 	pending *head;
 	int n;
@@ -785,42 +786,57 @@ static void sched_keepalive(sched *sc)
 	}
 }
 
-/* The serving loop: wait for work only when there is none. */
-static int sched_serve(sched *sc, volatile sig_atomic_t *stop_flag)
+/* The serving loop is pcg_daemon_run's; these are its callbacks. A
+ * request is taken while fewer than MAX_PENDING wait (the rest wait in
+ * libzmq); the tick runs the pending ones and waits for requests only
+ * when there is no work. */
+static int sched_more(pcg_daemon *d)
 {
-	pcg_err err = { "" };
+	return ((sched *)d->arg)->n < MAX_PENDING;
+}
 
-	while (!*stop_flag) {
-		for (int got = 1; got == 1 && sc->n < MAX_PENDING;) {
-			net_req nr;
-			got = net_recv_req(sc->sock, &nr, sc->head ? 0 : 100, &err);
-			if (got < 0) {
-				sc->nc.dropped++;
-				fprintf(stderr, "%s: %s\n", sc->sv->prog, err.msg);
-				break;
-			}
-			if (got == 1) {
-				sched_take(sc, &nr);
-				net_req_free(&nr);
-			}
-		}
-		if (sc->head) {
-			sched_keepalive(sc);
-			sched_pass(sc);
-			sched_reap(sc);
-		}
+static void sched_request(pcg_daemon *d, net_req *r)
+{
+	sched_take(d->arg, r);
+}
+
+static int sched_tick(pcg_daemon *d)
+{
+	sched *sc = d->arg;
+
+	if (sc->head) {
+		sched_keepalive(sc);
+		sched_pass(sc);
+		sched_reap(sc);
 	}
-	while (sc->head) { /* stopping: what is pending gets no reply */
-		pending *p = sc->head;
-		sc->head = p->nextp;
-		pending_free(p);
-	}
-	while (sc->head) { /* stopping: what is pending gets no reply */
-		pending *p = sc->head;
-		sc->head = p->nextp;
-		pending_free(p);
-	}
+	return sc->head ? 0 : 100;
+}
+
+static int sched_start(pcg_daemon *d, pcg_err *err)
+{
+	sched *sc = d->arg;
+
+	(void)err;
+	sc->sock = d->sock;
+	logf_(sc->sv, "serving %s (%d layers, %d MTP heads) on %s", sc->model_dir,
+	      llama_n_layers(sc->sv->model), sc->sv->heads ? mtp_n_heads(sc->sv->heads) : 0,
+	      d->url);
 	return 0;
+}
+
+static void sched_done(pcg_daemon *d)
+{
+	sched *sc = d->arg;
+
+	logf_(sc->sv, "stopping: %lu served, %lu errors, %lu dropped, %lu evicted; %lu batched "
+	      "passes of %.2f requests on average", sc->nc.served, sc->nc.errors,
+	      d->counts.dropped, sc->sv->evicted, sc->batches,
+	      sc->batches ? (double)sc->batched_rows / sc->batches : 0.0);
+	while (sc->head) { /* stopping: what is pending gets no reply */
+		pending *p = sc->head;
+		sc->head = p->nextp;
+		pending_free(p);
+	}
 }
 
 /* Loads the model (and MTP heads beside it) into sv. */
@@ -917,34 +933,20 @@ int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *st
 {
 	pcg_err err = { "" };
 	server sv;
-	void *sock = NULL;
+	sched sc = { .sv = &sv, .model_dir = cfg->model_dir };
+	pcg_daemon d = { .prog = cfg->prog, .url = cfg->listen_url, .ctx = ctx,
+			 .stop = stop_flag, .arg = &sc, .start = sched_start, .more = sched_more,
+			 .request = sched_request, .tick = sched_tick, .done = sched_done };
 	int rc = 1;
 
-	if (server_open(&sv, cfg, &err) < 0)
-		goto fail;
-	sock = net_server(ctx, cfg->listen_url, &err);
-	if (sock == NULL)
-		goto fail;
-	logf_(&sv, "serving %s (%d layers, %d MTP heads) on %s", cfg->model_dir,
-	      llama_n_layers(sv.model), sv.heads ? mtp_n_heads(sv.heads) : 0, cfg->listen_url);
-
-	sched sc = { .sv = &sv, .sock = sock, .rep = calloc(1, sizeof *sc.rep) };
-	if (sc.rep == NULL) {
+	if (server_open(&sv, cfg, &err) == 0 && (sc.rep = calloc(1, sizeof *sc.rep)) == NULL)
 		pcg_fail(&err, "out of memory");
-		goto fail;
-	}
-	sched_serve(&sc, stop_flag);
-	logf_(&sv, "stopping: %lu served, %lu errors, %lu dropped, %lu evicted; %lu batched "
-	      "passes of %.2f requests on average", sc.nc.served, sc.nc.errors, sc.nc.dropped,
-	      sv.evicted, sc.batches, sc.batches ? (double)sc.batched_rows / sc.batches : 0.0);
+	if (sc.rep != NULL)
+		rc = pcg_daemon_run(&d);
+	else
+		fprintf(stderr, "%s: %s\n", cfg->prog, err.msg);
 	free(sc.rep);
 	proto_buf_free(&sc.buf);
-	rc = 0;
-	goto out;
-fail:
-	fprintf(stderr, "%s: %s\n", cfg->prog, err.msg);
-out:
-	net_server_close(&sock, cfg->listen_url);
 	server_close(&sv);
 	return rc;
 }
@@ -1029,14 +1031,6 @@ int modelserver_main(int argc, char **argv, ms_role role)
 	}
 	pcg_set_threads(threads);
 
-	pcg_daemon_signals();
-	void *ctx = zmq_ctx_new();
-	if (ctx == NULL) {
-		fprintf(stderr, "%s: zmq_ctx_new failed\n", prog);
-		return 1;
-	}
 	ms_config cfg = { prog, model_dir, listen_url, layers, n_layers, kv_mem, device };
-	int rc = modelserver_serve(ctx, &cfg, &pcg_daemon_stop);
-	zmq_ctx_term(ctx);
-	return rc;
+	return modelserver_serve(NULL, &cfg, &pcg_daemon_stop);
 }

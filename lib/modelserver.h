@@ -24,10 +24,10 @@ typedef struct ms_config {
 	const char *device;     /* "cpu", "cuda", "cuda:N"; NULL: the CPU */
 } ms_config;
 
-/* Loads the model, binds listen_url on ctx and serves until *stop is set.
- * Several servers may run as threads of one process on one ctx (inproc://
- * endpoints: the verifier's --local mode). Returns 0, or 1 with the reason
- * printed. */
+/* Loads the model, binds listen_url on ctx and serves until *stop is set
+ * (pcg_daemon_run; ctx NULL: a context of its own). Several servers may run
+ * as threads of one process on one ctx (inproc:// endpoints: the verifier's
+ * --local mode). Returns 0, or 1 with the reason printed. */
 int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *stop);
 
 /* A model server in this process without a socket: the tests and pcg-sim

@@ -557,64 +557,68 @@ int net_recv(void *sock, zmq_msg_t *msg, int timeout_ms, pcg_err *err)
 	return 1;
 }
 
-int net_serve(void *sock, const char *prog, net_handler *handle, void *ctx,
-	      volatile sig_atomic_t *stop, net_counts *counts)
-{
-	net_counts local = { 0 };
-	proto_msg *q = calloc(1, sizeof *q), *rep = calloc(1, sizeof *rep);
-	reply_buf *pool[N_REPLY_BUFS] = { NULL };
-	pcg_err err = { "" };
-	int rc = 0;
+struct net_responder {
+	const char *prog;
+	net_handler *handle;
+	void *ctx;
+	proto_msg q, rep;
+	reply_buf *pool[N_REPLY_BUFS];
+};
 
-	if (counts == NULL)
-		counts = &local;
-	if (q == NULL || rep == NULL) {
-		free(q);
-		free(rep);
-		return -1;
+net_responder *net_responder_new(const char *prog, net_handler *handle, void *ctx)
+{
+	net_responder *s = calloc(1, sizeof *s);
+
+	if (s != NULL) {
+		s->prog = prog;
+		s->handle = handle;
+		s->ctx = ctx;
 	}
-	while (!*stop) {
-		net_req r;
-		int got = net_recv_req(sock, &r, 250, &err);
-		if (got < 0) {
-			counts->dropped++;
-			fprintf(stderr, "%s: %s\n", prog, err.msg);
-		}
-		if (got <= 0)
-			continue;
-		memset(rep, 0, sizeof *rep);
-		if (proto_parse(r.body, r.len, q, &err) < 0)
-			proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
-		else
-			handle(ctx, q, rep);
-		if (rep->type == PROTO_ERROR) {
-			counts->errors++;
-			fprintf(stderr, "%s: request %llu: %s: %s\n", prog, (unsigned long long)rep->id,
-				rep->code, rep->msg);
-		} else {
-			counts->served++;
-		}
-		reply_buf *rb = reply_get(pool);
-		int pooled = 0;
-		for (int i = 0; i < N_REPLY_BUFS; i++)
-			pooled |= pool[i] == rb;
-		if (rb == NULL) {
-			rc = -1;
-		} else if (proto_pack_buf(rep, &rb->b, &err) < 0) {
-			fprintf(stderr, "%s: %s\n", prog, err.msg);
-			if (!pooled)
-				reply_unref(NULL, rb);
-		} else if (reply_send(sock, &r, rb, pooled, &err) < 0) {
-			fprintf(stderr, "%s: %s\n", prog, err.msg);
-		}
-		net_req_free(&r);
-		if (rc < 0)
-			break;
-	}
+	return s;
+}
+
+void net_responder_free(net_responder **sp)
+{
+	net_responder *s = sp ? *sp : NULL;
+
+	if (s == NULL)
+		return;
 	for (int i = 0; i < N_REPLY_BUFS; i++)
-		if (pool[i])
-			reply_unref(NULL, pool[i]); /* libzmq may still hold it */
-	free(q);
-	free(rep);
-	return rc;
+		if (s->pool[i])
+			reply_unref(NULL, s->pool[i]); /* libzmq may still hold it */
+	free(s);
+	*sp = NULL;
+}
+
+int net_respond(net_responder *s, void *sock, const net_req *r, net_counts *counts)
+{
+	proto_msg *q = &s->q, *rep = &s->rep;
+	pcg_err err = { "" };
+
+	memset(rep, 0, sizeof *rep);
+	if (proto_parse(r->body, r->len, q, &err) < 0)
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+	else
+		s->handle(s->ctx, q, rep);
+	if (rep->type == PROTO_ERROR) {
+		counts->errors++;
+		fprintf(stderr, "%s: request %llu: %s: %s\n", s->prog, (unsigned long long)rep->id,
+			rep->code, rep->msg);
+	} else {
+		counts->served++;
+	}
+	reply_buf *rb = reply_get(s->pool);
+	int pooled = 0;
+	for (int i = 0; i < N_REPLY_BUFS; i++)
+		pooled |= s->pool[i] == rb;
+	if (rb == NULL)
+		return -1;
+	if (proto_pack_buf(rep, &rb->b, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", s->prog, err.msg);
+		if (!pooled)
+			reply_unref(NULL, rb);
+	} else if (reply_send(sock, r, rb, pooled, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", s->prog, err.msg);
+	}
+	return 0;
 }

@@ -11,7 +11,6 @@
 #ifndef PCG_NET_H
 #define PCG_NET_H
 
-#include <signal.h>
 #include <stddef.h>
 #include <zmq.h>
 
@@ -84,16 +83,18 @@ typedef struct net_counts {
 	unsigned long served, errors, dropped;
 } net_counts;
 
-/* The poll loop of every server: until *stop is set, receive a request
- * (bad framing is dropped and counted), parse it in place (a parse error
- * becomes a bad-request reply naming the field), let handle fill the reply,
- * send it back, and log errors as "prog: ...". Replies are packed into a
- * few buffers that are reused once libzmq is done with them (sent, or over
- * inproc closed by the receiver), so that a reply of megabytes costs no
- * fresh pages and no copy on this side. counts may be NULL. Returns 0, or
- * -1 when out of memory. */
-int net_serve(void *sock, const char *prog, net_handler *handle, void *ctx,
-	      volatile sig_atomic_t *stop, net_counts *counts);
+/* What a server that answers each request at once needs: parse the request
+ * in place (a parse error becomes a bad-request reply naming the field),
+ * let handle fill the reply, send it back, count it, and log errors as
+ * "prog: ...". Replies are packed into a few buffers that are reused once
+ * libzmq is done with them (sent, or over inproc closed by the receiver),
+ * so that a reply of megabytes costs no fresh pages and no copy on this
+ * side. pcg_daemon_run (lib/service.h) brings the requests. */
+typedef struct net_responder net_responder;
+net_responder *net_responder_new(const char *prog, net_handler *handle, void *ctx);
+/* Answers r on sock. Returns 0, or -1 when out of memory. */
+int net_respond(net_responder *s, void *sock, const net_req *r, net_counts *counts);
+void net_responder_free(net_responder **s);
 
 /* Client: sends one message (a single frame). */
 int net_send(void *sock, const void *body, size_t len, pcg_err *err);

@@ -1,9 +1,12 @@
 /* service.c: see service.h. */
 #include "service.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zmq.h>
 
 volatile sig_atomic_t pcg_daemon_stop;
 
@@ -38,4 +41,71 @@ void pcg_daemon_signals(void)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+}
+
+/* Takes the requests waiting (while the server wants more). */
+static void take_requests(pcg_daemon *d)
+{
+	pcg_err err = { "" };
+
+	while (!*d->stop && (d->more == NULL || d->more(d))) {
+		net_req r;
+		int got = net_recv_req(d->sock, &r, 0, &err);
+		if (got < 0) {
+			d->counts.dropped++;
+			fprintf(stderr, "%s: %s\n", d->prog, err.msg);
+			break; /* drained; the poll comes back for the rest */
+		}
+		if (got == 0)
+			break;
+		d->request(d, &r);
+		net_req_free(&r);
+	}
+}
+
+int pcg_daemon_run(pcg_daemon *d)
+{
+	pcg_err err = { "" };
+	void *own = NULL;
+	int rc = 1, wait = 0;
+
+	if (d->stop == &pcg_daemon_stop)
+		pcg_daemon_signals();
+	if (d->ctx == NULL && (d->ctx = own = zmq_ctx_new()) == NULL) {
+		pcg_fail(&err, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+		goto out;
+	}
+	d->sock = d->sndhwm > 0 ? net_server_hwm(d->ctx, d->url, d->sndhwm, &err)
+				: net_server(d->ctx, d->url, &err);
+	if (d->sock == NULL || (d->start && d->start(d, &err) < 0))
+		goto out;
+	while (!*d->stop) {
+		zmq_pollitem_t it[2] = { { d->sock, 0, ZMQ_POLLIN, 0 }, { d->other, 0, ZMQ_POLLIN, 0 } };
+		int n = zmq_poll(it, d->other ? 2 : 1, wait < 0 || wait > 250 ? 250 : wait);
+		if (n < 0) {
+			if (zmq_errno() == EINTR)
+				continue;
+			if (zmq_errno() == ETERM) /* the context's owner shut it down: a stop */
+				break;
+			pcg_fail(&err, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+			goto out;
+		}
+		if (d->other && (it[1].revents & ZMQ_POLLIN))
+			d->other_ready(d);
+		if (it[0].revents & ZMQ_POLLIN)
+			take_requests(d);
+		wait = d->tick ? d->tick(d) : 250;
+	}
+	if (d->done)
+		d->done(d);
+	rc = 0;
+out:
+	if (rc != 0)
+		fprintf(stderr, "%s: %s\n", d->prog, err.msg);
+	net_server_close(&d->sock, d->url);
+	if (own) {
+		zmq_ctx_term(own);
+		d->ctx = NULL;
+	}
+	return rc;
 }

@@ -6,8 +6,11 @@
 
 #include <signal.h>
 
+#include "err.h"
+#include "net.h"
+
 /* Set to 1 by SIGTERM and SIGINT once pcg_daemon_signals ran: the serving
- * loops poll it (net_serve's stop). */
+ * loops poll it (pcg_daemon's stop). */
 extern volatile sig_atomic_t pcg_daemon_stop;
 
 /* Servers of a pipeline share cores and take turns. OpenMP threads that
@@ -24,5 +27,55 @@ void pcg_daemon_passive_openmp(char **argv);
  * zmq_poll returns EINTR); SIGPIPE is ignored (a peer gone is an error
  * return, not a death). */
 void pcg_daemon_signals(void);
+
+/* One server of the pipeline, run by pcg_daemon_run: a ZeroMQ ROUTER bound
+ * to url, one poll loop over it and over one more socket where the server
+ * has one, and callbacks for what differs between servers (the shape of
+ * czmq's zloop and redis's ae loop). Each callback gets the daemon; its
+ * own state is d->arg. In the order they are called:
+ *   start    once bound (d->sock set): the server's own set-up and its
+ *            log line; -1 with err ends the run as a failure. May set
+ *            d->other.
+ *   more     may the loop take another request now (NULL: always): a
+ *            server that queues work says no while its queue is full, and
+ *            the requests wait in libzmq.
+ *   request  one request that arrived, to answer now (net_reply,
+ *            net_respond) or later (keep a copy of its route). r and its
+ *            body are valid during the call.
+ *   other_ready  d->other is readable.
+ *   tick     after every wake (requests, the other socket, or the wait
+ *            running out): pending and periodic work. Returns the next
+ *            wait in ms (0: work is pending, do not wait).
+ *   done     the loop stopped (the socket still open): the closing log
+ *            line with the counts.
+ * Requests dropped for bad framing are counted in d->counts.dropped and
+ * logged as "prog: ..."; served and errors are the callbacks' to count. */
+typedef struct pcg_daemon pcg_daemon;
+struct pcg_daemon {
+	const char *prog;            /* names the log lines */
+	const char *url;             /* endpoint to bind */
+	void *ctx;                   /* the ZeroMQ context, or NULL: the run's own */
+	int sndhwm;                  /* replies queued per peer (0: libzmq's default) */
+	volatile sig_atomic_t *stop; /* polled; &pcg_daemon_stop: the run installs
+				      * pcg_daemon_signals */
+	void *arg;
+	int (*start)(pcg_daemon *d, pcg_err *err);
+	int (*more)(pcg_daemon *d);
+	void (*request)(pcg_daemon *d, net_req *r);
+	void (*other_ready)(pcg_daemon *d);
+	int (*tick)(pcg_daemon *d);
+	void (*done)(pcg_daemon *d);
+	void *sock;                  /* set by the run: the bound socket */
+	void *other;                 /* another socket to poll (start may set it) */
+	net_counts counts;
+};
+
+/* Binds d->url (making a context if d->ctx is NULL), calls start, loops
+ * until *d->stop or until the context is shut down (zmq_ctx_shutdown: how
+ * a process stops the servers it runs as threads), waiting at most 250 ms
+ * between ticks, calls done, and
+ * closes the socket (and the context it made). Returns 0 after a stop, or
+ * 1 after printing "prog: what failed". */
+int pcg_daemon_run(pcg_daemon *d);
 
 #endif

@@ -103,7 +103,6 @@ static const pcg_opt opts[] = {
 	{ NULL },
 };
 
-#define stop pcg_daemon_stop /* lib/service: SIGTERM, SIGINT */
 
 /* An ASG image sent with a request: validated by asg_open through a memory
  * file, shared by the requests that send the same bytes while they run. */
@@ -423,9 +422,9 @@ static void run_job(worker *w, job *j)
 		goto fail;
 	code = PROTO_E_INTERNAL;
 	while (rc == 0) {
-		if (atomic_load(&j->cancel) || stop) {
+		if (atomic_load(&j->cancel) || pcg_daemon_stop) {
 			code = PROTO_E_CANCELLED;
-			pcg_fail(&err, stop ? "the verifier is stopping" : "cancelled");
+			pcg_fail(&err, pcg_daemon_stop ? "the verifier is stopping" : "cancelled");
 			goto fail;
 		}
 		if ((rc = spec_round(s, &io, &err)) < 0)
@@ -456,8 +455,8 @@ fail:
 		int n;
 		spec_tokens(s, &n);
 		fprintf(stderr, "%s: session %llu cancelled after %d tokens: %s\n", prog,
-			(unsigned long long)j->session, n, stop ? "stopping" : "the client went "
-			"away or asked");
+			(unsigned long long)j->session, n,
+			pcg_daemon_stop ? "stopping" : "the client went away or asked");
 		spec_drop(s, &io);
 	}
 	if (codec_open) { /* the codec may forget the utterance */
@@ -482,7 +481,7 @@ static void *worker_main(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&v->lock);
 		v->idle++;
-		while (v->q_head == NULL && !stop)
+		while (v->q_head == NULL && !pcg_daemon_stop)
 			pthread_cond_wait(&v->wake, &v->lock);
 		v->idle--;
 		job *j = v->q_head;
@@ -739,42 +738,36 @@ static void cancel(hub *h, const net_req *nr, const proto_msg *req)
 	reply_msg(h, nr, h->rep);
 }
 
-/* A request from a client. */
-static void from_client(hub *h)
+/* A request from a client (pcg_daemon's request callback). */
+static void from_client(pcg_daemon *d, net_req *nr)
 {
+	hub *h = d->arg;
 	pcg_err err = { "" };
-	net_req nr;
 	static proto_msg parsed; /* main's alone; too large for the stack */
 	proto_msg *req = &parsed;
 
-	int got = net_recv_req(h->sock, &nr, 0, &err);
-	if (got <= 0) {
-		if (got < 0)
-			pcg_die(prog, &err);
-		return;
-	}
-	if (proto_parse(nr.body, nr.len, req, &err) < 0) {
+	if (proto_parse(nr->body, nr->len, req, &err) < 0) {
 		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
-		reply_msg(h, &nr, h->rep);
+		reply_msg(h, nr, h->rep);
 	} else if (req->type == PROTO_SYNTH) {
-		enqueue(h, &nr, req);
+		enqueue(h, nr, req);
 	} else if (req->type == PROTO_CANCEL) {
-		cancel(h, &nr, req);
+		cancel(h, nr, req);
 	} else if (req->type == PROTO_PING) {
 		ping(h, req, h->rep);
-		reply_msg(h, &nr, h->rep);
+		reply_msg(h, nr, h->rep);
 	} else {
 		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST, "the verifier does not take '%s'",
 			    proto_type_name(req->type));
-		reply_msg(h, &nr, h->rep);
+		reply_msg(h, nr, h->rep);
 	}
-	net_req_free(&nr);
 }
 
 /* A message from a worker for a job's client; the final one ends the job.
  * A client that is gone (or stuck with a full queue) cancels its job. */
-static void from_worker(hub *h)
+static void from_worker(pcg_daemon *d)
 {
+	hub *h = d->arg;
 	zmq_msg_t f[3];
 	int n = 0, more = 1;
 	job *j = NULL;
@@ -812,22 +805,40 @@ static void from_worker(hub *h)
 		zmq_msg_close(&f[i]);
 }
 
-static int serve(hub *h)
-{
-	zmq_pollitem_t items[2] = { { h->sock, 0, ZMQ_POLLIN, 0 }, { h->in, 0, ZMQ_POLLIN, 0 } };
+/* What the hub's start needs from main. */
+static struct hub_start {
+	verifier *v;
+	worker *workers;
+	int n_sessions, timeout_ms;
+	const char *codec_url, *draft_url, *target_url;
+} hub_cfg;
 
-	while (!stop) {
-		int rc = zmq_poll(items, 2, 100);
-		if (rc < 0) {
-			if (zmq_errno() == EINTR)
-				continue;
+/* pcg_daemon's start: once the socket is bound, the workers' results
+ * socket, the workers, the stages' ping clients, the log line. */
+static int hub_start(pcg_daemon *d, pcg_err *err)
+{
+	hub *h = d->arg;
+	const struct hub_start *c = &hub_cfg;
+
+	h->sock = d->sock;
+	if ((h->in = zmq_socket(d->ctx, ZMQ_PULL)) == NULL ||
+	    zmq_setsockopt(h->in, ZMQ_RCVHWM, &(int){ 0 }, sizeof(int)) != 0 ||
+	    zmq_bind(h->in, "inproc://verifier-out") != 0)
+		return pcg_fail(err, "inproc socket: %s", zmq_strerror(zmq_errno()));
+	d->other = h->in;
+	for (int i = 0; i < c->n_sessions; i++)
+		if (worker_start(c->v, &c->workers[i], err) < 0)
 			return -1;
-		}
-		if (items[1].revents & ZMQ_POLLIN)
-			from_worker(h);
-		if (items[0].revents & ZMQ_POLLIN)
-			from_client(h);
-	}
+	for (int sg = 0; sg < 2; sg++)
+		for (int k = 0; k < c->v->stages[sg].n; k++)
+			if ((h->ping[sg][k] = client_new(d->ctx, c->v->stages[sg].urls[k],
+							 c->timeout_ms, 1, err)) == NULL)
+				return -1;
+	if (strcmp(c->codec_url, "none") &&
+	    (h->ping_codec = client_new(d->ctx, c->codec_url, c->timeout_ms, 1, err)) == NULL)
+		return -1;
+	fprintf(stderr, "%s: listening on %s (draft %s, target %s, codec %s; %d sessions)\n",
+		prog, d->url, c->draft_url, c->target_url, c->codec_url, c->n_sessions);
 	return 0;
 }
 
@@ -842,7 +853,7 @@ typedef struct local_server {
 static void *local_main(void *arg)
 {
 	local_server *ls = arg;
-	ls->rc = modelserver_serve(ls->ctx, &ls->cfg, &stop);
+	ls->rc = modelserver_serve(ls->ctx, &ls->cfg, &pcg_daemon_stop);
 	return NULL;
 }
 
@@ -861,7 +872,7 @@ int main(int argc, char **argv)
 	verifier v = { 0 };
 	hub h = { 0 };
 	worker *workers = NULL;
-	void *ctx = NULL, *sock = NULL;
+	void *ctx = NULL;
 	int rc = 1, layers[1024], n_layers = 0;
 	local_server ls[2] = { 0 };
 
@@ -994,42 +1005,22 @@ int main(int argc, char **argv)
 	}
 	/* progress messages queue per client while it reads: room for a long
 	 * utterance's worth, so that only a stuck client fills it */
-	sock = net_server_hwm(ctx, listen_url, 100000, &err);
-	if (sock == NULL)
-		goto fail;
+	hub_cfg = (struct hub_start){ &v, workers, n_sessions, timeout_ms, codec_url, draft_url,
+				     target_url };
 	h.v = &v;
-	h.sock = sock;
-	if ((h.in = zmq_socket(ctx, ZMQ_PULL)) == NULL ||
-	    zmq_setsockopt(h.in, ZMQ_RCVHWM, &(int){ 0 }, sizeof(int)) != 0 ||
-	    zmq_bind(h.in, "inproc://verifier-out") != 0) {
-		pcg_fail(&err, "inproc socket: %s", zmq_strerror(zmq_errno()));
-		goto fail;
-	}
-	for (int i = 0; i < n_sessions; i++)
-		if (worker_start(&v, &workers[i], &err) < 0)
-			goto fail;
-	for (int sg = 0; sg < 2; sg++)
-		for (int k = 0; k < v.stages[sg].n; k++)
-			if ((h.ping[sg][k] = client_new(ctx, v.stages[sg].urls[k], timeout_ms, 1,
-							&err)) == NULL)
-				goto fail;
-	if (strcmp(codec_url, "none") &&
-	    (h.ping_codec = client_new(ctx, codec_url, timeout_ms, 1, &err)) == NULL)
-		goto fail;
-
-	pcg_daemon_signals();
-	fprintf(stderr, "%s: listening on %s (draft %s, target %s, codec %s; %d sessions)\n",
-		prog, listen_url, draft_url, target_url, codec_url, n_sessions);
-	if (serve(&h) < 0) {
-		pcg_fail(&err, "zmq_poll: %s", zmq_strerror(zmq_errno()));
-		goto fail;
+	pcg_daemon d = { .prog = prog, .url = listen_url, .ctx = ctx, .sndhwm = 100000,
+			 .stop = &pcg_daemon_stop, .arg = &h, .start = hub_start,
+			 .request = from_client, .other_ready = from_worker };
+	if (pcg_daemon_run(&d) != 0) {
+		rc = 1;
+		goto out;
 	}
 	rc = 0;
 	goto out;
 fail:
 	pcg_die(prog, &err);
 out:
-	stop = 1;
+	pcg_daemon_stop = 1;
 	if (workers) {
 		/* wake the idle workers; a busy one ends its session at its next
 		 * round (its clients' calls fail once the context shuts down) */
@@ -1057,7 +1048,6 @@ out:
 	net_close(&h.in);
 	proto_buf_free(&h.buf);
 	free(h.rep);
-	net_server_close(&sock, listen_url);
 	for (int i = 0; i < 2; i++)
 		if (ls[i].started) {
 			pthread_join(ls[i].th, NULL);
