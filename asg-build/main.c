@@ -160,7 +160,8 @@ int main(int argc, char **argv)
 	long a = -1, b = -1;
 	float *E = NULL;
 	asg *g = NULL;
-	int d = 0, first, device = PCG_DEVICE_CPU, rc = 1;
+	int d = 0, first, rc = 1;
+	pcg_device device = pcg_device_cpu();
 
 	/* -o is the one short option: the options table speaks --output. */
 	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)

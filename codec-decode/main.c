@@ -23,9 +23,6 @@
 #include "net.h"
 #include "opts.h"
 #include "xcodec2.h"
-#ifdef PCG_CUDA
-#include "cuda/xcodec2.h"
-#endif
 
 static const char *prog = "codec-decode";
 static const char *SYNOPSIS =
@@ -121,49 +118,40 @@ static int dec_kmc(void *m, const int32_t *codes, int T, float *out, pcg_err *er
 	return kmc_decode(m, codes, T, out, err);
 }
 
-/* The X-codec2 decoder on the device --device names: fn(ctx, ...). */
+/* The X-codec2 decoder on the device --device names: fn(ctx, ...); a
+ * GPU's through its device kind's hooks (lib/device.h). */
 typedef struct decoder {
 	xc2_decoder fn;
 	void *ctx;
-#ifdef PCG_CUDA
-	xc2_cuda *gpu;
-#endif
+	void (*close)(void *ctx); /* NULL: the CPU's (ctx is the model) */
 } decoder;
 
-#ifdef PCG_CUDA
-static int dec_xc2_cuda(void *g, const int32_t *codes, int T, float *out, pcg_err *err)
-{
-	return xc2_cuda_decode(g, codes, T, out, err);
-}
-#endif
-
 /* m on device (checked by pcg_device_check before). */
-static int decoder_open(decoder *d, xc2_model *m, int device, pcg_err *err)
+static int decoder_open(decoder *d, xc2_model *m, pcg_device device, pcg_err *err)
 {
+	const pcg_device_kind *k = device.kind;
+
 	memset(d, 0, sizeof *d);
 	d->fn = dec_xc2;
 	d->ctx = m;
-#ifdef PCG_CUDA
-	if (device != PCG_DEVICE_CPU) {
-		if ((d->gpu = xc2_cuda_open(m, device, err)) == NULL)
-			return -1;
-		d->fn = dec_xc2_cuda;
-		d->ctx = d->gpu;
-	}
-#else
-	if (device != PCG_DEVICE_CPU)
-		return pcg_device_check(device, err); /* says there is no CUDA backend */
-#endif
+	if (pcg_device_is_host(device))
+		return 0;
+	if (k->xc2_open == NULL)
+		return pcg_fail(err, "device %s:%d: X-codec2 has no decoder for %s devices",
+				k->name, device.index, k->label);
+	if ((d->ctx = k->xc2_open(m, device.index, err)) == NULL)
+		return -1;
+	d->fn = k->xc2_decode;
+	d->close = k->xc2_close;
 	return 0;
 }
 
 static void decoder_close(decoder *d)
 {
-#ifdef PCG_CUDA
-	xc2_cuda_close(&d->gpu);
-#else
-	(void)d;
-#endif
+	if (d->close != NULL && d->ctx != NULL)
+		d->close(d->ctx);
+	d->close = NULL;
+	d->ctx = NULL;
 }
 
 /* --codec kmeans-gl: codes to out_path (returns 0 or 1 with err filled). */
@@ -232,7 +220,7 @@ int main(int argc, char **argv)
 	float *wav = NULL;
 	size_t n = 0;
 	char cpath[4200], dname[32];
-	int device;
+	pcg_device device;
 	decoder dec = { 0 };
 
 	if (first == PCG_OPTS_HELP) {
@@ -249,7 +237,7 @@ int main(int argc, char **argv)
 		codec = detect_codec();
 	if (pcg_device_parse(device_s, &device, &err) < 0)
 		return usage_error(err.msg);
-	if (device != PCG_DEVICE_CPU && !strcmp(codec, "kmeans-gl"))
+	if (!pcg_device_is_host(device) && !strcmp(codec, "kmeans-gl"))
 		return usage_error("--device: kmeans-gl decodes on the CPU only");
 	if (daemon_mode) {
 		if (!weights || codes_path || out_path)
@@ -281,7 +269,7 @@ int main(int argc, char **argv)
 		if ((m = xc2_open(weights, &cfg, &err)) == NULL ||
 		    decoder_open(&dec, m, device, &err) < 0)
 			goto fail;
-		if (device != PCG_DEVICE_CPU)
+		if (!pcg_device_is_host(device))
 			fprintf(stderr, "%s: X-codec2 on %s\n", prog,
 				pcg_device_name(device, dname, sizeof dname));
 		ops = (codec_ops){ "xcodec2", cfg.sample_rate, cfg.hop, xc2_config_codebook(&cfg),

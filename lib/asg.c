@@ -20,9 +20,6 @@
 #include "device.h"
 #include "fileio.h"
 #include "matmul.h"
-#ifdef PCG_CUDA
-#include "cuda/asg.h"
-#endif
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the ASG file is little-endian and is used in place: a little-endian host is assumed"
@@ -587,21 +584,21 @@ static int similar_pairs_cpu(const float *E, int n, int d, const asg_build_opts 
 }
 
 /* The one step whose backend varies: the similar pairs of the normalised
- * rows, on the CPU or on the CUDA device (asg_build has checked that the
- * device is there). Everything before and after is the same code. */
-static int similar_pairs(const float *E, int n, int d, int device, const asg_build_opts *o,
+ * rows, on the CPU or through the device kind's asg_pairs hook (asg_build
+ * has checked that the device is there). Everything before and after is
+ * the same code. */
+static int similar_pairs(const float *E, int n, int d, pcg_device dev, const asg_build_opts *o,
 			 pairs *out, pcg_err *err)
 {
-#ifdef PCG_CUDA
-	if (device != PCG_DEVICE_CPU) {
-		int rc = asg_cuda_pairs(device, E, n, d, (float)o->theta, o->tile,
-					o->progress, o->progress_ctx, &out->v, &out->n, err);
-		out->cap = out->n;
-		return rc;
-	}
-#endif
-	(void)device; /* the CPU: checked by asg_build */
-	return similar_pairs_cpu(E, n, d, o, out, err);
+	if (pcg_device_is_host(dev))
+		return similar_pairs_cpu(E, n, d, o, out, err);
+	if (dev.kind->asg_pairs == NULL)
+		return pcg_fail(err, "device %s:%d: asg_build has no code for %s devices",
+				dev.kind->name, dev.index, dev.kind->label);
+	int rc = dev.kind->asg_pairs(dev.index, E, n, d, (float)o->theta, o->tile, o->progress,
+				     o->progress_ctx, &out->v, &out->n, err);
+	out->cap = out->n;
+	return rc;
 }
 
 asg *asg_build(float *E, int n, int d, const asg_build_opts *o, pcg_err *err)
@@ -625,11 +622,11 @@ asg *asg_build(float *E, int n, int d, const asg_build_opts *o, pcg_err *err)
 			 o->topk);
 		return NULL;
 	}
-	int device;
-	if (pcg_device_parse(o->device, &device, err) < 0 || pcg_device_check(device, err) < 0)
+	pcg_device dev;
+	if (pcg_device_parse(o->device, &dev, err) < 0 || pcg_device_check(dev, err) < 0)
 		return NULL;
 	pcg_set_threads(o->threads);
-	if (normalise(E, n, d, err) < 0 || similar_pairs(E, n, d, device, o, &P, err) < 0)
+	if (normalise(E, n, d, err) < 0 || similar_pairs(E, n, d, dev, o, &P, err) < 0)
 		goto out;
 
 	/* Neighbour lists G(t) with cosines, CSR by row, each ascending by id. */

@@ -1,13 +1,12 @@
 /* backend.c: the CPU backend of the forward pass (host memory, OpenMP and
- * the matmul kernels of lib/matmul.c), and the choice of a backend. Each
- * operation is the transformers line it implements (modeling_llama.py). */
-#include "backend.h"
+ * the matmul kernels of lib/matmul.c), the opening of a device's backend,
+ * and the wrappers through which callers reach any backend's table. Each
+ * CPU operation is the transformers line it implements (modeling_llama.py). */
+#include "backend_impl.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "device.h"
 
 static int cpu_alloc(pcg_backend *be, void **p, size_t bytes, const char *what, pcg_err *err)
 {
@@ -211,6 +210,11 @@ static int cpu_probs(pcg_backend *be, float *p, const float *logits, int rows, i
 	return 0;
 }
 
+static void cpu_close(pcg_backend *be)
+{
+	(void)be; /* static: nothing to free */
+}
+
 /* By name: several ops share a signature (upload/download, add/swiglu),
  * so an order slip would compile and swap them. */
 static const pcg_backend_ops cpu_ops = {
@@ -218,22 +222,32 @@ static const pcg_backend_ops cpu_ops = {
 	.upload = cpu_copy, .download = cpu_copy,
 	.embed = cpu_embed, .rmsnorm = cpu_rmsnorm, .matmul = cpu_matmul,
 	.matmul_rows = cpu_matmul_rows, .rope = cpu_rope, .attention = cpu_attention,
-	.add = cpu_add, .swiglu = cpu_swiglu, .probs = cpu_probs,
+	.add = cpu_add, .swiglu = cpu_swiglu, .probs = cpu_probs, .close = cpu_close,
 };
 
-static pcg_backend cpu_backend = { &cpu_ops, PCG_DEVICE_CPU, 1, NULL };
+static pcg_backend cpu_backend = { &cpu_ops, 1, NULL };
 
-pcg_backend *pcg_backend_open(int device, pcg_err *err)
+pcg_backend *pcg_cpu_backend_open(int index, pcg_err *err)
 {
-	if (device == PCG_DEVICE_CPU)
-		return &cpu_backend;
-	if (pcg_device_check(device, err) < 0)
+	(void)index; /* one CPU */
+	(void)err;
+	return &cpu_backend;
+}
+
+/* ------------------------------------------------------- any backend */
+
+pcg_backend *pcg_backend_open(pcg_device dev, pcg_err *err)
+{
+	char name[48];
+
+	if (pcg_device_check(dev, err) < 0)
 		return NULL;
-#ifdef PCG_CUDA
-	return pcg_cuda_backend_open(device, err);
-#else
-	return NULL; /* not reached: pcg_device_check fails without CUDA */
-#endif
+	if (dev.kind->backend_open == NULL) {
+		pcg_fail(err, "device %s: no backend for the forward pass there",
+			 pcg_device_name(dev, name, sizeof name));
+		return NULL;
+	}
+	return dev.kind->backend_open(dev.index, err);
 }
 
 void pcg_backend_close(pcg_backend **bep)
@@ -242,12 +256,11 @@ void pcg_backend_close(pcg_backend **bep)
 
 	if (be == NULL)
 		return;
-#ifdef PCG_CUDA
-	if (be != &cpu_backend)
-		pcg_cuda_backend_close(be);
-#endif
+	be->ops->close(be);
 	*bep = NULL;
 }
+
+int pcg_backend_is_host(const pcg_backend *be) { return be->host; }
 
 int pcg_backend_upload_mat(pcg_backend *be, pcg_mat *dst, const pcg_mat *src, void **owned,
 			   const char *what, pcg_err *err)
@@ -263,13 +276,91 @@ int pcg_backend_upload_mat(pcg_backend *be, pcg_mat *dst, const pcg_mat *src, vo
 		return pcg_fail(err, "%s: %s weights run on the CPU only (--device cpu), or "
 				"use the safetensors checkpoint on a GPU", what,
 				pcg_dtype_name(src->dtype));
-	if (be->ops->alloc(be, &p, bytes, what, err) < 0)
+	if (pcg_backend_alloc(be, &p, bytes, what, err) < 0)
 		return -1;
-	if (be->ops->upload(be, p, src->data, bytes, err) < 0) {
-		be->ops->free(be, p);
+	if (pcg_backend_upload(be, p, src->data, bytes, err) < 0) {
+		pcg_backend_free(be, p);
 		return -1;
 	}
 	dst->data = p;
 	*owned = p;
 	return 0;
+}
+
+/* The operations, each the backend's own (contracts: backend.h). */
+int pcg_backend_alloc(pcg_backend *be, void **p, size_t bytes, const char *what, pcg_err *err)
+{
+	return be->ops->alloc(be, p, bytes, what, err);
+}
+
+void pcg_backend_free(pcg_backend *be, void *p) { be->ops->free(be, p); }
+
+int pcg_backend_grow(pcg_backend *be, void **p, size_t keep, size_t bytes, const char *what,
+		     pcg_err *err)
+{
+	return be->ops->grow(be, p, keep, bytes, what, err);
+}
+
+int pcg_backend_upload(pcg_backend *be, void *dst, const void *src, size_t bytes, pcg_err *err)
+{
+	return be->ops->upload(be, dst, src, bytes, err);
+}
+
+int pcg_backend_download(pcg_backend *be, void *dst, const void *src, size_t bytes,
+			 pcg_err *err)
+{
+	return be->ops->download(be, dst, src, bytes, err);
+}
+
+int pcg_backend_embed(pcg_backend *be, float *x, const pcg_mat *E, const int *tokens, int n,
+		      pcg_err *err)
+{
+	return be->ops->embed(be, x, E, tokens, n, err);
+}
+
+int pcg_backend_rmsnorm(pcg_backend *be, float *out, const float *x, const float *w, int T,
+			int H, float eps, pcg_err *err)
+{
+	return be->ops->rmsnorm(be, out, x, w, T, H, eps, err);
+}
+
+int pcg_backend_matmul(pcg_backend *be, float *y, int ldy, const float *x, int B,
+		       const pcg_mat *W, int r0, int nr, pcg_err *err)
+{
+	return be->ops->matmul(be, y, ldy, x, B, W, r0, nr, err);
+}
+
+int pcg_backend_matmul_rows(pcg_backend *be, float *y, int ldy, const float *x, int B,
+			    const pcg_mat *W, int r0, int nr, pcg_err *err)
+{
+	return be->ops->matmul_rows(be, y, ldy, x, B, W, r0, nr, err);
+}
+
+int pcg_backend_rope(pcg_backend *be, float *x, int T, int n_heads, int hd, int pos0,
+		     const float *inv_freq, pcg_err *err)
+{
+	return be->ops->rope(be, x, T, n_heads, hd, pos0, inv_freq, err);
+}
+
+int pcg_backend_attention(pcg_backend *be, float *out, const float *q, const float *k,
+			  const float *v, int T, int pos0, int n_heads, int n_kv_heads, int hd,
+			  pcg_err *err)
+{
+	return be->ops->attention(be, out, q, k, v, T, pos0, n_heads, n_kv_heads, hd, err);
+}
+
+int pcg_backend_add(pcg_backend *be, float *x, const float *y, size_t n, pcg_err *err)
+{
+	return be->ops->add(be, x, y, n, err);
+}
+
+int pcg_backend_swiglu(pcg_backend *be, float *g, const float *u, size_t n, pcg_err *err)
+{
+	return be->ops->swiglu(be, g, u, n, err);
+}
+
+int pcg_backend_probs(pcg_backend *be, float *p, const float *logits, int rows, int n,
+		      const pcg_sampling *s, pcg_err *err)
+{
+	return be->ops->probs(be, p, logits, rows, n, s, err);
 }

@@ -1,4 +1,5 @@
-/* device.c: --device parsing and the question of whether CUDA is here. */
+/* device.c: the table of device kinds, --device parsing, and the question
+ * of whether the device asked for is here. */
 #include "device.h"
 
 #include <errno.h>
@@ -7,66 +8,118 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
+
+static const pcg_device_kind cpu_kind = {
+	.name = "cpu", .label = "CPU", .host = 1, .backend_open = pcg_cpu_backend_open,
+};
+
+/* Each other kind: its hooks in a build that has it, else an entry that
+ * says how to get it. */
 #ifdef PCG_CUDA
-#include "cuda/device.h"
+extern const pcg_device_kind pcg_cuda_kind; /* lib/cuda/kind.cu */
+#else
+static const pcg_device_kind pcg_cuda_kind = {
+	.name = "cuda", .label = "CUDA", .indexed = 1,
+	.missing = "rebuild with nvcc installed, make CUDA=1",
+};
 #endif
 
-int pcg_device_parse(const char *s, int *device, pcg_err *err)
+/* The kinds --device names, in the order the usage message lists them. */
+static const pcg_device_kind *const kinds[] = { &cpu_kind, &pcg_cuda_kind };
+#define N_KINDS (sizeof kinds / sizeof kinds[0])
+
+pcg_device pcg_device_cpu(void)
 {
-	if (s == NULL || *s == '\0' || strcmp(s, "cpu") == 0) {
-		*device = PCG_DEVICE_CPU;
+	return (pcg_device){ &cpu_kind, 0 };
+}
+
+/* s is a device number: digits only, at most INT_MAX. */
+static int parse_index(const char *s, int *index)
+{
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	long n = strtol(s, &end, 10);
+	if (*end != '\0' || errno != 0 || n > INT_MAX)
+		return -1;
+	*index = (int)n;
+	return 0;
+}
+
+/* "cpu, cuda or cuda:N": every name the table takes, into buf. */
+static const char *names(char *buf, size_t len)
+{
+	const char *item[2 * N_KINDS];
+	char indexed[N_KINDS][32];
+	size_t n = 0, at = 0;
+
+	for (size_t i = 0; i < N_KINDS; i++) {
+		item[n++] = kinds[i]->name;
+		if (kinds[i]->indexed) {
+			snprintf(indexed[i], sizeof indexed[i], "%s:N", kinds[i]->name);
+			item[n++] = indexed[i];
+		}
+	}
+	buf[0] = '\0';
+	for (size_t i = 0; i < n && at < len; i++)
+		at += (size_t)snprintf(buf + at, len - at, "%s%s",
+				       i == 0 ? "" : i + 1 == n ? " or " : ", ", item[i]);
+	return buf;
+}
+
+int pcg_device_parse(const char *s, pcg_device *dev, pcg_err *err)
+{
+	char want[256];
+
+	if (s == NULL || *s == '\0') {
+		*dev = pcg_device_cpu();
 		return 0;
 	}
-	if (strcmp(s, "cuda") == 0) {
-		*device = 0;
-		return 0;
-	}
-	if (strncmp(s, "cuda:", 5) == 0 && s[5] >= '0' && s[5] <= '9') {
-		char *end;
-		errno = 0;
-		long n = strtol(s + 5, &end, 10);
-		if (*end == '\0' && errno == 0 && n <= INT_MAX) {
-			*device = (int)n;
+	for (size_t i = 0; i < N_KINDS; i++) {
+		const pcg_device_kind *k = kinds[i];
+		const size_t n = strlen(k->name);
+		int index = 0;
+		if (strncmp(s, k->name, n) != 0)
+			continue;
+		if (s[n] == '\0' ||
+		    (k->indexed && s[n] == ':' && parse_index(s + n + 1, &index) == 0)) {
+			*dev = (pcg_device){ k, index };
 			return 0;
 		}
 	}
-	return pcg_fail(err, "device '%s': want cpu, cuda or cuda:N", s);
+	return pcg_fail(err, "device '%s': want %s", s, names(want, sizeof want));
 }
 
-int pcg_device_have_cuda(void)
+int pcg_device_check(pcg_device dev, pcg_err *err)
 {
-#ifdef PCG_CUDA
-	return 1;
-#else
-	return 0;
-#endif
-}
+	const pcg_device_kind *k = dev.kind;
+	char name[48];
 
-int pcg_device_check(int device, pcg_err *err)
-{
-	if (device == PCG_DEVICE_CPU)
+	if (k->host)
 		return 0;
-#ifdef PCG_CUDA
-	int n = pcg_cuda_device_count(err);
+	pcg_device_name(dev, name, sizeof name);
+	if (k->missing != NULL)
+		return pcg_fail(err, "device %s: this build has no %s backend (%s)", name, k->label,
+				k->missing);
+	int n = k->count(err);
 	if (n < 0)
 		return -1;
 	if (n == 0)
-		return pcg_fail(err, "device cuda:%d: no CUDA device on this machine", device);
-	if (device >= n)
-		return pcg_fail(err, "device cuda:%d: this machine has %d CUDA device%s", device,
-				n, n == 1 ? "" : "s");
+		return pcg_fail(err, "device %s: no %s device on this machine", name, k->label);
+	if (dev.index >= n)
+		return pcg_fail(err, "device %s: this machine has %d %s device%s", name, n,
+				k->label, n == 1 ? "" : "s");
 	return 0;
-#else
-	return pcg_fail(err, "device cuda:%d: this build has no CUDA backend "
-			"(rebuild with nvcc installed, make CUDA=1)", device);
-#endif
 }
 
-const char *pcg_device_name(int device, char *buf, int len)
+const char *pcg_device_name(pcg_device dev, char *buf, int len)
 {
-	if (device == PCG_DEVICE_CPU)
-		snprintf(buf, (size_t)len, "cpu");
+	if (dev.kind->indexed)
+		snprintf(buf, (size_t)len, "%s:%d", dev.kind->name, dev.index);
 	else
-		snprintf(buf, (size_t)len, "cuda:%d", device);
+		snprintf(buf, (size_t)len, "%s", dev.kind->name);
 	return buf;
 }

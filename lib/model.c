@@ -1,7 +1,7 @@
 /* model.c: the Llama forward pass, as transformers computes it
  * (modeling_llama.py: LlamaRMSNorm, LlamaRotaryEmbedding with
  * _compute_llama3_parameters, LlamaAttention with repeat_kv, LlamaMLP),
- * written once against the backend table of lib/backend.h (the CPU, or a
+ * written once against the operations of lib/backend.h (the CPU, or a
  * CUDA device). On the CPU, matrices stay in the checkpoint's mapping in
  * their dtype and only the norm weights (and f32 matrices that happen to be
  * misaligned) are copied; on a device, every tensor is uploaded once, in
@@ -246,7 +246,7 @@ static int dev_keep(llama_model *m, void *p, pcg_err *err)
 	void **d = realloc(m->dev, (size_t)(m->n_dev + 1) * sizeof *d);
 
 	if (d == NULL) {
-		m->be->ops->free(m->be, p);
+		pcg_backend_free(m->be, p);
 		return pcg_fail(err, "out of memory");
 	}
 	m->dev = d;
@@ -269,25 +269,22 @@ static int dev_vec(llama_model *m, float **v, int n, const char *what, pcg_err *
 
 	if (pcg_backend_is_host(m->be))
 		return 0;
-	if (m->be->ops->alloc(m->be, &p, (size_t)n * sizeof **v, what, err) < 0)
+	if (pcg_backend_alloc(m->be, &p, (size_t)n * sizeof **v, what, err) < 0)
 		return -1;
 	if (dev_keep(m, p, err) < 0)
 		return -1;
-	if (m->be->ops->upload(m->be, p, *v, (size_t)n * sizeof **v, err) < 0)
+	if (pcg_backend_upload(m->be, p, *v, (size_t)n * sizeof **v, err) < 0)
 		return -1;
 	*v = p;
 	return 0;
 }
 
-/* Opens the backend of device (NULL: the CPU) and moves the weights there:
- * each tensor once, in its dtype (the tied lm_head is the embedding). */
-static int to_device(llama_model *m, const char *device, pcg_err *err)
+/* Opens the backend of dev and moves the weights there: each tensor once,
+ * in its dtype (the tied lm_head is the embedding). */
+static int to_device(llama_model *m, pcg_device dev, pcg_err *err)
 {
 	const llama_config *c = &m->cfg;
-	int dev;
 
-	if (pcg_device_parse(device, &dev, err) < 0)
-		return -1;
 	m->be = pcg_backend_open(dev, err);
 	if (m->be == NULL)
 		return -1;
@@ -328,11 +325,11 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 	}
 	c = &m->cfg;
 	m->dequantize = opts && opts->dequantize;
-	int dev;
+	pcg_device dev;
 	if (pcg_device_parse(opts ? opts->device : NULL, &dev, err) < 0)
 		goto fail;
 	if (gguf_is_gguf(dir)) {
-		m->qk_perm = dev == PCG_DEVICE_CPU;
+		m->qk_perm = pcg_device_is_host(dev);
 		m->gg = gguf_open(dir, err);
 		if (m->gg == NULL || llama_config_from_gguf(m->gg, c, err) < 0)
 			goto fail_named;
@@ -416,7 +413,7 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 #undef MAT
 #undef VEC
 	}
-	if (to_device(m, opts ? opts->device : NULL, err) < 0)
+	if (to_device(m, dev, err) < 0)
 		goto fail_named;
 	return m;
 
@@ -435,9 +432,9 @@ void llama_close(llama_model **mp)
 		return;
 	if (m->be != NULL) {
 		for (int i = 0; i < m->n_dev; i++)
-			m->be->ops->free(m->be, m->dev[i]);
+			pcg_backend_free(m->be, m->dev[i]);
 		if (m->scratch)
-			m->be->ops->free(m->be, m->scratch);
+			pcg_backend_free(m->be, m->scratch);
 		pcg_backend_close(&m->be);
 	}
 	free(m->dev);
@@ -494,9 +491,9 @@ void llama_kv_free(llama_kv **kvp)
 		return;
 	for (int l = 0; l < kv->n_layers; l++) {
 		if (kv->k && kv->k[l])
-			kv->be->ops->free(kv->be, kv->k[l]);
+			pcg_backend_free(kv->be, kv->k[l]);
 		if (kv->v && kv->v[l])
-			kv->be->ops->free(kv->be, kv->v[l]);
+			pcg_backend_free(kv->be, kv->v[l]);
 	}
 	free(kv->k);
 	free(kv->v);
@@ -534,8 +531,8 @@ static int kv_reserve(llama_kv *kv, int need, pcg_err *err)
 	char what[64];
 	snprintf(what, sizeof what, "KV cache of %d positions", cap);
 	for (int l = 0; l < kv->n_layers; l++) {
-		if (kv->be->ops->grow(kv->be, (void **)&kv->k[l], keep, bytes, what, err) < 0 ||
-		    kv->be->ops->grow(kv->be, (void **)&kv->v[l], keep, bytes, what, err) < 0)
+		if (pcg_backend_grow(kv->be, (void **)&kv->k[l], keep, bytes, what, err) < 0 ||
+		    pcg_backend_grow(kv->be, (void **)&kv->v[l], keep, bytes, what, err) < 0)
 			return -1;
 	}
 	kv->cap = cap;
@@ -586,8 +583,8 @@ static int mm(pcg_backend *be, float *y, int ldy, const float *x, int B, int exa
 	      const pcg_mat *W, int r0, int nr, pcg_err *err)
 {
 	if (exact)
-		return be->ops->matmul_rows(be, y, ldy, x, B, W, r0, nr, err);
-	return be->ops->matmul(be, y, ldy, x, B, W, r0, nr, err);
+		return pcg_backend_matmul_rows(be, y, ldy, x, B, W, r0, nr, err);
+	return pcg_backend_matmul(be, y, ldy, x, B, W, r0, nr, err);
 }
 
 /* logits [B][count] = lm_head(h) over the chosen rows, in their order; h
@@ -628,14 +625,14 @@ int llama_lm_head(const llama_model *m, const float *h, int B, const llama_rows 
 	if (pcg_backend_is_host(be))
 		return lm_head_rows(m, h, B, exact, rows, logits, err);
 	/* a device: h up, the product, the logits down */
-	if (be->ops->alloc(be, &d, hb + lb, "lm_head", err) < 0)
+	if (pcg_backend_alloc(be, &d, hb + lb, "lm_head", err) < 0)
 		return -1;
-	rc = be->ops->upload(be, d, h, hb, err);
+	rc = pcg_backend_upload(be, d, h, hb, err);
 	if (rc == 0)
 		rc = lm_head_rows(m, d, B, exact, rows, (float *)((char *)d + hb), err);
 	if (rc == 0)
-		rc = be->ops->download(be, logits, (char *)d + hb, lb, err);
-	be->ops->free(be, d);
+		rc = pcg_backend_download(be, logits, (char *)d + hb, lb, err);
+	pcg_backend_free(be, d);
 	return rc;
 }
 
@@ -654,10 +651,10 @@ static float *scratch(llama_model *m, size_t bytes, pcg_err *err)
 	}
 	if (bytes > m->scratch_bytes) {
 		if (m->scratch)
-			be->ops->free(be, m->scratch);
+			pcg_backend_free(be, m->scratch);
 		m->scratch = NULL;
 		m->scratch_bytes = 0;
-		if (be->ops->alloc(be, &m->scratch, bytes, "forward activations", err) < 0)
+		if (pcg_backend_alloc(be, &m->scratch, bytes, "forward activations", err) < 0)
 			return NULL;
 		m->scratch_bytes = bytes;
 	}
@@ -769,7 +766,6 @@ static int pass(llama_model *m, llama_seq *s, int n_seqs, const llama_rows *rows
 		const pcg_sampling *samp, pcg_err *err)
 {
 	const llama_config *c = &m->cfg;
-	const pcg_backend_ops *op = m->be->ops;
 	pcg_backend *be = m->be;
 	const int H = c->hidden, hd = c->head_dim, F = c->ffn;
 	const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
@@ -807,14 +803,14 @@ static int pass(llama_model *m, llama_seq *s, int n_seqs, const llama_rows *rows
 #define OP(call) do { if ((call) < 0) goto out; } while (0)
 	/* inputs_embeds = embed_tokens(input_ids) */
 	for (int i = 0; i < n_seqs; i++)
-		OP(op->embed(be, x + (size_t)p.at[i].row * H, &m->embed, s[i].tokens, s[i].n,
-			     err));
+		OP(pcg_backend_embed(be, x + (size_t)p.at[i].row * H, &m->embed, s[i].tokens,
+				     s[i].n, err));
 
 	for (int l = 0; l < m->n_layers; l++) {
 		const struct layer *L = &m->layers[l];
 
 		/* hidden_states = input_layernorm(hidden_states) */
-		OP(op->rmsnorm(be, xb, x, L->attn_norm, N, H, c->eps, err));
+		OP(pcg_backend_rmsnorm(be, xb, x, L->attn_norm, N, H, c->eps, err));
 		/* q_proj */
 		OP(pass_mm(m, &p, s, n_seqs, q, q_dim, xb, &L->wq, err));
 		if (m->qk_perm) /* a GGUF file's row order (host memory) */
@@ -831,23 +827,24 @@ static int pass(llama_model *m, llama_seq *s, int n_seqs, const llama_rows *rows
 			if (m->qk_perm)
 				unpermute(kc, n, c->n_kv_heads, hd);
 			/* apply_rotary_pos_emb(q, k, cos, sin) at its positions */
-			OP(op->rope(be, qs, n, c->n_heads, hd, pos0, m->inv_freq, err));
-			OP(op->rope(be, kc, n, c->n_kv_heads, hd, pos0, m->inv_freq, err));
+			OP(pcg_backend_rope(be, qs, n, c->n_heads, hd, pos0, m->inv_freq, err));
+			OP(pcg_backend_rope(be, kc, n, c->n_kv_heads, hd, pos0, m->inv_freq, err));
 			/* softmax(q k^T / sqrt(hd) + causal mask) v over its cache */
-			OP(op->attention(be, att + (size_t)r * q_dim, qs, kv->k[l], kv->v[l], n,
-					 pos0, c->n_heads, c->n_kv_heads, hd, err));
+			OP(pcg_backend_attention(be, att + (size_t)r * q_dim, qs, kv->k[l],
+						 kv->v[l], n, pos0, c->n_heads, c->n_kv_heads, hd,
+						 err));
 		}
 		/* hidden_states = residual + o_proj(attn_output) */
 		OP(pass_mm(m, &p, s, n_seqs, xb, H, att, &L->wo, err));
-		OP(op->add(be, x, xb, (size_t)N * H, err));
+		OP(pcg_backend_add(be, x, xb, (size_t)N * H, err));
 		/* hidden_states = post_attention_layernorm(hidden_states) */
-		OP(op->rmsnorm(be, xb, x, L->ffn_norm, N, H, c->eps, err));
+		OP(pcg_backend_rmsnorm(be, xb, x, L->ffn_norm, N, H, c->eps, err));
 		/* mlp: down_proj(silu(gate_proj(x)) * up_proj(x)) */
 		OP(pass_mm(m, &p, s, n_seqs, hb, F, xb, &L->gate, err));
 		OP(pass_mm(m, &p, s, n_seqs, hb2, F, xb, &L->up, err));
-		OP(op->swiglu(be, hb, hb2, (size_t)N * F, err));
+		OP(pcg_backend_swiglu(be, hb, hb2, (size_t)N * F, err));
 		OP(pass_mm(m, &p, s, n_seqs, xb, H, hb, &L->down, err));
-		OP(op->add(be, x, xb, (size_t)N * H, err));
+		OP(pcg_backend_add(be, x, xb, (size_t)N * H, err));
 	}
 
 	/* norm of each sequence's last n_out positions into its output rows of
@@ -855,9 +852,9 @@ static int pass(llama_model *m, llama_seq *s, int n_seqs, const llama_rows *rows
 	for (int i = 0; i < n_seqs; i++) {
 		const int n = s[i].n, n_out = s[i].n_out, r = p.at[i].row;
 		if (n_out > 0)
-			OP(op->rmsnorm(be, xb + (size_t)p.at[i].orow * H,
-				       x + (size_t)(r + n - n_out) * H, m->norm, n_out, H, c->eps,
-				       err));
+			OP(pcg_backend_rmsnorm(be, xb + (size_t)p.at[i].orow * H,
+					       x + (size_t)(r + n - n_out) * H, m->norm, n_out, H,
+					       c->eps, err));
 	}
 	if (p.short_lm > 0)
 		OP(lm_head_rows(m, xb, p.short_lm, 1, rows, lg, err));
@@ -868,14 +865,15 @@ static int pass(llama_model *m, llama_seq *s, int n_seqs, const llama_rows *rows
 			if (is_long(&s[i]))
 				OP(lm_head_rows(m, xb + (size_t)o * H, n_out, 0, rows, lgs, err));
 			if (samp != NULL)
-				OP(op->probs(be, lgs, lgs, n_out, n_logits, samp, err));
+				OP(pcg_backend_probs(be, lgs, lgs, n_out, n_logits, samp, err));
 			if (!direct)
-				OP(op->download(be, s[i].out, lgs,
-						(size_t)n_out * n_logits * sizeof *lgs, err));
+				OP(pcg_backend_download(be, s[i].out, lgs,
+							(size_t)n_out * n_logits * sizeof *lgs,
+							err));
 		}
 		if (n_out > 0 && s[i].hidden != NULL)
-			OP(op->download(be, s[i].hidden, xb + (size_t)o * H,
-					(size_t)n_out * H * sizeof *s[i].hidden, err));
+			OP(pcg_backend_download(be, s[i].hidden, xb + (size_t)o * H,
+						(size_t)n_out * H * sizeof *s[i].hidden, err));
 	}
 #undef OP
 	for (int i = 0; i < n_seqs; i++)

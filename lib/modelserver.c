@@ -1012,7 +1012,7 @@ int modelserver_main(int argc, char **argv, ms_role role)
 		fprintf(stderr, "%s: --layers: %s\n", prog, err.msg);
 		return 2;
 	}
-	int dev;
+	pcg_device dev;
 	if (pcg_device_parse(device, &dev, &err) < 0) {
 		fprintf(stderr, "%s: --device: %s\n", prog, err.msg);
 		return 2;

@@ -897,7 +897,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s: --local-draft-layers: %s\n", prog, err.msg);
 			return 2;
 		}
-		int dev;
+		pcg_device dev;
 		if (pcg_device_parse(local_device, &dev, &err) < 0) {
 			fprintf(stderr, "%s: --device: %s\n", prog, err.msg);
 			return 2;

@@ -1,5 +1,7 @@
-/* backend.cu: the CUDA backend of the forward pass (lib/backend.h). One
- * stream and one cuBLAS handle per backend; every call checked (check.h).
+/* backend.cu: the CUDA backend of the forward pass (lib/backend.h), its
+ * table of operations (lib/backend_impl.h) and the CUDA kind's
+ * backend_open hook. One stream and one cuBLAS handle per backend; every
+ * call checked (check.h).
  *
  * Products: up to PCG_MATMUL_SMALL rows of activations (decode, a
  * verification block) go through gemv below, which streams each weight row
@@ -18,8 +20,7 @@
 #include <stdlib.h>
 
 extern "C" {
-#include "backend.h"
-#include "device.h"
+#include "backend_impl.h"
 }
 #include "cuda/check.h"
 #include "cuda/reduce.cuh"
@@ -603,6 +604,8 @@ static int cu_probs(pcg_backend *be, float *p, const float *logits, int rows, in
 
 /* ------------------------------------------------------------------ open */
 
+static void cu_close(pcg_backend *be);
+
 /* By name (C++20 designated initializers, in declaration order): several
  * ops share a signature, so an order slip would compile and swap them. */
 static const pcg_backend_ops cuda_ops = {
@@ -610,7 +613,7 @@ static const pcg_backend_ops cuda_ops = {
 	.upload = cu_upload, .download = cu_download,
 	.embed = cu_embed, .rmsnorm = cu_rmsnorm, .matmul = cu_matmul,
 	.matmul_rows = cu_matmul_rows, .rope = cu_rope, .attention = cu_attention,
-	.add = cu_add, .swiglu = cu_swiglu, .probs = cu_probs,
+	.add = cu_add, .swiglu = cu_swiglu, .probs = cu_probs, .close = cu_close,
 };
 
 static int open_ctx(cuda_ctx *c, int device, pcg_err *err)
@@ -624,6 +627,8 @@ static int open_ctx(cuda_ctx *c, int device, pcg_err *err)
 	return 0;
 }
 
+/* The CUDA kind's backend_open hook (lib/device.h): device is the CUDA
+ * ordinal, checked by pcg_backend_open. */
 extern "C" pcg_backend *pcg_cuda_backend_open(int device, pcg_err *err)
 {
 	pcg_backend *be = (pcg_backend *)calloc(1, sizeof *be);
@@ -637,17 +642,16 @@ extern "C" pcg_backend *pcg_cuda_backend_open(int device, pcg_err *err)
 	}
 	c->device = device;
 	be->ops = &cuda_ops;
-	be->device = device;
 	be->host = 0;
 	be->ctx = c;
 	if (open_ctx(c, device, err) < 0) {
-		pcg_cuda_backend_close(be);
+		cu_close(be);
 		return NULL;
 	}
 	return be;
 }
 
-extern "C" void pcg_cuda_backend_close(pcg_backend *be)
+static void cu_close(pcg_backend *be)
 {
 	cuda_ctx *c;
 

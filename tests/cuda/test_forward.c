@@ -60,8 +60,8 @@ static float *up(const float *h, size_t n)
 {
 	pcg_err err = { "" };
 	void *d = NULL;
-	if (gpu->ops->alloc(gpu, &d, n * sizeof *h, "test", &err) < 0 ||
-	    gpu->ops->upload(gpu, d, h, n * sizeof *h, &err) < 0) {
+	if (pcg_backend_alloc(gpu, &d, n * sizeof *h, "test", &err) < 0 ||
+	    pcg_backend_upload(gpu, d, h, n * sizeof *h, &err) < 0) {
 		fprintf(stderr, "%s\n", err.msg);
 		exit(1);
 	}
@@ -72,7 +72,7 @@ static float *down(const float *d, size_t n)
 {
 	pcg_err err = { "" };
 	float *h = malloc(n * sizeof *h);
-	if (gpu->ops->download(gpu, h, d, n * sizeof *h, &err) < 0) {
+	if (pcg_backend_download(gpu, h, d, n * sizeof *h, &err) < 0) {
 		fprintf(stderr, "%s\n", err.msg);
 		exit(1);
 	}
@@ -121,10 +121,10 @@ static void test_matmul(pcg_dtype t, int B, int K, int rows, int r0, int nr)
 	float *yz = calloc((size_t)B * ldy, sizeof *yz);
 	char what[128];
 
-	CHECK(cpu->ops->matmul(cpu, y, ldy, x, B, &wh, r0, nr, &err) == 0);
+	CHECK(pcg_backend_matmul(cpu, y, ldy, x, B, &wh, r0, nr, &err) == 0);
 	CHECKF(pcg_backend_upload_mat(gpu, &wd, &wh, &owned, "w", &err) == 0, "%s", err.msg);
 	float *dx = up(x, (size_t)B * K), *dy = up(yz, (size_t)B * ldy);
-	CHECKF(gpu->ops->matmul(gpu, dy, ldy, dx, B, &wd, r0, nr, &err) == 0, "%s", err.msg);
+	CHECKF(pcg_backend_matmul(gpu, dy, ldy, dx, B, &wd, r0, nr, &err) == 0, "%s", err.msg);
 	float *g = down(dy, (size_t)B * ldy);
 	/* the product path decides the limit: gemv keeps x in f32 */
 	double tol = B <= PCG_MATMUL_SMALL ? GPU_TOL_OP_F32
@@ -132,9 +132,9 @@ static void test_matmul(pcg_dtype t, int B, int K, int rows, int r0, int nr)
 	snprintf(what, sizeof what, "matmul %s B=%d K=%d rows [%d, %d)", pcg_dtype_name(t), B, K,
 		 r0, r0 + nr);
 	report(what, gpu_norm_err(g, y, (size_t)B * ldy), tol);
-	gpu->ops->free(gpu, owned);
-	gpu->ops->free(gpu, dx);
-	gpu->ops->free(gpu, dy);
+	pcg_backend_free(gpu, owned);
+	pcg_backend_free(gpu, dx);
+	pcg_backend_free(gpu, dy);
 	free(data);
 	free(x);
 	free(y);
@@ -154,15 +154,15 @@ static void test_elementwise(void)
 		void *data = make_weights((pcg_dtype)t, 50, 96, &eh);
 		int toks[5] = { 0, 49, 7, 7, 23 };
 		float *xc = malloc(5 * 96 * sizeof *xc);
-		CHECK(cpu->ops->embed(cpu, xc, &eh, toks, 5, &err) == 0);
+		CHECK(pcg_backend_embed(cpu, xc, &eh, toks, 5, &err) == 0);
 		CHECK(pcg_backend_upload_mat(gpu, &ed, &eh, &owned, "e", &err) == 0);
 		float *dx = up(xc, 5 * 96);
-		CHECKF(gpu->ops->embed(gpu, dx, &ed, toks, 5, &err) == 0, "%s", err.msg);
+		CHECKF(pcg_backend_embed(gpu, dx, &ed, toks, 5, &err) == 0, "%s", err.msg);
 		float *g = down(dx, 5 * 96);
 		snprintf(what, sizeof what, "embed %s", pcg_dtype_name((pcg_dtype)t));
 		report(what, gpu_norm_err(g, xc, 5 * 96), 0.0);
-		gpu->ops->free(gpu, owned);
-		gpu->ops->free(gpu, dx);
+		pcg_backend_free(gpu, owned);
+		pcg_backend_free(gpu, dx);
 		free(data);
 		free(xc);
 		free(g);
@@ -173,15 +173,16 @@ static void test_elementwise(void)
 		const int T = 5, H = Hs[i];
 		float *x = rnd((size_t)T * H, 3.0f), *w = rnd((size_t)H, 1.0f);
 		float *o = malloc((size_t)T * H * sizeof *o);
-		CHECK(cpu->ops->rmsnorm(cpu, o, x, w, T, H, 1e-5f, &err) == 0);
+		CHECK(pcg_backend_rmsnorm(cpu, o, x, w, T, H, 1e-5f, &err) == 0);
 		float *dx = up(x, (size_t)T * H), *dw = up(w, H), *dout = up(x, (size_t)T * H);
-		CHECKF(gpu->ops->rmsnorm(gpu, dout, dx, dw, T, H, 1e-5f, &err) == 0, "%s", err.msg);
+		CHECKF(pcg_backend_rmsnorm(gpu, dout, dx, dw, T, H, 1e-5f, &err) == 0, "%s",
+		       err.msg);
 		float *g = down(dout, (size_t)T * H);
 		snprintf(what, sizeof what, "rmsnorm H=%d", H);
 		report(what, gpu_norm_err(g, o, (size_t)T * H), GPU_TOL_ELEMENTWISE);
-		gpu->ops->free(gpu, dx);
-		gpu->ops->free(gpu, dw);
-		gpu->ops->free(gpu, dout);
+		pcg_backend_free(gpu, dx);
+		pcg_backend_free(gpu, dw);
+		pcg_backend_free(gpu, dout);
 		free(x);
 		free(w);
 		free(o);
@@ -195,13 +196,13 @@ static void test_elementwise(void)
 			inv[i] = 1.0f / powf(500000.0f, (float)(2 * i) / hd);
 		float *x = rnd((size_t)T * nh * hd, 1.0f);
 		float *dx = up(x, (size_t)T * nh * hd), *di = up(inv, hd / 2);
-		CHECK(cpu->ops->rope(cpu, x, T, nh, hd, pos0, inv, &err) == 0);
-		CHECKF(gpu->ops->rope(gpu, dx, T, nh, hd, pos0, di, &err) == 0, "%s", err.msg);
+		CHECK(pcg_backend_rope(cpu, x, T, nh, hd, pos0, inv, &err) == 0);
+		CHECKF(pcg_backend_rope(gpu, dx, T, nh, hd, pos0, di, &err) == 0, "%s", err.msg);
 		float *g = down(dx, (size_t)T * nh * hd);
 		/* cosf/sinf of large angles: a few ulp of the angle's magnitude */
 		report("rope pos 3000..3003", gpu_norm_err(g, x, (size_t)T * nh * hd), 1e-4);
-		gpu->ops->free(gpu, dx);
-		gpu->ops->free(gpu, di);
+		pcg_backend_free(gpu, dx);
+		pcg_backend_free(gpu, di);
 		free(x);
 		free(g);
 	}
@@ -210,18 +211,18 @@ static void test_elementwise(void)
 		const size_t n = 100003;
 		float *a = rnd(n, 4.0f), *b = rnd(n, 4.0f);
 		float *da = up(a, n), *db = up(b, n), *da2 = up(a, n);
-		CHECKF(gpu->ops->add(gpu, da, db, n, &err) == 0, "%s", err.msg);
-		CHECKF(gpu->ops->swiglu(gpu, da2, db, n, &err) == 0, "%s", err.msg);
+		CHECKF(pcg_backend_add(gpu, da, db, n, &err) == 0, "%s", err.msg);
+		CHECKF(pcg_backend_swiglu(gpu, da2, db, n, &err) == 0, "%s", err.msg);
 		float *g = down(da, n), *g2 = down(da2, n);
 		float *a2 = malloc(n * sizeof *a2);
 		memcpy(a2, a, n * sizeof *a);
-		CHECK(cpu->ops->add(cpu, a, b, n, &err) == 0);
-		CHECK(cpu->ops->swiglu(cpu, a2, b, n, &err) == 0);
+		CHECK(pcg_backend_add(cpu, a, b, n, &err) == 0);
+		CHECK(pcg_backend_swiglu(cpu, a2, b, n, &err) == 0);
 		report("add", gpu_norm_err(g, a, n), 0.0);
 		report("swiglu", gpu_norm_err(g2, a2, n), GPU_TOL_ELEMENTWISE);
-		gpu->ops->free(gpu, da);
-		gpu->ops->free(gpu, db);
-		gpu->ops->free(gpu, da2);
+		pcg_backend_free(gpu, da);
+		pcg_backend_free(gpu, db);
+		pcg_backend_free(gpu, da2);
 		free(a);
 		free(a2);
 		free(b);
@@ -239,19 +240,19 @@ static void test_attention(int T, int pos0, int nh, int nkv, int hd)
 	float *o = malloc((size_t)T * nh * hd * sizeof *o);
 	char what[128];
 
-	CHECK(cpu->ops->attention(cpu, o, q, k, v, T, pos0, nh, nkv, hd, &err) == 0);
+	CHECK(pcg_backend_attention(cpu, o, q, k, v, T, pos0, nh, nkv, hd, &err) == 0);
 	float *dq = up(q, (size_t)T * nh * hd), *dk = up(k, (size_t)ctx * kvd);
 	float *dv = up(v, (size_t)ctx * kvd), *dout = up(q, (size_t)T * nh * hd);
-	CHECKF(gpu->ops->attention(gpu, dout, dq, dk, dv, T, pos0, nh, nkv, hd, &err) == 0, "%s",
+	CHECKF(pcg_backend_attention(gpu, dout, dq, dk, dv, T, pos0, nh, nkv, hd, &err) == 0, "%s",
 	       err.msg);
 	float *g = down(dout, (size_t)T * nh * hd);
 	snprintf(what, sizeof what, "attention T=%d pos0=%d heads %d/%d hd=%d", T, pos0, nh, nkv,
 		 hd);
 	report(what, gpu_norm_err(g, o, (size_t)T * nh * hd), GPU_TOL_ELEMENTWISE);
-	gpu->ops->free(gpu, dq);
-	gpu->ops->free(gpu, dk);
-	gpu->ops->free(gpu, dv);
-	gpu->ops->free(gpu, dout);
+	pcg_backend_free(gpu, dq);
+	pcg_backend_free(gpu, dk);
+	pcg_backend_free(gpu, dv);
+	pcg_backend_free(gpu, dout);
 	free(q);
 	free(k);
 	free(v);
@@ -521,8 +522,10 @@ int main(void)
 	pcg_err err = { "" };
 
 	gpu_require("test_forward");
-	cpu = pcg_backend_open(PCG_DEVICE_CPU, &err);
-	gpu = pcg_backend_open(0, &err);
+	pcg_device dc, dg;
+	CHECK(pcg_device_parse("cpu", &dc, &err) == 0 && pcg_device_parse("cuda", &dg, &err) == 0);
+	cpu = pcg_backend_open(dc, &err);
+	gpu = pcg_backend_open(dg, &err);
 	CHECKF(cpu != NULL && gpu != NULL, "%s", err.msg);
 	if (gpu == NULL)
 		return check_done("test_forward");
@@ -535,7 +538,7 @@ int main(void)
 
 	/* out of device memory is an error that says so, not a crash */
 	void *huge = NULL;
-	CHECK(gpu->ops->alloc(gpu, &huge, (size_t)1 << 50, "a petabyte", &err) < 0 &&
+	CHECK(pcg_backend_alloc(gpu, &huge, (size_t)1 << 50, "a petabyte", &err) < 0 &&
 	      strstr(err.msg, "out of device memory") != NULL);
 	pcg_backend_close(&gpu);
 	return check_done("test_forward");

@@ -259,8 +259,10 @@ static void test_build(void)
 		/* A CUDA device that is not there (no GPU, or a build without
 		 * CUDA) is an error naming it, before any work; with a GPU
 		 * tests/cuda/test_asg.c compares the two backends. */
+		pcg_device cuda0;
 		o.device = "cuda";
-		if (pcg_device_check(0, &err) < 0) {
+		CHECK(pcg_device_parse(o.device, &cuda0, &err) == 0);
+		if (pcg_device_check(cuda0, &err) < 0) {
 			CHECK(asg_build(E1, N1, D1, &o, &err) == NULL && has(&err, "cuda:0"));
 			printf("cuda:0 refused: %s\n", err.msg);
 		}
