@@ -519,8 +519,186 @@ static void test_stale_fields(void)
 	free(out);
 }
 
-int main(void)
+
+/* The wire format, byte for byte: one message of each type (and the
+ * optional fields, a sparse f16 probs) packed and compared with
+ * tests/fixtures/proto/NAME.msgpack. Those files were written by
+ * `build/tests/test_proto --write-golden` when the structs were reshaped
+ * (packed by the code before the change, so that equal bytes prove the
+ * wire unchanged); write them again only with a new PROTO_VERSION. */
+#define GOLDEN_DIR "tests/fixtures/proto/"
+enum { G_WIDTH = 40 };
+static float golden_v[3 * G_WIDTH];
+static const int16_t golden_pcm[4] = { 0, -32768, 32767, -2 };
+static const unsigned char golden_asg[5] = { 'A', 'S', 'G', 0, 1 };
+
+/* Message k of the golden set into m (zeroed); its file name, or NULL past
+ * the last. */
+static const char *golden_msg(int k, proto_msg *m)
 {
+	static const char *const names[] = { "propose", "propose-forced", "score", "drop", "ping",
+		"probs", "probs-sparse-f16", "ok", "pong", "error", "synth", "synth-args", "result",
+		"audio", "pcm", "progress", "cancel" };
+
+	if (k >= (int)(sizeof names / sizeof names[0]))
+		return NULL;
+	memset(m, 0, sizeof *m);
+	m->id = 1000 + (uint64_t)k;
+	const char *n = names[k];
+	if (!strncmp(n, "propose", 7) || !strcmp(n, "score")) {
+		m->type = n[0] == 'p' ? PROTO_PROPOSE : PROTO_SCORE;
+		m->session = 0xfedcba987654ULL;
+		m->pos = 12;
+		m->n_append = 4;
+		for (int i = 0; i < 4; i++)
+			m->append[i] = 128264 + 1000 * i;
+		m->n = 3;
+		m->samp = (pcg_sampling){ 0.8f, 50, 0.95f };
+		m->seed = 0x1234567890ULL;
+		m->rows = (llama_rows){ 2, { 128264, 128261 }, { 193800, 128262 } };
+		m->f16 = 1;
+		if (!strcmp(n, "propose-forced")) {
+			m->n_forced = 2;
+			m->forced_at[0] = m->forced_at[1] = 2;
+			m->forced[0] = 7;
+			m->forced[1] = 8;
+		}
+		if (m->type == PROTO_SCORE)
+			m->heads = 2;
+	} else if (!strcmp(n, "drop") || !strcmp(n, "cancel")) {
+		m->type = n[0] == 'd' ? PROTO_DROP : PROTO_CANCEL;
+		m->session = 4242;
+	} else if (!strcmp(n, "ping") || !strcmp(n, "ok")) {
+		m->type = n[0] == 'p' ? PROTO_PING : PROTO_OK;
+	} else if (!strncmp(n, "probs", 5)) {
+		m->type = PROTO_PROBS;
+		for (int i = 0; i < 3 * G_WIDTH; i++) /* vector 1 dense, 0 and 2 sparse */
+			golden_v[i] = i / G_WIDTH == 1 || i % 13 == 0 ? 0.25f + (float)i / 512 : 0;
+		m->n_x = 2;
+		m->x[0] = 3;
+		m->x[1] = 39;
+		m->n_vec = 3;
+		m->width = G_WIDTH;
+		m->probs = golden_v;
+		m->n_stats = 1;
+		m->stats[0] = 0.125;
+		m->sparse = m->f16 = !strcmp(n, "probs-sparse-f16");
+	} else if (!strcmp(n, "pong")) {
+		m->type = PROTO_PONG;
+		snprintf(m->msg, sizeof m->msg, "llasa 1b, 16 layers");
+	} else if (!strcmp(n, "error")) {
+		proto_error(m, m->id, PROTO_E_UNKNOWN_SESSION, "session %d not held", 12);
+	} else if (!strncmp(n, "synth", 5)) {
+		m->type = PROTO_SYNTH;
+		snprintf(m->text, sizeof m->text, "Hello, wörld.");
+		snprintf(m->policy, sizeof m->policy, "lantern");
+		m->beta = 0.4f;
+		m->n = 4;
+		m->samp = (pcg_sampling){ 0.9f, 0, 0.5f };
+		m->seed = 7;
+		m->max_tokens = 500;
+		m->f16 = 1;
+		m->asg = golden_asg;
+		m->asg_len = sizeof golden_asg;
+		m->speaker = 3;
+		m->viterbi_k = 8;
+		m->stream = 1;
+		m->audio = 1;
+		m->chunk = 10;
+		m->left = 20;
+		m->right = 4;
+		if (!strcmp(n, "synth-args")) {
+			m->n_args = 2;
+			snprintf(m->arg_name[0], sizeof m->arg_name[0], "epsilon");
+			m->arg_val[0] = 0.09;
+			snprintf(m->arg_name[1], sizeof m->arg_name[1], "k");
+			m->arg_val[1] = 50;
+		}
+	} else if (!strcmp(n, "result")) {
+		m->type = PROTO_RESULT;
+		m->n_append = 3;
+		m->append[0] = 5;
+		m->append[1] = 65535;
+		m->append[2] = 70000;
+		m->n_stats = 3;
+		m->stats[0] = 1.5;
+		m->stats[1] = 1e-9;
+		m->stats[2] = 12;
+		snprintf(m->msg, sizeof m->msg, "done");
+	} else if (!strcmp(n, "audio")) {
+		m->type = PROTO_AUDIO;
+		m->session = 77;
+		m->n_append = 2;
+		m->append[0] = 300;
+		m->append[1] = 65000;
+		m->final = 1;
+		m->chunk = 25;
+		m->left = 8;
+		m->right = 2;
+	} else {
+		m->type = !strcmp(n, "pcm") ? PROTO_PCM : PROTO_PROGRESS;
+		m->rate = 16000;
+		m->pcm = golden_pcm;
+		m->n_pcm = 4;
+		if (m->type == PROTO_PROGRESS) {
+			m->queue = 2;
+			m->pos = 9;
+			m->n_append = 2;
+			m->append[0] = 11;
+			m->append[1] = 12;
+		}
+	}
+	return n;
+}
+
+static void test_golden(int write)
+{
+	proto_msg *m = calloc(1, sizeof *m);
+	const char *name;
+
+	for (int k = 0; (name = golden_msg(k, m)) != NULL; k++) {
+		char path[128];
+		pcg_err err = { "" };
+		void *buf;
+		size_t len;
+		snprintf(path, sizeof path, GOLDEN_DIR "%s.msgpack", name);
+		CHECKF(proto_pack(m, &buf, &len, &err) == 0, "%s: %s", name, err.msg);
+		if (write) {
+			FILE *f = fopen(path, "wb");
+			CHECKF(f && fwrite(buf, 1, len, f) == len && fclose(f) == 0, "%s", path);
+			free(buf);
+			continue;
+		}
+		static unsigned char want[4096];
+		FILE *f = fopen(path, "rb");
+		size_t n = f ? fread(want, 1, sizeof want, f) : 0;
+		if (f)
+			fclose(f);
+		CHECKF(f && n == len && !memcmp(want, buf, len), "%s: %zu bytes packed, %zu in %s%s",
+		       name, len, n, path, n == len ? " (other bytes)" : "");
+		free(buf);
+		/* and parsing them gives a message that packs to them again (a
+		 * probs reply packs f32 vectors, not the ones it parsed) */
+		if (m->type == PROTO_PROBS)
+			continue;
+		if (proto_parse(want, n, m, &err) < 0 || proto_pack(m, &buf, &len, &err) < 0) {
+			CHECKF(0, "%s: %s", name, err.msg);
+			continue;
+		}
+		CHECKF(len == n && !memcmp(want, buf, len), "%s: parsed and packed again: %zu bytes",
+		       name, len);
+		free(buf);
+	}
+	free(m);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && !strcmp(argv[1], "--write-golden")) {
+		test_golden(1);
+		return check_done("test_proto --write-golden");
+	}
+	test_golden(0);
 	test_stale_fields();
 	test_roundtrip();
 	test_sparse();
