@@ -68,4 +68,15 @@ void audio_abort(audio_out **a);
 int audio_write(const char *path, const float *x, size_t n, int rate, audio_format f,
 		pcg_err *err);
 
+/* Reads every format libsndfile reads (WAV, FLAC, Ogg Vorbis, Opus, MP3,
+ * AIFF, ...) from path ("-": standard input, for formats that stream), mixed
+ * down to mono (the mean of the channels, as librosa does) and resampled to
+ * rate Hz with libsamplerate's best sinc converter, into a malloc'd *out of
+ * *n samples (the caller frees). More than max_seconds of audio is an error
+ * that says so, before it is all decoded. A file libsndfile cannot open, or
+ * one that ends before its header says (a truncated file), is an error
+ * naming the file. Returns 0 or -1. */
+int audio_read(const char *path, int rate, double max_seconds, float **out, size_t *n,
+	       pcg_err *err);
+
 #endif

@@ -694,7 +694,7 @@ static void conv_module(const xc2e_model *m, const wlayer *L, float *x, int T, f
 static int conv_tm(float *y, const float *x, int T, const conv *c, pcg_err *err)
 {
 	const int K = c->k, pad = (K - 1) / 2, n = c->in * K;
-	float *col = malloc((size_t)T * n * sizeof *col);
+	float *col = calloc((size_t)T * n, sizeof *col);
 
 	if (col == NULL)
 		return pcg_fail(err, "out of memory for a convolution");
