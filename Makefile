@@ -143,6 +143,10 @@ build/fuzz/fuzz_text: tests/fuzz/fuzz_text.c lib/config.c lib/tokenizer.c lib/co
 build/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/fileio.c lib/err.c lib/dtype.c lib/quant.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lm -o $@
+# fuzz_mtp brings its own stand-ins for the model and pcg_matmul (see the file).
+build/fuzz/fuzz_mtp: tests/fuzz/fuzz_mtp.c lib/mtp.c lib/weights.c lib/safetensors.c lib/fileio.c lib/err.c lib/dtype.c lib/quant.c | $(DEPS_OK)
+	@mkdir -p build/fuzz
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lm -o $@
 
 test: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS) $(FUZZERS)
 	@tests/run

@@ -71,34 +71,25 @@ static void shown_name(char *out, size_t size, const char *name)
 	out[i] = '\0';
 }
 
-mtp_heads *mtp_open(const llama_model *m, const char *path, pcg_err *err)
+/* The heads of m from ck, which they take (closed on failure): the checks
+ * mtp_open documents, with errors prefixed by name. */
+static mtp_heads *heads_from(const llama_model *m, st_ckpt *ck, const char *name, pcg_err *err)
 {
 	const int H = llama_get_config(m)->hidden;
 	mtp_heads *h;
-	struct stat sb;
-	char file[4096], name[64];
+	char tname[64];
 	const char *fmt;
 
-	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-		if ((size_t)snprintf(file, sizeof file, "%s/" MTP_FILE_NAME, path) >= sizeof file) {
-			pcg_fail(err, "%s: path too long", path);
-			return NULL;
-		}
-	} else if ((size_t)snprintf(file, sizeof file, "%s", path) >= sizeof file) {
-		pcg_fail(err, "%s: path too long", path);
-		return NULL;
-	}
 	h = calloc(1, sizeof *h);
 	if (h == NULL) {
-		pcg_fail(err, "out of memory");
+		st_close(&ck);
+		pcg_fail(err, "%s: out of memory", name);
 		return NULL;
 	}
 	h->m = m;
 	h->hidden = H;
-	h->ck = st_open(file, err); /* its errors name the file */
-	h->w.ck = h->ck;
-	if (h->ck == NULL)
-		goto fail;
+	h->ck = ck;
+	h->w.ck = ck;
 
 	fmt = st_metadata(h->ck, "format");
 	if (fmt == NULL || strcmp(fmt, "pcg-mtp") != 0) {
@@ -106,7 +97,7 @@ mtp_heads *mtp_open(const llama_model *m, const char *path, pcg_err *err)
 		shown_name(s, sizeof s, fmt ? fmt : "");
 		pcg_fail(err, "__metadata__ format is %s%s%s, not \"pcg-mtp\"", fmt ? "\"" : "",
 			 fmt ? s : "missing", fmt ? "\"" : "");
-		goto fail_named;
+		goto fail;
 	}
 	if (parse_heads(st_metadata(h->ck, "mtp_heads"), &h->n) < 0) {
 		char s[64];
@@ -114,7 +105,7 @@ mtp_heads *mtp_open(const llama_model *m, const char *path, pcg_err *err)
 		shown_name(s, sizeof s, v ? v : "(missing)");
 		pcg_fail(err, "__metadata__ mtp_heads '%s' is not a number of heads in 1..%d", s,
 			 MTP_MAX_HEADS);
-		goto fail_named;
+		goto fail;
 	}
 	/* Every tensor is one the metadata announces: a file with more heads
 	 * than it says, or anything else, is refused rather than half used. */
@@ -125,7 +116,7 @@ mtp_heads *mtp_open(const llama_model *m, const char *path, pcg_err *err)
 			shown_name(s, sizeof s, tn);
 			pcg_fail(err, "tensor '%s' not expected (mtp_heads is %d: mtp.0 .. mtp.%d)",
 				 s, h->n, h->n - 1);
-			goto fail_named;
+			goto fail;
 		}
 	}
 
@@ -133,14 +124,14 @@ mtp_heads *mtp_open(const llama_model *m, const char *path, pcg_err *err)
 	h->u = wt_alloc(&h->w, (size_t)h->n * H * sizeof *h->u);
 	if (h->heads == NULL || h->u == NULL) {
 		pcg_fail(err, "out of memory");
-		goto fail_named;
+		goto fail;
 	}
 	for (int i = 0; i < h->n; i++) {
-		snprintf(name, sizeof name, "mtp.%d.weight", i);
-		if (wt_mat(&h->w, &h->heads[i].w, name, H, H, -1, err) < 0)
+		snprintf(tname, sizeof tname, "mtp.%d.weight", i);
+		if (wt_mat(&h->w, &h->heads[i].w, tname, H, H, -1, err) < 0)
 			goto fail_count;
-		snprintf(name, sizeof name, "mtp.%d.bias", i);
-		if ((h->heads[i].b = wt_vec(&h->w, name, H, err)) == NULL)
+		snprintf(tname, sizeof tname, "mtp.%d.bias", i);
+		if ((h->heads[i].b = wt_vec(&h->w, tname, H, err)) == NULL)
 			goto fail_count;
 	}
 	return h;
@@ -153,11 +144,37 @@ fail_count:
 			 " (__metadata__ mtp_heads is %d: %d tensors wanted, %d stored)", h->n,
 			 2 * h->n, st_count(h->ck));
 	}
-fail_named:
-	pcg_err_prefix(err, file);
 fail:
+	pcg_err_prefix(err, name);
 	mtp_close(&h);
 	return NULL;
+}
+
+mtp_heads *mtp_open(const llama_model *m, const char *path, pcg_err *err)
+{
+	struct stat sb;
+	char file[4096];
+	st_ckpt *ck;
+
+	if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+		if ((size_t)snprintf(file, sizeof file, "%s/" MTP_FILE_NAME, path) >= sizeof file) {
+			pcg_fail(err, "%s: path too long", path);
+			return NULL;
+		}
+	} else if ((size_t)snprintf(file, sizeof file, "%s", path) >= sizeof file) {
+		pcg_fail(err, "%s: path too long", path);
+		return NULL;
+	}
+	ck = st_open(file, err); /* its errors name the file */
+	return ck ? heads_from(m, ck, file, err) : NULL;
+}
+
+mtp_heads *mtp_from_memory(const llama_model *m, const void *data, size_t size,
+			   const char *name, pcg_err *err)
+{
+	st_ckpt *ck = st_from_memory(data, size, name, err); /* its errors name it */
+
+	return ck ? heads_from(m, ck, name, err) : NULL;
 }
 
 void mtp_close(mtp_heads **hp)

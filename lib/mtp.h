@@ -18,6 +18,7 @@
 #ifndef PCG_MTP_H
 #define PCG_MTP_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "err.h"
@@ -38,6 +39,12 @@ typedef struct mtp_heads mtp_heads;
  * are used in place from the mapping. m must outlive the heads. Returns
  * NULL with err naming the file and the tensor or field on failure. */
 mtp_heads *mtp_open(const llama_model *m, const char *path, pcg_err *err);
+
+/* The heads for m from size bytes of a heads file in memory (copied), checked
+ * as mtp_open checks a file, named name in errors (the fuzz target feeds
+ * it). Returns NULL with err on failure. */
+mtp_heads *mtp_from_memory(const llama_model *m, const void *data, size_t size,
+			   const char *name, pcg_err *err);
 void mtp_close(mtp_heads **h);
 
 /* Number of heads n. */

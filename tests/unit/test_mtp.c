@@ -125,6 +125,23 @@ static void check_fixture(int fi)
 	CHECKF(memcmp(z2, z + (size_t)(nhd - 1) * V, (size_t)V * sizeof *z) == 0,
 	       "%s: mtp_hidden + lm_head", hdir);
 
+	/* The same file's bytes through mtp_from_memory: the same heads, bit
+	 * for bit; its errors carry the name it was given. */
+	size_t fsize;
+	snprintf(path, sizeof path, "%s/" MTP_FILE_NAME, hdir);
+	unsigned char *bytes = read_bytes(path, &fsize);
+	mtp_heads *hm = bytes ? mtp_from_memory(m, bytes, fsize, "image", &err) : NULL;
+	CHECKF(hm != NULL && mtp_n_heads(hm) == nhd, "%s from memory: %s", hdir, err.msg);
+	if (hm != NULL) {
+		CHECK(mtp_logits(hm, last, 0, nhd, NULL, z2, &err) == 0);
+		CHECKF(memcmp(z2, z, (size_t)nhd * V * sizeof *z) == 0, "%s: from memory", hdir);
+	}
+	mtp_close(&hm);
+	hm = bytes ? mtp_from_memory(m, bytes, fsize / 2, "image", &err) : NULL;
+	CHECKF(hm == NULL && strncmp(err.msg, "image: ", 7) == 0, "%s: half the bytes: %s", hdir,
+	       err.msg);
+	free(bytes);
+
 	/* 4. Output rows: a range then a single row equal those columns. */
 	llama_rows rows = { 2, { V / 2, 3 }, { V, 4 } };
 	const int nr = llama_rows_count(m, &rows);
