@@ -8,7 +8,7 @@
  * The corpus started from tests/fixtures/gguf/{tiny-llama,types}.gguf, the
  * file of `test_gguf --write` and a six-token tokenizer GGUF, grew in a run
  * of 3,885,400 executions in 76 s (-max_len=24000, no crash) and was merged
- * (-merge=1: 355 inputs, 6534 features, 2166 edges). */
+ * (-merge=1: 355 inputs, 6534 features, 2166 edges); later runs: README.md. */
 #include <stddef.h>
 #include <stdint.h>
 
