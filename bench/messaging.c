@@ -58,6 +58,26 @@ static void *serve(void *a)
 	return NULL;
 }
 
+/* Makes q a request of type t of session 1 + f16 over the context of ctxlen
+ * ids, then x[0..n_x), asking for n vectors. */
+static void request(proto_msg *q, proto_type t, int f16, const llama_rows *rows, int ctxlen,
+		    const int *x, int n_x, int n)
+{
+	proto_init(q, t, 0);
+	proto_model_req *r = proto_model_mut(q);
+	r->session = 1 + (uint64_t)f16;
+	r->n = n;
+	r->samp = (pcg_sampling){ 1, top_k, (float)top_p };
+	r->rows = *rows;
+	r->f16 = f16;
+	for (int i = 0; i < ctxlen; i++)
+		r->append[r->n_append++] = 1 + i % 200;
+	for (int i = 0; i < n_x; i++)
+		r->append[r->n_append++] = x[i];
+	if (t == PROTO_PROPOSE)
+		q->propose.seed = 5;
+}
+
 static int cmp(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -123,28 +143,23 @@ int main(int argc, char **argv)
 			double bytes = 0;
 			for (int k = -3; k < rounds && ok; k++) { /* 3 warm-up rounds */
 				double t0 = pcg_now(), compute = 0;
-				*q = (proto_msg){ .type = PROTO_PROPOSE, .session = 1 + f16, .pos = 0,
-						  .n = 3, .samp = { 1, top_k, (float)top_p }, .seed = 5,
-						  .rows = rows, .f16 = f16 };
-				q->n_append = ctxlen;
-				for (int i = 0; i < ctxlen; i++)
-					q->append[i] = 1 + i % 200;
+				request(q, PROTO_PROPOSE, f16, &rows, ctxlen, NULL, 0, 3);
 				ok &= client_call(d, q, r, &err) == 0 && r->type == PROTO_PROBS;
-				compute += r->n_stats ? r->stats[0] : 0;
+				compute += ok && r->probs.n_stats ? r->probs.stats[0] : 0;
 				bytes += k >= 0 ? (double)r->len : 0;
-				int x[3] = { r->x[0], r->x[1], r->x[2] };
-				q->type = PROTO_SCORE;
-				q->n = 4;
-				for (int i = 0; i < 3; i++)
-					q->append[q->n_append++] = x[i];
+				int x[3] = { 0 };
+				if (ok)
+					memcpy(x, r->probs.x, sizeof x);
+				request(q, PROTO_SCORE, f16, &rows, ctxlen, x, 3, 4);
 				ok &= client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS;
-				compute += r->n_stats ? r->stats[0] : 0;
+				compute += ok && r->probs.n_stats ? r->probs.stats[0] : 0;
 				bytes += k >= 0 ? (double)r->len : 0;
 				if (k >= 0)
 					over[k] = pcg_now() - t0 - compute;
 			}
 			if (!ok) {
-				fprintf(stderr, "bench-messaging: %s: %s %s\n", transports[tr], err.msg, r->msg);
+				fprintf(stderr, "bench-messaging: %s: %s %s\n", transports[tr],
+					err.msg, r->type == PROTO_ERROR ? r->error.msg : "");
 				return 1;
 			}
 			qsort(over, (size_t)rounds, sizeof *over, cmp);

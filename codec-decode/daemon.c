@@ -115,19 +115,18 @@ static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 	utterance *x;
 	size_t n_pcm = 0;
 
-	rep->id = q->id;
 	if (q->type == PROTO_PING) {
-		rep->type = PROTO_PONG;
-		snprintf(rep->msg, sizeof rep->msg, "codec-decode %s %d Hz, %d sessions", c->name,
-			 c->sample_rate, d->nu);
+		proto_init(rep, PROTO_PONG, q->id);
+		snprintf(rep->pong.msg, sizeof rep->pong.msg, "codec-decode %s %d Hz, %d sessions",
+			 c->name, c->sample_rate, d->nu);
 		return;
 	}
 	if (q->type == PROTO_DROP) {
-		if ((x = find(d, q->session)) != NULL) {
+		if ((x = find(d, q->drop.session)) != NULL) {
 			free(x->codes);
 			*x = d->u[--d->nu];
 		}
-		rep->type = PROTO_OK;
+		proto_init(rep, PROTO_OK, q->id);
 		return;
 	}
 	if (q->type != PROTO_AUDIO) {
@@ -135,11 +134,12 @@ static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 			    proto_type_name(q->type));
 		return;
 	}
-	if (codes_check(q->append, (size_t)q->n_append, c->codebook, &err) < 0) {
+	const proto_audio *a = &q->audio;
+	if (codes_check(a->tokens, (size_t)a->n_tokens, c->codebook, &err) < 0) {
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'tokens': %s", err.msg);
 		return;
 	}
-	x = find(d, q->session);
+	x = find(d, a->session);
 	if (x == NULL) {
 		if (d->nu == MAX_SESSIONS) { /* the least recently used goes: one whose
 					      * verifier never said final */
@@ -154,18 +154,18 @@ static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 		}
 		x = &d->u[d->nu++];
 		memset(x, 0, sizeof *x);
-		x->session = q->session;
-		x->chunk = q->chunk;
-		x->left = q->left;
-		x->right = q->right;
+		x->session = a->session;
+		x->chunk = a->chunk;
+		x->left = a->left;
+		x->right = a->right;
 	}
 	x->last_use = ++d->clock;
-	if (x->n + q->n_append > MAX_CODES) {
+	if (x->n + a->n_tokens > MAX_CODES) {
 		proto_error(rep, q->id, PROTO_E_TOO_LARGE, "more than %d codes", MAX_CODES);
 		goto drop;
 	}
-	if (x->n + q->n_append > x->cap) {
-		int cap = (x->n + q->n_append) * 2 + 64;
+	if (x->n + a->n_tokens > x->cap) {
+		int cap = (x->n + a->n_tokens) * 2 + 64;
 		int32_t *cs = realloc(x->codes, (size_t)cap * sizeof *cs);
 		if (cs == NULL) {
 			proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory");
@@ -174,17 +174,17 @@ static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 		x->codes = cs;
 		x->cap = cap;
 	}
-	memcpy(x->codes + x->n, q->append, (size_t)q->n_append * sizeof *q->append);
-	x->n += q->n_append;
-	if (complete_chunks(d, x, q->final, &n_pcm, &err) < 0) {
+	memcpy(x->codes + x->n, a->tokens, (size_t)a->n_tokens * sizeof *a->tokens);
+	x->n += a->n_tokens;
+	if (complete_chunks(d, x, a->final, &n_pcm, &err) < 0) {
 		proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 		goto drop;
 	}
-	rep->type = PROTO_PCM;
-	rep->rate = c->sample_rate;
-	rep->pcm = d->pcm;
-	rep->n_pcm = n_pcm;
-	if (!q->final)
+	proto_init(rep, PROTO_PCM, q->id);
+	rep->pcm.rate = c->sample_rate;
+	rep->pcm.samples = d->pcm;
+	rep->pcm.n_samples = n_pcm;
+	if (!a->final)
 		return;
 drop:
 	free(x->codes);

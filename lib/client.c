@@ -16,7 +16,7 @@ struct pcg_client {
 	void *alive_ctx;
 	uint64_t next_id;
 	proto_buf req;   /* requests are packed here, reused */
-	zmq_msg_t last;  /* the last reply, as received: rep->probs points into it */
+	zmq_msg_t last;  /* the last reply, as received: rep points into it */
 	int have_last;
 	unsigned long resent, stale;
 };
@@ -106,10 +106,11 @@ void client_set_ms_per_position(pcg_client *c, int ms)
  * is found as fast as before; a prompt's prefill gets time in proportion. */
 static int deadline_ms(const pcg_client *c, const proto_msg *req)
 {
+	const proto_model_req *r = proto_model(req);
 	long long work = 0, ms;
 
-	if (req->type == PROTO_SCORE || req->type == PROTO_PROPOSE)
-		work = req->n_append + (req->type == PROTO_PROPOSE ? req->n : 0) - PROTO_MAX_N;
+	if (r != NULL)
+		work = r->n_append + (req->type == PROTO_PROPOSE ? r->n : 0) - PROTO_MAX_N;
 	ms = c->timeout_ms + (long long)c->ms_per_pos * (work > 0 ? work : 0);
 	return ms > 24LL * 3600 * 1000 ? 24 * 3600 * 1000 : (int)ms;
 }

@@ -31,8 +31,8 @@ void client_set_ms_per_position(pcg_client *c, int ms);
 void client_set_alive(pcg_client *c, int (*alive)(void *ctx), void *ctx);
 
 /* Sends req (its id is set here) and parses the reply into rep, in the
- * message as received (no copy): rep->probs points into it, valid until
- * the next call or client_free.
+ * message as received (no copy): rep's vectors and samples point into it,
+ * valid until the next call or client_free.
  * Returns 0; -1 with err on timeout after all tries, on a transport error,
  * on an unparsable reply. An error reply is returned as 0 with
  * rep->type == PROTO_ERROR: the caller decides (e.g. resend the context on

@@ -168,8 +168,8 @@ static int extend(server *sv, session *x, int pos, const int32_t *toks, int n, i
 }
 
 /* What a propose feeds before drafting its token i >= 1: x_{i-1}, then the
- * forced tokens due there (q->forced_at == i). Returns the count. */
-static int propose_feed(const proto_msg *q, const int32_t *x, int i, int32_t *feed)
+ * forced tokens due there (forced_at == i). Returns the count. */
+static int propose_feed(const proto_propose *q, const int32_t *x, int i, int32_t *feed)
 {
 	int n = 0;
 
@@ -183,11 +183,26 @@ static int propose_feed(const proto_msg *q, const int32_t *x, int i, int32_t *fe
 /* A propose's forced tokens must be in the vocabulary. */
 static int forced_ok(const proto_msg *q, int vocab, proto_msg *rep)
 {
-	for (int k = 0; q->type == PROTO_PROPOSE && k < q->n_forced; k++)
-		if (q->forced[k] >= vocab) {
+	const proto_propose *p = &q->propose;
+
+	for (int k = 0; q->type == PROTO_PROPOSE && k < p->n_forced; k++)
+		if (p->forced[k] >= vocab) {
 			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
-				    "field 'forced': token %d out of range [0, %d)", q->forced[k],
+				    "field 'forced': token %d out of range [0, %d)", p->forced[k],
 				    vocab);
+			return -1;
+		}
+	return 0;
+}
+
+/* The rows of a request must lie in the vocabulary. */
+static int rows_ok(const proto_msg *q, const llama_rows *rows, int vocab, proto_msg *rep)
+{
+	for (int i = 0; i < rows->n; i++)
+		if (rows->end[i] > vocab) {
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
+				    "field 'rows': [%d, %d) beyond the vocabulary of %d",
+				    rows->begin[i], rows->end[i], vocab);
 			return -1;
 		}
 	return 0;
@@ -219,19 +234,18 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 	const llama_config *c = llama_get_config(sv->model);
 	session *x;
 
-	rep->id = q->id;
 	switch (q->type) {
 	case PROTO_PING:
-		rep->type = PROTO_PONG;
-		snprintf(rep->msg, sizeof rep->msg,
+		proto_init(rep, PROTO_PONG, q->id);
+		snprintf(rep->pong.msg, sizeof rep->pong.msg,
 			 "%s layers=%d vocab=%d hidden=%d heads=%d sessions=%d", sv->prog,
 			 llama_n_layers(sv->model), c->vocab, c->hidden,
 			 sv->heads ? mtp_n_heads(sv->heads) : 0, sv->n);
 		return;
 	case PROTO_DROP:
-		if ((x = find(sv, q->session)) != NULL)
+		if ((x = find(sv, q->drop.session)) != NULL)
 			drop(sv, x);
-		rep->type = PROTO_OK;
+		proto_init(rep, PROTO_OK, q->id);
 		return;
 	case PROTO_PROPOSE:
 	case PROTO_SCORE:
@@ -241,33 +255,29 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 			    proto_type_name(q->type));
 		return;
 	}
-	for (int i = 0; i < q->rows.n; i++)
-		if (q->rows.end[i] > c->vocab) {
-			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
-				    "field 'rows': [%d, %d) beyond the vocabulary of %d", q->rows.begin[i],
-				    q->rows.end[i], c->vocab);
-			return;
-		}
-	const int width = llama_rows_count(sv->model, &q->rows);
+	const proto_model_req *r = proto_model(q);
+	if (rows_ok(q, &r->rows, c->vocab, rep) < 0)
+		return;
+	const int width = llama_rows_count(sv->model, &r->rows);
 	if (forced_ok(q, c->vocab, rep) < 0)
 		return;
-	x = find(sv, q->session);
-	if (x == NULL || q->pos > llama_kv_len(x->kv)) {
-		if (q->pos != 0) {
+	x = find(sv, r->session);
+	if (x == NULL || r->pos > llama_kv_len(x->kv)) {
+		if (r->pos != 0) {
 			proto_error(rep, q->id, PROTO_E_UNKNOWN_SESSION,
 				    "session %llu: not held up to position %d; resend from 0",
-				    (unsigned long long)q->session, q->pos);
+				    (unsigned long long)r->session, r->pos);
 			return;
 		}
-		if (x == NULL && (x = create(sv, q->session, &err)) == NULL) {
+		if (x == NULL && (x = create(sv, r->session, &err)) == NULL) {
 			proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 			return;
 		}
 	}
 	x->last_use = ++sv->clock;
 
-	const int n_out = q->type == PROTO_SCORE ? q->n : 1;
-	const int nh = q->type == PROTO_SCORE ? q->heads : 0;
+	const int n_out = q->type == PROTO_SCORE ? r->n : 1;
+	const int nh = q->type == PROTO_SCORE ? q->score.heads : 0;
 	if (nh > 0 && (sv->heads == NULL || nh > mtp_n_heads(sv->heads))) {
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'heads': %d MTP heads asked, "
 			    "the model has %d (%s)", nh, sv->heads ? mtp_n_heads(sv->heads) : 0,
@@ -276,59 +286,59 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 	}
 	/* Probabilities straight from the pass, except for a score with MTP
 	 * heads, which tempers the heads' logits alike on the host. */
-	if (extend(sv, x, q->pos, q->append, q->n_append, n_out, &q->rows,
-		   nh > 0 ? NULL : &q->samp, sv->probs, nh > 0 ? sv->hidden : NULL, &err) < 0) {
+	if (extend(sv, x, r->pos, r->append, r->n_append, n_out, &r->rows,
+		   nh > 0 ? NULL : &r->samp, sv->probs, nh > 0 ? sv->hidden : NULL, &err) < 0) {
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
 		return;
 	}
-	rep->type = PROTO_PROBS;
-	rep->width = width;
-	rep->f16 = q->f16;
-	rep->sparse = truncates(&q->samp, width);
-	rep->probs = sv->probs;
-	rep->n_x = 0;
+	proto_init(rep, PROTO_PROBS, q->id);
+	proto_probs *o = &rep->probs;
+	o->width = width;
+	o->f16 = r->f16;
+	o->sparse = truncates(&r->samp, width);
+	o->values = sv->probs;
 	if (q->type == PROTO_SCORE && nh == 0) {
-		rep->n_vec = q->n;
+		o->n_vec = r->n;
 		return;
 	}
 	if (q->type == PROTO_SCORE) {
 		/* Per position: q, then the heads' distributions, tempered alike. */
 		const int H = llama_get_config(sv->model)->hidden;
 		float *hl = sv->probs; /* the heads' logits: nh x width of scratch */
-		for (int i = 0; i < q->n; i++) {
+		for (int i = 0; i < r->n; i++) {
 			float *out = sv->hprobs + (size_t)i * (1 + nh) * width;
-			pcg_probs(sv->logits + (size_t)i * width, width, &q->samp, out, &err);
-			if (mtp_logits(sv->heads, sv->hidden + (size_t)i * H, 0, nh, &q->rows, hl,
+			pcg_probs(sv->logits + (size_t)i * width, width, &r->samp, out, &err);
+			if (mtp_logits(sv->heads, sv->hidden + (size_t)i * H, 0, nh, &r->rows, hl,
 				       &err) < 0) {
 				proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 				return;
 			}
 			for (int k = 0; k < nh; k++)
-				pcg_probs(hl + (size_t)k * width, width, &q->samp,
+				pcg_probs(hl + (size_t)k * width, width, &r->samp,
 					  out + (size_t)(1 + k) * width, &err);
 		}
-		rep->probs = sv->hprobs;
-		rep->n_vec = q->n * (1 + nh);
+		o->values = sv->hprobs;
+		o->n_vec = r->n * (1 + nh);
 		return;
 	}
 	/* propose: x_i ~ p_i, fed back to get p_{i+1}; x_n is not fed. */
 	pcg_rng rng;
-	pcg_rng_init(&rng, q->seed, 0);
-	for (int i = 0; i < q->n; i++) {
+	pcg_rng_init(&rng, q->propose.seed, 0);
+	for (int i = 0; i < r->n; i++) {
 		float *p = sv->probs + (size_t)i * width;
 		if (i > 0) { /* p_0 came with the appended tokens */
 			int32_t feed[1 + PROTO_MAX_N];
-			const int nf = propose_feed(q, rep->x, i, feed);
-			if (extend(sv, x, llama_kv_len(x->kv), feed, nf, 1, &q->rows, &q->samp, p,
+			const int nf = propose_feed(&q->propose, o->x, i, feed);
+			if (extend(sv, x, llama_kv_len(x->kv), feed, nf, 1, &r->rows, &r->samp, p,
 				   NULL, &err) < 0) {
 				proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 				return;
 			}
 		}
 		int idx = pcg_sample(p, width, pcg_rng_uniform(&rng));
-		rep->x[rep->n_x++] = row_token(&q->rows, idx < 0 ? 0 : idx);
+		o->x[o->n_x++] = row_token(&r->rows, idx < 0 ? 0 : idx);
 	}
-	rep->n_vec = q->n;
+	o->n_vec = r->n;
 }
 
 /* net_serve's handler: serve, time the compute, evict beyond the budget. */
@@ -338,10 +348,12 @@ static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 	double t0 = pcg_now();
 
 	serve(sv, q, rep);
-	rep->n_stats = 1;
-	rep->stats[0] = pcg_now() - t0;
+	if (rep->type == PROTO_PROBS) {
+		rep->probs.n_stats = 1;
+		rep->probs.stats[0] = pcg_now() - t0;
+	}
 	if (rep->type == PROTO_PROBS || rep->type == PROTO_OK)
-		evict(sv, q->session);
+		evict(sv, q->type == PROTO_DROP ? q->drop.session : proto_model(q)->session);
 }
 
 /* ------------------------------------------------------------ batching
@@ -367,7 +379,8 @@ typedef struct pending {
 	size_t route_len;
 	int delim;
 	proto_msg *q;              /* the request, parsed (ids copied) */
-	int next;                  /* q->append[next..] are still to run */
+	const proto_model_req *r;  /* its propose or score part */
+	int next;                  /* r->append[next..] are still to run */
 	int step;                  /* propose: tokens drafted so far */
 	int width;
 	float *out;                /* n x width outputs */
@@ -404,7 +417,7 @@ static int same_rows(const llama_rows *a, const llama_rows *b)
 	return 1;
 }
 
-static int same_work(const proto_msg *a, const proto_msg *b)
+static int same_work(const proto_model_req *a, const proto_model_req *b)
 {
 	return same_rows(&a->rows, &b->rows) &&
 	       a->samp.temperature == b->samp.temperature && a->samp.top_k == b->samp.top_k &&
@@ -420,7 +433,7 @@ static void reply_pending(sched *sc, pending *p, const proto_msg *rep)
 	if (rep->type == PROTO_ERROR) {
 		sc->nc.errors++;
 		fprintf(stderr, "%s: request %llu: %s: %s\n", sc->sv->prog,
-			(unsigned long long)rep->id, rep->code, rep->msg);
+			(unsigned long long)rep->id, rep->error.code, rep->error.msg);
 	} else {
 		sc->nc.served++;
 	}
@@ -445,82 +458,80 @@ static int pending_start(server *sv, pending *p, proto_msg *rep)
 {
 	pcg_err err = { "" };
 	const proto_msg *q = p->q;
+	const proto_model_req *r = p->r;
 	const llama_config *c = llama_get_config(sv->model);
 
-	for (int i = 0; i < q->rows.n; i++)
-		if (q->rows.end[i] > c->vocab) {
+	if (rows_ok(q, &r->rows, c->vocab, rep) < 0)
+		return -1;
+	for (int i = 0; i < r->n_append; i++)
+		if (r->append[i] < 0 || r->append[i] >= c->vocab) {
 			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
-				    "field 'rows': [%d, %d) beyond the vocabulary of %d",
-				    q->rows.begin[i], q->rows.end[i], c->vocab);
-			return -1;
-		}
-	for (int i = 0; i < q->n_append; i++)
-		if (q->append[i] < 0 || q->append[i] >= c->vocab) {
-			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
-				    "token %d at index %d out of range [0, %d)", q->append[i], i,
+				    "token %d at index %d out of range [0, %d)", r->append[i], i,
 				    c->vocab);
 			return -1;
 		}
-	if (pcg_sampling_check(&q->samp, &err) < 0) {
+	if (pcg_sampling_check(&r->samp, &err) < 0) {
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
 		return -1;
 	}
 	if (forced_ok(q, c->vocab, rep) < 0)
 		return -1;
-	if (q->n < 1) {
+	if (r->n < 1) {
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'n': %d; a %s needs 1 to %d",
-			    q->n, proto_type_name(q->type), PROTO_MAX_N);
+			    r->n, proto_type_name(q->type), PROTO_MAX_N);
 		return -1;
 	}
-	session *x = find(sv, q->session);
-	if (x == NULL || q->pos > llama_kv_len(x->kv)) {
-		if (q->pos != 0) {
+	session *x = find(sv, r->session);
+	if (x == NULL || r->pos > llama_kv_len(x->kv)) {
+		if (r->pos != 0) {
 			proto_error(rep, q->id, PROTO_E_UNKNOWN_SESSION,
 				    "session %llu: not held up to position %d; resend from 0",
-				    (unsigned long long)q->session, q->pos);
+				    (unsigned long long)r->session, r->pos);
 			return -1;
 		}
-		if (x == NULL && (x = create(sv, q->session, &err)) == NULL) {
+		if (x == NULL && (x = create(sv, r->session, &err)) == NULL) {
 			proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 			return -1;
 		}
 	}
 	x->last_use = ++sv->clock;
 	/* room for a propose's drafted and forced tokens too */
-	const int i = prepare(x, q->pos, q->append, q->n_append,
-			      q->type == PROTO_SCORE ? q->n : 1, PROTO_MAX_N + q->n_forced, &err);
+	const int n_forced = q->type == PROTO_PROPOSE ? q->propose.n_forced : 0;
+	const int i = prepare(x, r->pos, r->append, r->n_append,
+			      q->type == PROTO_SCORE ? r->n : 1, PROTO_MAX_N + n_forced, &err);
 	if (i < 0) { /* out of memory: pos was checked above */
 		proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
 		return -1;
 	}
 	p->next = i;
-	p->width = llama_rows_count(sv->model, &q->rows);
-	p->out = malloc((size_t)q->n * p->width * sizeof *p->out);
+	p->width = llama_rows_count(sv->model, &r->rows);
+	p->out = malloc((size_t)r->n * p->width * sizeof *p->out);
 	if (p->out == NULL) {
 		proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory");
 		return -1;
 	}
 	if (q->type == PROTO_PROPOSE)
-		pcg_rng_init(&p->rng, q->seed, 0);
+		pcg_rng_init(&p->rng, q->propose.seed, 0);
 	return 0;
 }
 
 /* What p runs next: tokens, count, outputs (and where they go). */
 static int pending_span(const pending *p, const int32_t **toks, int *n_out, float **out)
 {
-	const proto_msg *q = p->q;
+	const proto_model_req *r = p->r;
+	const int propose = p->q->type == PROTO_PROPOSE;
 
-	if (q->type == PROTO_PROPOSE && p->step > 0) {
+	if (propose && p->step > 0) {
 		*toks = p->feed;
 		*n_out = 1;
 		*out = p->out + (size_t)p->step * p->width;
 		return p->n_feed;
 	}
-	const int left = q->n_append - p->next, want = q->type == PROTO_SCORE ? q->n : 1;
+	const int left = r->n_append - p->next, want = propose ? 1 : r->n;
 	int n = left;
 	if (left > PREFILL_CHUNK) /* the last piece holds every output */
 		n = left - want < PREFILL_CHUNK ? left - want : PREFILL_CHUNK;
-	*toks = q->append + p->next;
+	*toks = r->append + p->next;
 	*n_out = n == left ? want : 0;
 	*out = p->out;
 	return n;
@@ -529,7 +540,7 @@ static int pending_span(const pending *p, const int32_t **toks, int *n_out, floa
 /* After a step ran: the cache's ids, the next step, or done. */
 static void pending_advance(server *sv, pending *p, const int32_t *toks, int n, int n_out)
 {
-	session *x = find(sv, p->q->session);
+	session *x = find(sv, p->r->session);
 	const int len = llama_kv_len(x->kv);
 
 	memcpy(x->tokens + len - n, toks, (size_t)n * sizeof *toks);
@@ -544,11 +555,11 @@ static void pending_advance(server *sv, pending *p, const int32_t *toks, int n, 
 	/* propose: x_i ~ p_i, fed back to get p_{i+1}; x_n is not fed */
 	const float *pr = p->out + (size_t)p->step * p->width;
 	int idx = pcg_sample(pr, p->width, pcg_rng_uniform(&p->rng));
-	p->x[p->step] = row_token(&p->q->rows, idx < 0 ? 0 : idx);
-	if (++p->step == p->q->n)
+	p->x[p->step] = row_token(&p->r->rows, idx < 0 ? 0 : idx);
+	if (++p->step == p->r->n)
 		p->done = 1;
 	else
-		p->n_feed = propose_feed(p->q, p->x, p->step, p->feed);
+		p->n_feed = propose_feed(&p->q->propose, p->x, p->step, p->feed);
 }
 
 static void pending_fail(sched *sc, pending *p, const char *msg)
@@ -576,19 +587,16 @@ static void sched_pass(sched *sc)
 		if (p->started || p->done || p->failed)
 			continue;
 		for (pending *o = sc->head; o != p && !blocked; o = o->nextp)
-			blocked = o->q->session == p->q->session && !o->done && !o->failed;
+			blocked = o->r->session == p->r->session && !o->done && !o->failed;
 		if (blocked)
 			continue;
-		memset(sc->rep, 0, offsetof(proto_msg, append));
-		sc->rep->n_append = 0;
-		sc->rep->n_stats = 0;
 		if (pending_start(sv, p, sc->rep) < 0) {
 			reply_pending(sc, p, sc->rep);
 			p->failed = 1;
 			continue;
 		}
 		p->started = 1;
-		find(sv, p->q->session)->busy++;
+		find(sv, p->r->session)->busy++;
 	}
 	/* the short steps wait for the batch; the oldest long span runs a
 	 * piece (the list is in arrival order) */
@@ -607,14 +615,14 @@ static void sched_pass(sched *sc)
 		if (piece)
 			continue;
 		piece = 1;
-		session *x = find(sv, p->q->session);
+		session *x = find(sv, p->r->session);
 		double t = pcg_now();
 		if (x == NULL) {
 			pending_fail(sc, p, "the session was dropped");
 			continue;
 		}
 		llama_seq s = { x->kv, toks, n, n_out, n_out ? out : NULL, NULL };
-		if (llama_forward_batch(sv->model, &s, 1, &p->q->rows, &p->q->samp, &err) < 0) {
+		if (llama_forward_batch(sv->model, &s, 1, &p->r->rows, &p->r->samp, &err) < 0) {
 			pending_fail(sc, p, err.msg);
 			continue;
 		}
@@ -627,10 +635,10 @@ static void sched_pass(sched *sc)
 			continue;
 		int nb = 0;
 		for (int b = a; b < n_ready; b++) {
-			if (taken[b] || !same_work(ready[a]->q, ready[b]->q))
+			if (taken[b] || !same_work(ready[a]->r, ready[b]->r))
 				continue;
 			pending *p = ready[b];
-			session *x = find(sv, p->q->session);
+			session *x = find(sv, p->r->session);
 			taken[b] = 1;
 			if (x == NULL) {
 				pending_fail(sc, p, "the session was dropped");
@@ -646,12 +654,12 @@ static void sched_pass(sched *sc)
 		if (nb == 0)
 			continue;
 		double t = pcg_now();
-		int rc = llama_forward_batch(sv->model, seqs, nb, &ready[a]->q->rows,
-					     &ready[a]->q->samp, &err);
+		int rc = llama_forward_batch(sv->model, seqs, nb, &ready[a]->r->rows,
+					     &ready[a]->r->samp, &err);
 		if (rc < 0 && nb > 1) { /* find the one that fails: the rest go on alone */
 			for (int i = 0; i < nb; i++)
-				if (llama_forward_batch(sv->model, &seqs[i], 1, &who[i]->q->rows,
-							&who[i]->q->samp, &err) < 0) {
+				if (llama_forward_batch(sv->model, &seqs[i], 1, &who[i]->r->rows,
+							&who[i]->r->samp, &err) < 0) {
 					pending_fail(sc, who[i], err.msg);
 				} else {
 					pending_advance(sv, who[i], seqs[i].tokens, seqs[i].n,
@@ -685,31 +693,28 @@ static void sched_reap(sched *sc)
 			continue;
 		}
 		if (p->done) {
-			proto_msg *rep = sc->rep;
-			memset(rep, 0, offsetof(proto_msg, append));
-			rep->n_append = 0;
-			rep->type = PROTO_PROBS;
-			rep->id = p->q->id;
-			rep->width = p->width;
-			rep->f16 = p->q->f16;
-			rep->sparse = truncates(&p->q->samp, p->width);
-			rep->probs = p->out;
-			rep->n_vec = p->q->n;
+			proto_init(sc->rep, PROTO_PROBS, p->q->id);
+			proto_probs *o = &sc->rep->probs;
+			o->width = p->width;
+			o->f16 = p->r->f16;
+			o->sparse = truncates(&p->r->samp, p->width);
+			o->values = p->out;
+			o->n_vec = p->r->n;
 			if (p->q->type == PROTO_PROPOSE) {
-				rep->n_x = p->q->n;
-				memcpy(rep->x, p->x, (size_t)p->q->n * sizeof *p->x);
+				o->n_x = p->r->n;
+				memcpy(o->x, p->x, (size_t)p->r->n * sizeof *p->x);
 			}
-			rep->n_stats = 1;
-			rep->stats[0] = p->t_compute;
-			reply_pending(sc, p, rep);
+			o->n_stats = 1;
+			o->stats[0] = p->t_compute;
+			reply_pending(sc, p, sc->rep);
 		}
-		session *x = find(sv, p->q->session);
+		session *x = find(sv, p->r->session);
 		if (x && p->started)
 			x->busy--;
 		*pp = p->nextp;
 		sc->n--;
 		if (p->done)
-			evict(sv, p->q->session);
+			evict(sv, p->r->session);
 		pending_free(p);
 	}
 }
@@ -724,9 +729,6 @@ static void sched_take(sched *sc, const net_req *nr)
 	proto_msg *rep = sc->rep;
 	pending *p = calloc(1, sizeof *p);
 
-	memset(rep, 0, offsetof(proto_msg, append));
-	rep->n_append = 0;
-	rep->n_stats = 0;
 	if (p == NULL || (p->q = malloc(sizeof *p->q)) == NULL) {
 		free(p);
 		p = NULL;
@@ -742,7 +744,8 @@ static void sched_take(sched *sc, const net_req *nr)
 		goto reply;
 	}
 	const proto_msg *q = p->q;
-	if ((q->type != PROTO_PROPOSE && q->type != PROTO_SCORE) || q->heads > 0 ||
+	p->r = proto_model(q);
+	if (p->r == NULL || (q->type == PROTO_SCORE && q->score.heads > 0) ||
 	    sc->n >= MAX_PENDING) {
 		handle(sv, q, rep); /* at once, alone */
 		goto reply;
@@ -773,10 +776,7 @@ static void sched_keepalive(sched *sc)
 	for (pending *p = sc->head; p; p = p->nextp) {
 		if (p->done || p->failed || t - p->t_told < KEEPALIVE_S)
 			continue;
-		memset(m, 0, offsetof(proto_msg, append));
-		m->n_append = 0;
-		m->type = PROTO_PROGRESS;
-		m->id = p->q->id;
+		proto_init(m, PROTO_PROGRESS, p->q->id);
 		pcg_err err = { "" };
 		net_req r = { .route_len = p->route_len, .delim = p->delim };
 		memcpy(r.route, p->route, p->route_len);
@@ -910,13 +910,14 @@ void modelserver_handle(ms_local *m, const proto_msg *q, proto_msg *rep)
 	if (rep->type != PROTO_PROBS)
 		return;
 	/* as proto_vector reads a parsed reply: every vector dense, f32 */
-	rep->f16 = 0;
-	rep->sparse = 0;
-	rep->n_nnz = rep->n_vec;
-	for (int i = 0; i < rep->n_vec; i++) {
-		rep->nnz[i] = rep->width;
-		rep->voff[i] = (size_t)i * rep->width;
-		rep->ioff[i] = 0;
+	proto_probs *o = &rep->probs;
+	o->f16 = 0;
+	o->sparse = 0;
+	o->n_nnz = o->n_vec;
+	for (int i = 0; i < o->n_vec; i++) {
+		o->nnz[i] = o->width;
+		o->voff[i] = (size_t)i * o->width;
+		o->ioff[i] = 0;
 	}
 }
 

@@ -603,7 +603,7 @@ int net_respond(net_responder *s, void *sock, const net_req *r, net_counts *coun
 	if (rep->type == PROTO_ERROR) {
 		counts->errors++;
 		fprintf(stderr, "%s: request %llu: %s: %s\n", s->prog, (unsigned long long)rep->id,
-			rep->code, rep->msg);
+			rep->error.code, rep->error.msg);
 	} else {
 		counts->served++;
 	}

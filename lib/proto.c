@@ -25,19 +25,56 @@ const char *proto_type_name(proto_type t)
 	return "?";
 }
 
+/* Bytes of each type's struct that proto_init clears: all but the large
+ * arrays at its end. */
+static const size_t clear_bytes[PROTO_LAST_TYPE + 1] = {
+	[PROTO_PROPOSE] = offsetof(proto_propose, req.append),
+	[PROTO_SCORE] = offsetof(proto_score, req.append),
+	[PROTO_DROP] = sizeof(proto_drop),
+	[PROTO_PROBS] = offsetof(proto_probs, nnz),
+	[PROTO_PONG] = sizeof(proto_pong),
+	[PROTO_ERROR] = sizeof(proto_error_reply),
+	[PROTO_SYNTH] = offsetof(proto_synth, text) + 1, /* text[0]: empty */
+	[PROTO_RESULT] = offsetof(proto_result, tokens),
+	[PROTO_AUDIO] = offsetof(proto_audio, tokens),
+	[PROTO_PCM] = sizeof(proto_pcm),
+	[PROTO_PROGRESS] = offsetof(proto_progress, tokens),
+	[PROTO_CANCEL] = sizeof(proto_cancel),
+};
+
+void proto_init(proto_msg *m, proto_type t, uint64_t id)
+{
+	m->type = t;
+	m->id = id;
+	m->len = 0;
+	if ((int)t >= 1 && t <= PROTO_LAST_TYPE)
+		memset((char *)m + offsetof(proto_msg, propose), 0, clear_bytes[t]);
+}
+
+const proto_model_req *proto_model(const proto_msg *m)
+{
+	return m->type == PROTO_PROPOSE ? &m->propose.req
+	       : m->type == PROTO_SCORE ? &m->score.req : NULL;
+}
+
+proto_model_req *proto_model_mut(proto_msg *m)
+{
+	return (proto_model_req *)proto_model(m);
+}
+
 void proto_error(proto_msg *m, uint64_t id, const char *code, const char *fmt, ...)
 {
 	va_list ap;
 
-	m->type = PROTO_ERROR;
-	m->id = id;
-	snprintf(m->code, sizeof m->code, "%s", code);
+	proto_init(m, PROTO_ERROR, id);
+	snprintf(m->error.code, sizeof m->error.code, "%s", code);
 	va_start(ap, fmt);
-	vsnprintf(m->msg, sizeof m->msg, fmt, ap);
+	vsnprintf(m->error.msg, sizeof m->error.msg, fmt, ap);
 	va_end(ap);
 }
 
-/* Which fields each type carries: a bit per field, in the order of fnames. */
+/* Which fields each type carries: a bit per field, in the order of fnames,
+ * which is also the order they are packed in. */
 enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F_SEED, F_X,
        F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_STATS,
        F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_HEADS, F_VITERBI_K, F_NNZ, F_PAD, F_STREAM,
@@ -83,9 +120,9 @@ static uint64_t fields_of(const proto_msg *m)
 {
 	uint64_t f = schema[m->type];
 
-	if ((optional[m->type] & B(F_FORCED)) && m->n_forced > 0)
+	if (m->type == PROTO_PROPOSE && m->propose.n_forced > 0)
 		f |= B(F_FORCED);
-	if ((optional[m->type] & B(F_ARGS)) && m->n_args > 0)
+	if (m->type == PROTO_SYNTH && m->synth.n_args > 0)
 		f |= B(F_ARGS);
 	return f;
 }
@@ -159,6 +196,7 @@ typedef struct pack_ctx {
 	msgpack_packer pk;
 	proto_buf *b;
 	const proto_msg *m;
+	const proto_probs *p; /* m's, when it is one */
 	int nnz[PROTO_MAX_VEC];
 	size_t n_vals, n_ids; /* values in p; ids of the sparse vectors */
 } pack_ctx;
@@ -233,7 +271,7 @@ static int gather(const float *x, int n, int max, uint32_t *ids, float *vals)
  * vectors' entries go to b's scratch. */
 static int plan_probs(pack_ctx *c, pcg_err *err)
 {
-	const proto_msg *m = c->m;
+	const proto_probs *m = c->p;
 	proto_buf *b = c->b;
 	const size_t es = m->f16 ? 2 : 4, W = (size_t)m->width;
 	/* sparse pays when k (4 + es) < W es */
@@ -249,7 +287,7 @@ static int plan_probs(pack_ctx *c, pcg_err *err)
 	for (int i = 0; i < m->n_vec; i++) {
 		if (reserve_scratch(b, c->n_ids, (size_t)max) < 0)
 			return pcg_fail(err, "pack: out of memory");
-		int k = gather((const float *)m->probs + (size_t)i * W, m->width, max,
+		int k = gather((const float *)m->values + (size_t)i * W, m->width, max,
 			       b->ids + c->n_ids, b->vals + c->n_ids);
 		if (k >= 0) {
 			c->nnz[i] = k;
@@ -266,11 +304,16 @@ static void key(msgpack_packer *pk, const char *k)
 	msgpack_pack_str_body(pk, k, strlen(k));
 }
 
+static void put_str(msgpack_packer *pk, const char *v)
+{
+	msgpack_pack_str(pk, strlen(v));
+	msgpack_pack_str_body(pk, v, strlen(v));
+}
+
 static void str(msgpack_packer *pk, const char *k, const char *v)
 {
 	key(pk, k);
-	msgpack_pack_str(pk, strlen(v));
-	msgpack_pack_str_body(pk, v, strlen(v));
+	put_str(pk, v);
 }
 
 
@@ -294,7 +337,7 @@ static void put_values(unsigned char *dst, const float *src, size_t n, int f16)
  * where the values start. */
 static int pack_probs(pack_ctx *c, pcg_err *err)
 {
-	const proto_msg *m = c->m;
+	const proto_probs *m = c->p;
 	proto_buf *b = c->b;
 	const size_t es = m->f16 ? 2 : 4, W = (size_t)m->width;
 	size_t vbytes = c->n_vals * es, gap = c->n_ids ? (4 - vbytes % 4) % 4 : 0;
@@ -319,7 +362,7 @@ static int pack_probs(pack_ctx *c, pcg_err *err)
 	const float *sv = b->vals;
 	for (int i = 0; i < m->n_vec; i++) {
 		const size_t n = (size_t)c->nnz[i];
-		put_values(d, n == W ? (const float *)m->probs + (size_t)i * W : sv, n, m->f16);
+		put_values(d, n == W ? (const float *)m->values + (size_t)i * W : sv, n, m->f16);
 		if (n != W)
 			sv += n;
 		d += n * es;
@@ -330,7 +373,158 @@ static int pack_probs(pack_ctx *c, pcg_err *err)
 	return 0;
 }
 
-/* One field of m, key and value, as parse reads it back. */
+/* The values of the fields that more than one type carries. */
+
+static void put_ids(msgpack_packer *pk, const int32_t *ids, int n)
+{
+	msgpack_pack_array(pk, (size_t)n);
+	for (int i = 0; i < n; i++)
+		msgpack_pack_int32(pk, ids[i]);
+}
+
+static void put_stats(msgpack_packer *pk, const double *stats, int n)
+{
+	msgpack_pack_array(pk, (size_t)n);
+	for (int i = 0; i < n; i++)
+		msgpack_pack_double(pk, stats[i]);
+}
+
+static void put_samples(msgpack_packer *pk, const void *samples, size_t n)
+{
+	msgpack_pack_bin(pk, n * 2);
+	msgpack_pack_bin_body(pk, samples, n * 2);
+}
+
+/* temp, top_k or top_p */
+static void put_samp(msgpack_packer *pk, int f, const pcg_sampling *s)
+{
+	if (f == F_TOPK)
+		msgpack_pack_int(pk, s->top_k);
+	else
+		msgpack_pack_float(pk, f == F_TEMP ? s->temperature : s->top_p);
+}
+
+/* The value of field f of each type, as parse reads it back. */
+
+static void put_model(msgpack_packer *pk, int f, const proto_model_req *r)
+{
+	switch (f) {
+	case F_SESSION: msgpack_pack_uint64(pk, r->session); break;
+	case F_POS: msgpack_pack_int(pk, r->pos); break;
+	case F_APPEND: put_ids(pk, r->append, r->n_append); break;
+	case F_N: msgpack_pack_int(pk, r->n); break;
+	case F_TEMP: case F_TOPK: case F_TOPP: put_samp(pk, f, &r->samp); break;
+	case F_F16: boolean(pk, r->f16); break;
+	case F_ROWS:
+		msgpack_pack_array(pk, (size_t)r->rows.n);
+		for (int i = 0; i < r->rows.n; i++) {
+			msgpack_pack_array(pk, 2);
+			msgpack_pack_int(pk, r->rows.begin[i]);
+			msgpack_pack_int(pk, r->rows.end[i]);
+		}
+		break;
+	}
+}
+
+static void put_propose(msgpack_packer *pk, int f, const proto_propose *p)
+{
+	if (f == F_SEED) {
+		msgpack_pack_uint64(pk, p->seed);
+	} else if (f == F_FORCED) {
+		msgpack_pack_array(pk, (size_t)p->n_forced);
+		for (int i = 0; i < p->n_forced; i++) {
+			msgpack_pack_array(pk, 2);
+			msgpack_pack_int(pk, p->forced_at[i]);
+			msgpack_pack_int32(pk, p->forced[i]);
+		}
+	} else {
+		put_model(pk, f, &p->req);
+	}
+}
+
+static void put_score(msgpack_packer *pk, int f, const proto_score *s)
+{
+	if (f == F_HEADS)
+		msgpack_pack_int(pk, s->heads);
+	else
+		put_model(pk, f, &s->req);
+}
+
+/* p and pad go together (pack_probs). */
+static void put_probs(pack_ctx *c, int f, const proto_probs *p)
+{
+	msgpack_packer *pk = &c->pk;
+
+	switch (f) {
+	case F_N: msgpack_pack_int(pk, p->n_vec); break;
+	case F_WIDTH: msgpack_pack_int(pk, p->width); break;
+	case F_F16: boolean(pk, p->f16); break;
+	case F_X: put_ids(pk, p->x, p->n_x); break;
+	case F_STATS: put_stats(pk, p->stats, p->n_stats); break;
+	case F_NNZ:
+		msgpack_pack_array(pk, (size_t)p->n_vec);
+		for (int i = 0; i < p->n_vec; i++)
+			msgpack_pack_int(pk, c->nnz[i]);
+		break;
+	}
+}
+
+static void put_synth(msgpack_packer *pk, int f, const proto_synth *s)
+{
+	switch (f) {
+	case F_TEXT: put_str(pk, s->text); break;
+	case F_POLICY: put_str(pk, s->policy); break;
+	case F_BETA: msgpack_pack_float(pk, s->beta); break;
+	case F_N: msgpack_pack_int(pk, s->lookahead); break;
+	case F_TEMP: case F_TOPK: case F_TOPP: put_samp(pk, f, &s->samp); break;
+	case F_SEED: msgpack_pack_uint64(pk, s->seed); break;
+	case F_MAXTOK: msgpack_pack_int(pk, s->max_tokens); break;
+	case F_F16: boolean(pk, s->f16); break;
+	case F_ASG:
+		msgpack_pack_bin(pk, s->asg_len);
+		msgpack_pack_bin_body(pk, s->asg, s->asg_len);
+		break;
+	case F_SPEAKER: msgpack_pack_int(pk, s->speaker); break;
+	case F_VITERBI_K: msgpack_pack_int(pk, s->viterbi_k); break;
+	case F_STREAM: boolean(pk, s->stream); break;
+	case F_AUDIO: boolean(pk, s->audio); break;
+	case F_CHUNK: msgpack_pack_int(pk, s->chunk); break;
+	case F_LEFT: msgpack_pack_int(pk, s->left); break;
+	case F_RIGHT: msgpack_pack_int(pk, s->right); break;
+	case F_ARGS:
+		msgpack_pack_map(pk, (size_t)s->n_args);
+		for (int i = 0; i < s->n_args; i++) {
+			put_str(pk, s->arg_name[i]);
+			msgpack_pack_double(pk, s->arg_val[i]);
+		}
+		break;
+	}
+}
+
+static void put_audio(msgpack_packer *pk, int f, const proto_audio *a)
+{
+	switch (f) {
+	case F_SESSION: msgpack_pack_uint64(pk, a->session); break;
+	case F_TOKENS: put_ids(pk, a->tokens, a->n_tokens); break;
+	case F_FINAL: boolean(pk, a->final); break;
+	case F_CHUNK: msgpack_pack_int(pk, a->chunk); break;
+	case F_LEFT: msgpack_pack_int(pk, a->left); break;
+	case F_RIGHT: msgpack_pack_int(pk, a->right); break;
+	}
+}
+
+static void put_progress(msgpack_packer *pk, int f, const proto_progress *p)
+{
+	switch (f) {
+	case F_QUEUE: msgpack_pack_int(pk, p->queue); break;
+	case F_POS: msgpack_pack_int(pk, p->pos); break;
+	case F_TOKENS: put_ids(pk, p->tokens, p->n_tokens); break;
+	case F_RATE: msgpack_pack_int(pk, p->rate); break;
+	case F_PCM: put_samples(pk, p->samples, p->n_samples); break;
+	}
+}
+
+/* One field of m, key and value. */
 static int pack_field(pack_ctx *c, int f, pcg_err *err)
 {
 	msgpack_packer *pk = &c->pk;
@@ -341,158 +535,164 @@ static int pack_field(pack_ctx *c, int f, pcg_err *err)
 	if (f == F_PAD)
 		return 0; /* with p */
 	key(pk, fnames[f]);
-	switch (f) {
-	case F_SESSION: msgpack_pack_uint64(pk, m->session); break;
-	case F_SEED: msgpack_pack_uint64(pk, m->seed); break;
-	case F_POS: msgpack_pack_int(pk, m->pos); break;
-	case F_N: msgpack_pack_int(pk, m->type == PROTO_PROBS ? m->n_vec : m->n); break;
-	case F_WIDTH: msgpack_pack_int(pk, m->width); break;
-	case F_TOPK: msgpack_pack_int(pk, m->samp.top_k); break;
-	case F_TEMP: msgpack_pack_float(pk, m->samp.temperature); break;
-	case F_TOPP: msgpack_pack_float(pk, m->samp.top_p); break;
-	case F_BETA: msgpack_pack_float(pk, m->beta); break;
-	case F_MAXTOK: msgpack_pack_int(pk, m->max_tokens); break;
-	case F_SPEAKER: msgpack_pack_int(pk, m->speaker); break;
-	case F_HEADS: msgpack_pack_int(pk, m->heads); break;
-	case F_VITERBI_K: msgpack_pack_int(pk, m->viterbi_k); break;
-	case F_F16: boolean(pk, m->f16); break;
-	case F_FINAL: boolean(pk, m->final); break;
-	case F_STREAM: boolean(pk, m->stream); break;
-	case F_AUDIO: boolean(pk, m->audio); break;
-	case F_CHUNK: msgpack_pack_int(pk, m->chunk); break;
-	case F_LEFT: msgpack_pack_int(pk, m->left); break;
-	case F_RIGHT: msgpack_pack_int(pk, m->right); break;
-	case F_QUEUE: msgpack_pack_int(pk, m->queue); break;
-	case F_RATE: msgpack_pack_int(pk, m->rate); break;
-	case F_PCM:
-		msgpack_pack_bin(pk, m->n_pcm * 2);
-		msgpack_pack_bin_body(pk, m->pcm, m->n_pcm * 2);
+	switch (m->type) {
+	case PROTO_PROPOSE: put_propose(pk, f, &m->propose); break;
+	case PROTO_SCORE: put_score(pk, f, &m->score); break;
+	case PROTO_DROP: msgpack_pack_uint64(pk, m->drop.session); break;
+	case PROTO_CANCEL: msgpack_pack_uint64(pk, m->cancel.session); break;
+	case PROTO_PROBS: put_probs(c, f, &m->probs); break;
+	case PROTO_PONG: put_str(pk, m->pong.msg); break;
+	case PROTO_ERROR: put_str(pk, f == F_CODE ? m->error.code : m->error.msg); break;
+	case PROTO_SYNTH: put_synth(pk, f, &m->synth); break;
+	case PROTO_RESULT:
+		if (f == F_TOKENS)
+			put_ids(pk, m->result.tokens, m->result.n_tokens);
+		else if (f == F_STATS)
+			put_stats(pk, m->result.stats, m->result.n_stats);
+		else
+			put_str(pk, m->result.msg);
 		break;
-	case F_APPEND: case F_TOKENS:
-		msgpack_pack_array(pk, (size_t)m->n_append);
-		for (int i = 0; i < m->n_append; i++)
-			msgpack_pack_int32(pk, m->append[i]);
+	case PROTO_AUDIO: put_audio(pk, f, &m->audio); break;
+	case PROTO_PCM:
+		if (f == F_RATE)
+			msgpack_pack_int(pk, m->pcm.rate);
+		else
+			put_samples(pk, m->pcm.samples, m->pcm.n_samples);
 		break;
-	case F_X:
-		msgpack_pack_array(pk, (size_t)m->n_x);
-		for (int i = 0; i < m->n_x; i++)
-			msgpack_pack_int32(pk, m->x[i]);
-		break;
-	case F_NNZ:
-		msgpack_pack_array(pk, (size_t)m->n_vec);
-		for (int i = 0; i < m->n_vec; i++)
-			msgpack_pack_int(pk, c->nnz[i]);
-		break;
-	case F_FORCED:
-		msgpack_pack_array(pk, (size_t)m->n_forced);
-		for (int i = 0; i < m->n_forced; i++) {
-			msgpack_pack_array(pk, 2);
-			msgpack_pack_int(pk, m->forced_at[i]);
-			msgpack_pack_int32(pk, m->forced[i]);
-		}
-		break;
-	case F_ARGS:
-		msgpack_pack_map(pk, (size_t)m->n_args);
-		for (int i = 0; i < m->n_args; i++) {
-			const size_t len = strlen(m->arg_name[i]);
-			msgpack_pack_str(pk, len);
-			msgpack_pack_str_body(pk, m->arg_name[i], len);
-			msgpack_pack_double(pk, m->arg_val[i]);
-		}
-		break;
-	case F_STATS:
-		msgpack_pack_array(pk, (size_t)m->n_stats);
-		for (int i = 0; i < m->n_stats; i++)
-			msgpack_pack_double(pk, m->stats[i]);
-		break;
-	case F_ROWS:
-		msgpack_pack_array(pk, (size_t)m->rows.n);
-		for (int i = 0; i < m->rows.n; i++) {
-			msgpack_pack_array(pk, 2);
-			msgpack_pack_int(pk, m->rows.begin[i]);
-			msgpack_pack_int(pk, m->rows.end[i]);
-		}
-		break;
-	case F_CODE: case F_MSG: case F_TEXT: case F_POLICY: {
-		const char *v = f == F_CODE ? m->code : f == F_MSG ? m->msg : f == F_TEXT ? m->text
-			: m->policy;
-		msgpack_pack_str(pk, strlen(v));
-		msgpack_pack_str_body(pk, v, strlen(v));
+	case PROTO_PROGRESS: put_progress(pk, f, &m->progress); break;
+	case PROTO_PING: case PROTO_OK: break; /* no fields */
+	}
+	return 0;
+}
+
+/* A string of cap bytes without its end. */
+static int unended(const char *s, size_t cap)
+{
+	return strnlen(s, cap) == cap;
+}
+
+/* Checks the counts and strings of m (a caller's error, not a peer's) and
+ * estimates its packed size, so that the buffer is sized once: a payload of
+ * a megabyte would otherwise be copied by every doubling. Plans a probs
+ * reply's vectors. Returns 0 or -1. */
+static int measure(pack_ctx *c, size_t *est, pcg_err *err)
+{
+	const proto_msg *m = c->m;
+	const proto_model_req *r = proto_model(m);
+	size_t n = 1024;
+
+	if (r != NULL) {
+		if (r->n_append < 0 || r->n_append > PROTO_MAX_APPEND)
+			return pcg_fail(err, "pack: %d tokens", r->n_append);
+		if (r->rows.n < 0 || r->rows.n > LLAMA_MAX_RANGES)
+			return pcg_fail(err, "pack: %d row ranges", r->rows.n);
+		n += (size_t)r->n_append * 5;
+	}
+	switch (m->type) {
+	case PROTO_PROPOSE: {
+		const int nf = m->propose.n_forced;
+		if (nf < 0 || nf > PROTO_MAX_N)
+			return pcg_fail(err, "pack: %d forced tokens", nf);
+		n += (size_t)nf * 12;
 		break;
 	}
-	case F_ASG:
-		msgpack_pack_bin(pk, m->asg_len);
-		msgpack_pack_bin_body(pk, m->asg, m->asg_len);
+	case PROTO_PROBS: {
+		const proto_probs *p = &m->probs;
+		if (p->n_vec < 0 || p->n_vec > PROTO_MAX_VEC || p->width < 1)
+			return pcg_fail(err, "pack: %d vectors of width %d", p->n_vec, p->width);
+		if (p->n_x < 0 || p->n_x > PROTO_MAX_N)
+			return pcg_fail(err, "pack: %d drafted tokens", p->n_x);
+		if (p->n_stats < 0 || p->n_stats > PROTO_MAX_STATS)
+			return pcg_fail(err, "pack: %d stats", p->n_stats);
+		if (plan_probs(c, err) < 0)
+			return -1;
+		n += (size_t)p->n_stats * 9 + (size_t)p->n_vec * 5 +
+		     c->n_vals * (p->f16 ? 2 : 4) + 4 * c->n_ids;
 		break;
 	}
+	case PROTO_PONG:
+		if (unended(m->pong.msg, sizeof m->pong.msg))
+			return pcg_fail(err, "pack: a string field without its end");
+		break;
+	case PROTO_ERROR:
+		if (unended(m->error.code, sizeof m->error.code) ||
+		    unended(m->error.msg, sizeof m->error.msg))
+			return pcg_fail(err, "pack: a string field without its end");
+		break;
+	case PROTO_SYNTH: {
+		const proto_synth *s = &m->synth;
+		if (s->n_args < 0 || s->n_args > PROTO_MAX_ARGS)
+			return pcg_fail(err, "pack: %d policy arguments", s->n_args);
+		for (int i = 0; i < s->n_args; i++)
+			if (unended(s->arg_name[i], sizeof s->arg_name[i]))
+				return pcg_fail(err, "pack: a string field without its end");
+		if (s->asg_len > PROTO_MAX_MSG)
+			return pcg_fail(err, "pack: an ASG of %zu bytes", s->asg_len);
+		if (unended(s->text, sizeof s->text) || unended(s->policy, sizeof s->policy))
+			return pcg_fail(err, "pack: a string field without its end");
+		n += strlen(s->text) + s->asg_len + (size_t)s->n_args * 26;
+		break;
+	}
+	case PROTO_RESULT: {
+		const proto_result *s = &m->result;
+		if (s->n_tokens < 0 || s->n_tokens > PROTO_MAX_APPEND)
+			return pcg_fail(err, "pack: %d tokens", s->n_tokens);
+		if (s->n_stats < 0 || s->n_stats > PROTO_MAX_STATS)
+			return pcg_fail(err, "pack: %d stats", s->n_stats);
+		if (unended(s->msg, sizeof s->msg))
+			return pcg_fail(err, "pack: a string field without its end");
+		n += (size_t)s->n_tokens * 5 + (size_t)s->n_stats * 9;
+		break;
+	}
+	case PROTO_AUDIO:
+		if (m->audio.n_tokens < 0 || m->audio.n_tokens > PROTO_MAX_APPEND)
+			return pcg_fail(err, "pack: %d tokens", m->audio.n_tokens);
+		n += (size_t)m->audio.n_tokens * 5;
+		break;
+	case PROTO_PCM:
+		if (m->pcm.n_samples > PROTO_MAX_MSG / 2)
+			return pcg_fail(err, "pack: %zu samples", m->pcm.n_samples);
+		n += m->pcm.n_samples * 2;
+		break;
+	case PROTO_PROGRESS:
+		if (m->progress.n_tokens < 0 || m->progress.n_tokens > PROTO_MAX_APPEND)
+			return pcg_fail(err, "pack: %d tokens", m->progress.n_tokens);
+		if (m->progress.n_samples > PROTO_MAX_MSG / 2)
+			return pcg_fail(err, "pack: %zu samples", m->progress.n_samples);
+		n += (size_t)m->progress.n_tokens * 5 + m->progress.n_samples * 2;
+		break;
+	default:
+		break;
+	}
+	*est = n;
 	return 0;
 }
 
 int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err)
 {
-	pack_ctx c = { .b = b, .m = m };
+	pack_ctx c = { .b = b, .m = m, .p = &m->probs };
+	size_t est = 0;
 
 	if (m->type < PROTO_PROPOSE || m->type > PROTO_LAST_TYPE)
 		return pcg_fail(err, "pack: unknown message type %d", (int)m->type);
-	if (m->type == PROTO_PROBS &&
-	    (m->n_vec < 0 || m->n_vec > PROTO_MAX_VEC || m->width < 1))
-		return pcg_fail(err, "pack: %d vectors of width %d", m->n_vec, m->width);
-	/* Only the fields of the type are read: a caller may leave the others
-	 * as they were (a reused message), and they must not size or fill
-	 * anything. */
-	const uint64_t sc = schema[m->type];
-	const int has_append = (sc & (B(F_APPEND) | B(F_TOKENS))) != 0;
-	if (has_append && (m->n_append < 0 || m->n_append > PROTO_MAX_APPEND))
-		return pcg_fail(err, "pack: %d tokens", m->n_append);
-	if ((sc & B(F_STATS)) && (m->n_stats < 0 || m->n_stats > PROTO_MAX_STATS))
-		return pcg_fail(err, "pack: %d stats", m->n_stats);
-	if ((optional[m->type] & B(F_FORCED)) && (m->n_forced < 0 || m->n_forced > PROTO_MAX_N))
-		return pcg_fail(err, "pack: %d forced tokens", m->n_forced);
-	if ((optional[m->type] & B(F_ARGS)) && (m->n_args < 0 || m->n_args > PROTO_MAX_ARGS))
-		return pcg_fail(err, "pack: %d policy arguments", m->n_args);
-	for (int i = 0; (fields_of(m) & B(F_ARGS)) && i < m->n_args; i++)
-		if (strnlen(m->arg_name[i], sizeof m->arg_name[i]) == sizeof m->arg_name[i])
-			return pcg_fail(err, "pack: a string field without its end");
-	if ((sc & B(F_X)) && (m->n_x < 0 || m->n_x > PROTO_MAX_N))
-		return pcg_fail(err, "pack: %d drafted tokens", m->n_x);
-	if ((sc & B(F_ROWS)) && (m->rows.n < 0 || m->rows.n > LLAMA_MAX_RANGES))
-		return pcg_fail(err, "pack: %d row ranges", m->rows.n);
-	if ((sc & B(F_PCM)) && m->n_pcm > PROTO_MAX_MSG / 2)
-		return pcg_fail(err, "pack: %zu samples", m->n_pcm);
-	if ((sc & B(F_ASG)) && m->asg_len > PROTO_MAX_MSG)
-		return pcg_fail(err, "pack: an ASG of %zu bytes", m->asg_len);
-	if (((sc & B(F_TEXT)) && strnlen(m->text, sizeof m->text) == sizeof m->text) ||
-	    ((sc & B(F_POLICY)) && strnlen(m->policy, sizeof m->policy) == sizeof m->policy) ||
-	    ((sc & B(F_CODE)) && strnlen(m->code, sizeof m->code) == sizeof m->code) ||
-	    ((sc & B(F_MSG)) && strnlen(m->msg, sizeof m->msg) == sizeof m->msg))
-		return pcg_fail(err, "pack: a string field without its end");
-	if (m->type == PROTO_PROBS && plan_probs(&c, err) < 0)
+	if (measure(&c, &est, err) < 0)
 		return -1;
-	/* Sized once: a probability payload of a megabyte would otherwise be
-	 * copied by every doubling of the buffer. */
-	size_t est = 1024 + (has_append ? (size_t)m->n_append * 5 : 0) +
-		     ((sc & B(F_STATS)) ? (size_t)m->n_stats * 9 : 0) +
-		     ((sc & B(F_TEXT)) ? strlen(m->text) : 0) +
-		     ((sc & B(F_ASG)) ? m->asg_len : 0) + ((sc & B(F_PCM)) ? m->n_pcm * 2 : 0) +
-		     ((fields_of(m) & B(F_FORCED)) ? (size_t)m->n_forced * 12 : 0) +
-		     ((fields_of(m) & B(F_ARGS)) ? (size_t)m->n_args * 26 : 0) +
-		     (m->type == PROTO_PROBS ? (size_t)m->n_vec * 5 + c.n_vals * (m->f16 ? 2 : 4) +
-						       4 * c.n_ids : 0);
 	b->len = 0;
 	b->oom = 0;
 	if (reserve(b, est) == NULL)
 		return pcg_fail(err, "pack: out of memory");
 	b->len = 0;
 	msgpack_packer_init(&c.pk, b, buf_write);
-	/* The envelope's three keys and the schema's fields, as parse expects. */
-	msgpack_pack_map(&c.pk, 3 + (size_t)__builtin_popcountll(fields_of(m)));
+	/* The envelope's three keys and the type's fields, as parse expects. */
+	const uint64_t fields = fields_of(m);
+	msgpack_pack_map(&c.pk, 3 + (size_t)__builtin_popcountll(fields));
 	key(&c.pk, "v");
 	msgpack_pack_int(&c.pk, PROTO_VERSION);
 	str(&c.pk, "type", proto_type_name(m->type));
 	key(&c.pk, "id");
 	msgpack_pack_uint64(&c.pk, m->id);
 	for (int f = 0; f < F_COUNT; f++)
-		if ((fields_of(m) & B(f)) && pack_field(&c, f, err) < 0)
+		if ((fields & B(f)) && pack_field(&c, f, err) < 0)
 			return -1;
 	if (b->oom)
 		return pcg_fail(err, "pack: out of memory");
@@ -678,183 +878,134 @@ static int get_rows(const msgpack_object *v, llama_rows *rows, pcg_err *err)
 	return 0;
 }
 
-static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, size_t len,
+/* get_int into an int. */
+static int get_i(const msgpack_object *v, const char *name, long long lo, long long hi, int *out,
 		 pcg_err *err)
 {
 	long long x;
-	int b;
+
+	if (get_int(v, name, lo, hi, &x, err) < 0)
+		return -1;
+	*out = (int)x;
+	return 0;
+}
+
+static int get_bool(const msgpack_object *v, const char *name, int *out, pcg_err *err)
+{
+	if (v->type != MSGPACK_OBJECT_BOOLEAN)
+		return pcg_fail(err, "field '%s': not a boolean", name);
+	*out = v->via.boolean;
+	return 0;
+}
+
+/* A bin field, pointing into the message (parse checked that it lies
+ * there). */
+static int get_bin(const msgpack_object *v, const char *name, const void **out, size_t *size,
+		   pcg_err *err)
+{
+	if (v->type != MSGPACK_OBJECT_BIN)
+		return pcg_fail(err, "field '%s': not bin", name);
+	*out = v->via.bin.ptr;
+	*size = v->via.bin.size;
+	return 0;
+}
+
+static int get_samples(const msgpack_object *v, const void **out, size_t *n, pcg_err *err)
+{
+	if (v->type != MSGPACK_OBJECT_BIN || v->via.bin.size % 2)
+		return pcg_fail(err, "field 'pcm': not bin of 16-bit samples");
+	*out = v->via.bin.ptr;
+	*n = v->via.bin.size / 2;
+	return 0;
+}
+
+static int get_stats(const msgpack_object *v, double *stats, int *n, pcg_err *err)
+{
+	if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > PROTO_MAX_STATS)
+		return pcg_fail(err, "field 'stats': not an array of at most %d numbers",
+				PROTO_MAX_STATS);
+	for (uint32_t i = 0; i < v->via.array.size; i++) {
+		const msgpack_object *e = &v->via.array.ptr[i];
+		if (e->type == MSGPACK_OBJECT_FLOAT32 || e->type == MSGPACK_OBJECT_FLOAT64)
+			stats[i] = e->via.f64;
+		else if (e->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+			stats[i] = (double)e->via.u64;
+		else
+			return pcg_fail(err, "field 'stats': element %u not a number", i);
+	}
+	*n = (int)v->via.array.size;
+	return 0;
+}
+
+/* temp, top_k or top_p */
+static int get_samp(const msgpack_object *v, int f, pcg_sampling *s, pcg_err *err)
+{
+	if (f == F_TOPK)
+		return get_i(v, "top_k", 0, INT32_MAX, &s->top_k, err);
+	if (f == F_TEMP)
+		return get_float(v, "temp", &s->temperature, err);
+	return get_float(v, "top_p", &s->top_p, err);
+}
+
+/* chunk, left or right */
+static int get_chunking(const msgpack_object *v, int f, int *chunk, int *left, int *right,
+			pcg_err *err)
+{
+	return get_i(v, fnames[f], 0, PROTO_MAX_APPEND,
+		     f == F_CHUNK ? chunk : f == F_LEFT ? left : right, err);
+}
+
+/* Field f of each type, checked against the schema. */
+
+static int get_model(proto_model_req *r, int f, const msgpack_object *v, pcg_err *err)
+{
+	switch (f) {
+	case F_SESSION: return get_u64(v, "session", &r->session, err);
+	case F_POS: return get_i(v, "pos", 0, INT32_MAX, &r->pos, err);
+	case F_APPEND: return get_ids(v, "append", r->append, PROTO_MAX_APPEND, &r->n_append, err);
+	case F_N: return get_i(v, "n", 0, PROTO_MAX_N, &r->n, err);
+	case F_TEMP: case F_TOPK: case F_TOPP: return get_samp(v, f, &r->samp, err);
+	case F_ROWS: return get_rows(v, &r->rows, err);
+	case F_F16: return get_bool(v, "f16", &r->f16, err);
+	}
+	return pcg_fail(err, "field %d: unknown", f);
+}
+
+static int get_propose(proto_propose *p, int f, const msgpack_object *v, pcg_err *err)
+{
+	if (f == F_SEED)
+		return get_u64(v, "seed", &p->seed, err);
+	if (f != F_FORCED)
+		return get_model(&p->req, f, v, err);
+	if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > PROTO_MAX_N)
+		return pcg_fail(err, "field 'forced': not an array of at most %d pairs",
+				PROTO_MAX_N);
+	for (uint32_t i = 0; i < v->via.array.size; i++) {
+		const msgpack_object *e = &v->via.array.ptr[i];
+		long long at, tok;
+		if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2)
+			return pcg_fail(err, "field 'forced': entry %u is not [at, token]", i);
+		if (get_int(&e->via.array.ptr[0], "forced", 1, PROTO_MAX_N - 1, &at, err) < 0 ||
+		    get_int(&e->via.array.ptr[1], "forced", 0, INT32_MAX, &tok, err) < 0)
+			return -1;
+		p->forced_at[i] = (int32_t)at;
+		p->forced[i] = (int32_t)tok;
+	}
+	p->n_forced = (int)v->via.array.size;
+	return 0;
+}
+
+static int get_probs(proto_probs *p, int f, const msgpack_object *v, pcg_err *err)
+{
+	size_t size;
 
 	switch (f) {
-	case F_SESSION: return get_u64(v, "session", &m->session, err);
-	case F_SEED: return get_u64(v, "seed", &m->seed, err);
-	case F_POS:
-		if (get_int(v, "pos", 0, INT32_MAX, &x, err) < 0)
-			return -1;
-		m->pos = (int)x;
-		return 0;
-	case F_N:
-		if (get_int(v, "n", 0, m->type == PROTO_PROBS ? PROTO_MAX_VEC : PROTO_MAX_N, &x,
-			    err) < 0)
-			return -1;
-		if (m->type == PROTO_PROBS)
-			m->n_vec = (int)x;
-		else
-			m->n = (int)x;
-		return 0;
-	case F_WIDTH:
-		if (get_int(v, "width", 1, 1 << 24, &x, err) < 0)
-			return -1;
-		m->width = (int)x;
-		return 0;
-	case F_TOPK:
-		if (get_int(v, "top_k", 0, INT32_MAX, &x, err) < 0)
-			return -1;
-		m->samp.top_k = (int)x;
-		return 0;
-	case F_TEMP: return get_float(v, "temp", &m->samp.temperature, err);
-	case F_TOPP: return get_float(v, "top_p", &m->samp.top_p, err);
-	case F_APPEND: return get_ids(v, "append", m->append, PROTO_MAX_APPEND, &m->n_append, err);
-	case F_X: return get_ids(v, "x", m->x, PROTO_MAX_N, &m->n_x, err);
-	case F_ROWS: return get_rows(v, &m->rows, err);
-	case F_F16:
-		if (v->type != MSGPACK_OBJECT_BOOLEAN)
-			return pcg_fail(err, "field 'f16': not a boolean");
-		b = v->via.boolean;
-		m->f16 = b;
-		return 0;
-	case F_ASG:
-		if (v->type != MSGPACK_OBJECT_BIN)
-			return pcg_fail(err, "field 'asg': not bin");
-		if ((const char *)v->via.bin.ptr < (const char *)buf ||
-		    (const char *)v->via.bin.ptr + v->via.bin.size > (const char *)buf + len)
-			return pcg_fail(err, "field 'asg': not in the message buffer");
-		m->asg = v->via.bin.ptr;
-		m->asg_len = v->via.bin.size;
-		return 0;
-	case F_TEXT: return get_str(v, "text", m->text, sizeof m->text, err);
-	case F_POLICY: return get_str(v, "policy", m->policy, sizeof m->policy, err);
-	case F_STREAM: case F_AUDIO:
-		if (v->type != MSGPACK_OBJECT_BOOLEAN)
-			return pcg_fail(err, "field '%s': not a boolean", fnames[f]);
-		*(f == F_STREAM ? &m->stream : &m->audio) = v->via.boolean;
-		return 0;
-	case F_CHUNK: case F_LEFT: case F_RIGHT:
-		if (get_int(v, fnames[f], 0, PROTO_MAX_APPEND, &x, err) < 0)
-			return -1;
-		*(f == F_CHUNK ? &m->chunk : f == F_LEFT ? &m->left : &m->right) = (int)x;
-		return 0;
-	case F_QUEUE:
-		if (get_int(v, "queue", 0, INT32_MAX, &x, err) < 0)
-			return -1;
-		m->queue = (int)x;
-		return 0;
-	case F_RATE:
-		if (get_int(v, "rate", 0, 1 << 20, &x, err) < 0)
-			return -1;
-		m->rate = (int)x;
-		return 0;
-	case F_FORCED:
-		if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > PROTO_MAX_N)
-			return pcg_fail(err, "field 'forced': not an array of at most %d pairs",
-					PROTO_MAX_N);
-		for (uint32_t i = 0; i < v->via.array.size; i++) {
-			const msgpack_object *e = &v->via.array.ptr[i];
-			long long at, tok;
-			if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 2)
-				return pcg_fail(err, "field 'forced': entry %u is not [at, token]", i);
-			if (get_int(&e->via.array.ptr[0], "forced", 1, PROTO_MAX_N - 1, &at, err) < 0 ||
-			    get_int(&e->via.array.ptr[1], "forced", 0, INT32_MAX, &tok, err) < 0)
-				return -1;
-			m->forced_at[i] = (int32_t)at;
-			m->forced[i] = (int32_t)tok;
-		}
-		m->n_forced = (int)v->via.array.size;
-		return 0;
-	case F_PCM:
-		if (v->type != MSGPACK_OBJECT_BIN || v->via.bin.size % 2)
-			return pcg_fail(err, "field 'pcm': not bin of 16-bit samples");
-		if ((const char *)v->via.bin.ptr < (const char *)buf ||
-		    (const char *)v->via.bin.ptr + v->via.bin.size > (const char *)buf + len)
-			return pcg_fail(err, "field 'pcm': not in the message buffer");
-		m->pcm = v->via.bin.ptr;
-		m->n_pcm = v->via.bin.size / 2;
-		return 0;
-	case F_BETA: return get_float(v, "beta", &m->beta, err);
-	case F_ARGS:
-		if (v->type != MSGPACK_OBJECT_MAP || v->via.map.size > PROTO_MAX_ARGS)
-			return pcg_fail(err, "field 'args': not a map of at most %d parameters",
-					PROTO_MAX_ARGS);
-		for (uint32_t i = 0; i < v->via.map.size; i++) {
-			const msgpack_object_kv *kv = &v->via.map.ptr[i];
-			const msgpack_object *x = &kv->val;
-			if (get_str(&kv->key, "args", m->arg_name[i], sizeof m->arg_name[i], err) < 0)
-				return -1;
-			if (x->type == MSGPACK_OBJECT_FLOAT32 || x->type == MSGPACK_OBJECT_FLOAT64)
-				m->arg_val[i] = x->via.f64;
-			else if (x->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-				m->arg_val[i] = (double)x->via.u64;
-			else
-				return pcg_fail(err, "field 'args': '%s' is not a number",
-						m->arg_name[i]);
-			for (uint32_t j = 0; j < i; j++)
-				if (!strcmp(m->arg_name[j], m->arg_name[i]))
-					return pcg_fail(err, "field 'args': '%s' twice", m->arg_name[i]);
-		}
-		m->n_args = (int)v->via.map.size;
-		return 0;
-	case F_MAXTOK:
-		if (get_int(v, "max_tokens", 1, PROTO_MAX_APPEND, &x, err) < 0)
-			return -1;
-		m->max_tokens = (int)x;
-		return 0;
-	case F_SPEAKER:
-		if (get_int(v, "speaker", 0, 65535, &x, err) < 0)
-			return -1;
-		m->speaker = (int)x;
-		return 0;
-	case F_HEADS:
-		if (get_int(v, "heads", 0, PROTO_MAX_HEADS, &x, err) < 0)
-			return -1;
-		m->heads = (int)x;
-		return 0;
-	case F_VITERBI_K:
-		if (get_int(v, "viterbi_k", 0, 1 << 20, &x, err) < 0)
-			return -1;
-		m->viterbi_k = (int)x;
-		return 0;
-	case F_TOKENS: return get_ids(v, "tokens", m->append, PROTO_MAX_APPEND, &m->n_append, err);
-	case F_FINAL:
-		if (v->type != MSGPACK_OBJECT_BOOLEAN)
-			return pcg_fail(err, "field 'final': not a boolean");
-		m->final = v->via.boolean;
-		return 0;
-	case F_STATS:
-		if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > PROTO_MAX_STATS)
-			return pcg_fail(err, "field 'stats': not an array of at most %d numbers",
-					PROTO_MAX_STATS);
-		for (uint32_t i = 0; i < v->via.array.size; i++) {
-			const msgpack_object *e = &v->via.array.ptr[i];
-			if (e->type == MSGPACK_OBJECT_FLOAT32 || e->type == MSGPACK_OBJECT_FLOAT64)
-				m->stats[i] = e->via.f64;
-			else if (e->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
-				m->stats[i] = (double)e->via.u64;
-			else
-				return pcg_fail(err, "field 'stats': element %u not a number", i);
-		}
-		m->n_stats = (int)v->via.array.size;
-		return 0;
-	case F_CODE: return get_str(v, "code", m->code, sizeof m->code, err);
-	case F_MSG: return get_str(v, "msg", m->msg, sizeof m->msg, err);
-	case F_P:
-		if (v->type != MSGPACK_OBJECT_BIN)
-			return pcg_fail(err, "field 'p': not bin");
-		/* msgpack-c's unpacker points bin objects into the input buffer;
-		 * check, so that probs stays valid after the unpacked zone is gone. */
-		if ((const char *)v->via.bin.ptr < (const char *)buf ||
-		    (const char *)v->via.bin.ptr + v->via.bin.size > (const char *)buf + len)
-			return pcg_fail(err, "field 'p': not in the message buffer");
-		m->probs = v->via.bin.ptr;
-		return 0;
+	case F_N: return get_i(v, "n", 0, PROTO_MAX_VEC, &p->n_vec, err);
+	case F_WIDTH: return get_i(v, "width", 1, 1 << 24, &p->width, err);
+	case F_F16: return get_bool(v, "f16", &p->f16, err);
+	case F_X: return get_ids(v, "x", p->x, PROTO_MAX_N, &p->n_x, err);
+	case F_STATS: return get_stats(v, p->stats, &p->n_stats, err);
+	case F_P: return get_bin(v, "p", &p->values, &size, err); /* checked by check_probs */
 	case F_PAD:
 		if (v->type != MSGPACK_OBJECT_BIN || v->via.bin.size > 7)
 			return pcg_fail(err, "field 'pad': not bin of at most 7 bytes");
@@ -863,13 +1014,121 @@ static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, 
 		if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > PROTO_MAX_VEC)
 			return pcg_fail(err, "field 'nnz': not an array of at most %d counts",
 					PROTO_MAX_VEC);
-		for (uint32_t i = 0; i < v->via.array.size; i++) {
-			if (get_int(&v->via.array.ptr[i], "nnz", 0, 1 << 24, &x, err) < 0)
+		for (uint32_t i = 0; i < v->via.array.size; i++)
+			if (get_i(&v->via.array.ptr[i], "nnz", 0, 1 << 24, &p->nnz[i], err) < 0)
 				return -1;
-			m->nnz[i] = (int)x;
-		}
-		m->n_nnz = (int)v->via.array.size;
+		p->n_nnz = (int)v->via.array.size;
 		return 0;
+	}
+	return pcg_fail(err, "field %d: unknown", f);
+}
+
+static int get_args(proto_synth *s, const msgpack_object *v, pcg_err *err)
+{
+	if (v->type != MSGPACK_OBJECT_MAP || v->via.map.size > PROTO_MAX_ARGS)
+		return pcg_fail(err, "field 'args': not a map of at most %d parameters",
+				PROTO_MAX_ARGS);
+	for (uint32_t i = 0; i < v->via.map.size; i++) {
+		const msgpack_object_kv *kv = &v->via.map.ptr[i];
+		const msgpack_object *x = &kv->val;
+		if (get_str(&kv->key, "args", s->arg_name[i], sizeof s->arg_name[i], err) < 0)
+			return -1;
+		if (x->type == MSGPACK_OBJECT_FLOAT32 || x->type == MSGPACK_OBJECT_FLOAT64)
+			s->arg_val[i] = x->via.f64;
+		else if (x->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+			s->arg_val[i] = (double)x->via.u64;
+		else
+			return pcg_fail(err, "field 'args': '%s' is not a number", s->arg_name[i]);
+		for (uint32_t j = 0; j < i; j++)
+			if (!strcmp(s->arg_name[j], s->arg_name[i]))
+				return pcg_fail(err, "field 'args': '%s' twice", s->arg_name[i]);
+	}
+	s->n_args = (int)v->via.map.size;
+	return 0;
+}
+
+static int get_synth(proto_synth *s, int f, const msgpack_object *v, pcg_err *err)
+{
+	switch (f) {
+	case F_TEXT: return get_str(v, "text", s->text, sizeof s->text, err);
+	case F_POLICY: return get_str(v, "policy", s->policy, sizeof s->policy, err);
+	case F_BETA: return get_float(v, "beta", &s->beta, err);
+	case F_N: return get_i(v, "n", 0, PROTO_MAX_N, &s->lookahead, err);
+	case F_TEMP: case F_TOPK: case F_TOPP: return get_samp(v, f, &s->samp, err);
+	case F_SEED: return get_u64(v, "seed", &s->seed, err);
+	case F_MAXTOK: return get_i(v, "max_tokens", 1, PROTO_MAX_APPEND, &s->max_tokens, err);
+	case F_F16: return get_bool(v, "f16", &s->f16, err);
+	case F_ASG: return get_bin(v, "asg", &s->asg, &s->asg_len, err);
+	case F_SPEAKER: return get_i(v, "speaker", 0, 65535, &s->speaker, err);
+	case F_VITERBI_K: return get_i(v, "viterbi_k", 0, 1 << 20, &s->viterbi_k, err);
+	case F_STREAM: return get_bool(v, "stream", &s->stream, err);
+	case F_AUDIO: return get_bool(v, "audio", &s->audio, err);
+	case F_CHUNK: case F_LEFT: case F_RIGHT:
+		return get_chunking(v, f, &s->chunk, &s->left, &s->right, err);
+	case F_ARGS: return get_args(s, v, err);
+	}
+	return pcg_fail(err, "field %d: unknown", f);
+}
+
+static int get_result(proto_result *r, int f, const msgpack_object *v, pcg_err *err)
+{
+	if (f == F_TOKENS)
+		return get_ids(v, "tokens", r->tokens, PROTO_MAX_APPEND, &r->n_tokens, err);
+	if (f == F_STATS)
+		return get_stats(v, r->stats, &r->n_stats, err);
+	return get_str(v, "msg", r->msg, sizeof r->msg, err);
+}
+
+static int get_audio(proto_audio *a, int f, const msgpack_object *v, pcg_err *err)
+{
+	switch (f) {
+	case F_SESSION: return get_u64(v, "session", &a->session, err);
+	case F_TOKENS: return get_ids(v, "tokens", a->tokens, PROTO_MAX_APPEND, &a->n_tokens, err);
+	case F_FINAL: return get_bool(v, "final", &a->final, err);
+	case F_CHUNK: case F_LEFT: case F_RIGHT:
+		return get_chunking(v, f, &a->chunk, &a->left, &a->right, err);
+	}
+	return pcg_fail(err, "field %d: unknown", f);
+}
+
+static int get_progress(proto_progress *p, int f, const msgpack_object *v, pcg_err *err)
+{
+	switch (f) {
+	case F_QUEUE: return get_i(v, "queue", 0, INT32_MAX, &p->queue, err);
+	case F_POS: return get_i(v, "pos", 0, INT32_MAX, &p->pos, err);
+	case F_TOKENS: return get_ids(v, "tokens", p->tokens, PROTO_MAX_APPEND, &p->n_tokens, err);
+	case F_RATE: return get_i(v, "rate", 0, 1 << 20, &p->rate, err);
+	case F_PCM: return get_samples(v, &p->samples, &p->n_samples, err);
+	}
+	return pcg_fail(err, "field %d: unknown", f);
+}
+
+/* Field f of m (one of its type's schema). */
+static int field(proto_msg *m, int f, const msgpack_object *v, pcg_err *err)
+{
+	switch (m->type) {
+	case PROTO_PROPOSE: return get_propose(&m->propose, f, v, err);
+	case PROTO_SCORE:
+		if (f == F_HEADS)
+			return get_i(v, "heads", 0, PROTO_MAX_HEADS, &m->score.heads, err);
+		return get_model(&m->score.req, f, v, err);
+	case PROTO_DROP: return get_u64(v, "session", &m->drop.session, err);
+	case PROTO_CANCEL: return get_u64(v, "session", &m->cancel.session, err);
+	case PROTO_PROBS: return get_probs(&m->probs, f, v, err);
+	case PROTO_PONG: return get_str(v, "msg", m->pong.msg, sizeof m->pong.msg, err);
+	case PROTO_ERROR:
+		if (f == F_CODE)
+			return get_str(v, "code", m->error.code, sizeof m->error.code, err);
+		return get_str(v, "msg", m->error.msg, sizeof m->error.msg, err);
+	case PROTO_SYNTH: return get_synth(&m->synth, f, v, err);
+	case PROTO_RESULT: return get_result(&m->result, f, v, err);
+	case PROTO_AUDIO: return get_audio(&m->audio, f, v, err);
+	case PROTO_PCM:
+		if (f == F_RATE)
+			return get_i(v, "rate", 0, 1 << 20, &m->pcm.rate, err);
+		return get_samples(v, &m->pcm.samples, &m->pcm.n_samples, err);
+	case PROTO_PROGRESS: return get_progress(&m->progress, f, v, err);
+	case PROTO_PING: case PROTO_OK: break;
 	}
 	return pcg_fail(err, "field %d: unknown", f);
 }
@@ -877,7 +1136,7 @@ static int field(proto_msg *m, int f, const msgpack_object *v, const void *buf, 
 /* A probs reply's layout: nnz per vector, p's size, and the sparse ids
  * (ascending, below width, so that proto_vector may trust them); fills
  * where each vector lies. */
-static int check_probs(proto_msg *m, size_t pbytes, pcg_err *err)
+static int check_probs(proto_probs *m, size_t pbytes, pcg_err *err)
 {
 	const size_t es = m->f16 ? 2 : 4;
 	size_t n_vals = 0, n_ids = 0;
@@ -901,7 +1160,7 @@ static int check_probs(proto_msg *m, size_t pbytes, pcg_err *err)
 	if (pbytes != vbytes + gap + 4 * n_ids)
 		return pcg_fail(err, "probs: field 'p': %zu bytes, want %zu values of %zu bytes "
 				"and %zu ids", pbytes, n_vals, es, n_ids);
-	const unsigned char *ids = (const unsigned char *)m->probs + vbytes + gap;
+	const unsigned char *ids = (const unsigned char *)m->values + vbytes + gap;
 	m->ids = ids;
 	for (int i = 0; i < m->n_vec; i++) {
 		if (m->nnz[i] == m->width)
@@ -919,6 +1178,38 @@ static int check_probs(proto_msg *m, size_t pbytes, pcg_err *err)
 	return 0;
 }
 
+/* What no single field can say: sampling in range, score's n within
+ * append, propose's forced tokens in order and its append not empty, rows
+ * not empty, a probs reply's layout. */
+static int check(proto_msg *m, const char *tname, size_t pbytes, pcg_err *err)
+{
+	const proto_model_req *r = proto_model(m);
+
+	if (r != NULL && pcg_sampling_check(&r->samp, err) < 0)
+		return -1;
+	if (m->type == PROTO_SYNTH && pcg_sampling_check(&m->synth.samp, err) < 0)
+		return -1;
+	if (m->type == PROTO_SCORE && (r->n < 1 || r->n > r->n_append))
+		return pcg_fail(err, "score: field 'n': %d positions, append has %d", r->n,
+				r->n_append);
+	if (m->type == PROTO_PROPOSE) {
+		const int32_t *at = m->propose.forced_at;
+		for (int i = 0; i < m->propose.n_forced; i++)
+			if (at[i] >= r->n || (i > 0 && at[i] < at[i - 1]))
+				return pcg_fail(err, "propose: field 'forced': entry %d goes before "
+						"draft %d of %d (want 1 to n - 1, in order)", i, at[i],
+						r->n);
+		if (r->n_append < 1)
+			return pcg_fail(err, "propose: field 'append': empty (the last committed "
+					"token is needed)");
+	}
+	if (r != NULL && r->rows.n < 1)
+		return pcg_fail(err, "%s: field 'rows': empty", tname);
+	if (m->type == PROTO_PROBS)
+		return check_probs(&m->probs, pbytes, err);
+	return 0;
+}
+
 int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 {
 	msgpack_unpacked u;
@@ -928,20 +1219,9 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 	long long version = 0;
 	char tname[16];
 
-	memset(m, 0, offsetof(proto_msg, append));
-	m->n_append = 0;
-	m->n_x = 0;
-	m->probs = NULL;
-	m->code[0] = m->msg[0] = m->text[0] = m->policy[0] = '\0';
-	m->n_stats = 0;
-	m->n_args = 0;
-	m->asg = NULL;
-	m->asg_len = 0;
-	m->sparse = 0;
-	m->n_nnz = 0;
-	m->ids = NULL;
+	m->type = 0;
+	m->id = 0;
 	m->len = len;
-	m->samp = (pcg_sampling){ 1.0f, 0, 1.0f };
 	if (len > PROTO_MAX_MSG)
 		return pcg_fail(err, "message of %zu bytes exceeds %u", len, PROTO_MAX_MSG);
 	if (scan(buf, len, &off, 0, err) < 0)
@@ -991,7 +1271,8 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 	}
 	for (int t = PROTO_PROPOSE; t <= PROTO_LAST_TYPE; t++)
 		if (!strcmp(tname, type_names[t]))
-			m->type = (proto_type)t;
+			proto_init(m, (proto_type)t, m->id);
+	m->len = len;
 	if (m->type == 0) {
 		pcg_fail(err, "field 'type': unknown message type '%s'", tname);
 		goto out;
@@ -1017,7 +1298,16 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 			goto out;
 		}
 		seen |= B(f);
-		if (field(m, f, v, buf, len, err) < 0)
+		/* msgpack-c's unpacker points bin objects into the input
+		 * buffer; check, so that values, samples and asg stay valid
+		 * after the unpacked zone is gone. */
+		if (v->type == MSGPACK_OBJECT_BIN &&
+		    ((const char *)v->via.bin.ptr < (const char *)buf ||
+		     (const char *)v->via.bin.ptr + v->via.bin.size > (const char *)buf + len)) {
+			pcg_fail(err, "field '%s': not in the message buffer", fnames[f]);
+			goto out;
+		}
+		if (field(m, f, v, err) < 0)
 			goto out;
 		if (f == F_P)
 			pbytes = v->via.bin.size;
@@ -1029,29 +1319,7 @@ int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err)
 				goto out;
 			}
 	}
-	/* Cross-field checks. */
-	if ((m->type == PROTO_PROPOSE || m->type == PROTO_SCORE || m->type == PROTO_SYNTH) &&
-	    pcg_sampling_check(&m->samp, err) < 0)
-		goto out;
-	if (m->type == PROTO_SCORE && (m->n < 1 || m->n > m->n_append)) {
-		pcg_fail(err, "score: field 'n': %d positions, append has %d", m->n, m->n_append);
-		goto out;
-	}
-	for (int i = 0; m->type == PROTO_PROPOSE && i < m->n_forced; i++)
-		if (m->forced_at[i] >= m->n || (i > 0 && m->forced_at[i] < m->forced_at[i - 1])) {
-			pcg_fail(err, "propose: field 'forced': entry %d goes before draft %d of %d "
-				 "(want 1 to n - 1, in order)", i, m->forced_at[i], m->n);
-			goto out;
-		}
-	if (m->type == PROTO_PROPOSE && m->n_append < 1) {
-		pcg_fail(err, "propose: field 'append': empty (the last committed token is needed)");
-		goto out;
-	}
-	if ((m->type == PROTO_PROPOSE || m->type == PROTO_SCORE) && m->rows.n < 1) {
-		pcg_fail(err, "%s: field 'rows': empty", tname);
-		goto out;
-	}
-	if (m->type == PROTO_PROBS && check_probs(m, pbytes, err) < 0)
+	if (check(m, tname, pbytes, err) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -1059,10 +1327,10 @@ out:
 	return rc;
 }
 
-void proto_vector(const proto_msg *m, int i, float *out)
+void proto_vector(const proto_probs *m, int i, float *out)
 {
 	const size_t es = m->f16 ? 2 : 4;
-	const unsigned char *v = (const unsigned char *)m->probs + m->voff[i] * es;
+	const unsigned char *v = (const unsigned char *)m->values + m->voff[i] * es;
 	const pcg_dtype t = m->f16 ? PCG_F16 : PCG_F32;
 
 	if (m->nnz[i] == m->width) {

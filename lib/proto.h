@@ -129,68 +129,165 @@ typedef enum proto_type {
 #define PROTO_E_CANCELLED "cancelled"
 #define PROTO_E_BUSY "busy"
 
+/* One struct per message type, with the fields of its schema (by their
+ * wire names unless said otherwise). A struct's large arrays come last, so
+ * that proto_init clears a message without touching them. */
+
+/* What a propose and a score both carry, read by the server alike: the
+ * session's cache is brought to pos tokens and append goes in; the
+ * distributions of n positions come back, with samp's temperature and
+ * truncation, over rows, as f16 when asked. */
+typedef struct proto_model_req {
+	uint64_t session;
+	int pos;
+	int n;                 /* propose: tokens to draft; score: positions (the
+				* last n of append) */
+	pcg_sampling samp;     /* wire: temp, top_k, top_p */
+	llama_rows rows;
+	int f16;
+	int n_append;
+	int32_t append[PROTO_MAX_APPEND];
+} proto_model_req;
+
+typedef struct proto_propose {
+	uint64_t seed;
+	/* optional: forced[i] goes in right before drafted token forced_at[i]
+	 * (1 <= forced_at[i] < n, non-decreasing): the draft conditions on it */
+	int n_forced;
+	int32_t forced_at[PROTO_MAX_N], forced[PROTO_MAX_N];
+	proto_model_req req;
+} proto_propose;
+
+typedef struct proto_score {
+	int heads;             /* MTP heads wanted at each scored position */
+	proto_model_req req;
+} proto_score;
+
+typedef struct proto_drop {
+	uint64_t session;
+} proto_drop;
+
+/* The reply to a propose or score: n_vec vectors of width values. */
+typedef struct proto_probs {
+	int n_vec, width;      /* wire: n, width */
+	const void *values;    /* wire: p. pack: n_vec x width f32 (the caller's);
+				* parse: in the received buffer, read them with
+				* proto_vector */
+	int f16;
+	int sparse;            /* pack: send a vector as its nonzero entries when
+				* that is smaller (set it when a sampler truncated:
+				* else the scan is wasted); parse: some vector came so */
+	int n_x;
+	int32_t x[PROTO_MAX_N]; /* propose: the drafted ids */
+	int n_stats;
+	double stats[PROTO_MAX_STATS]; /* [seconds of compute in the server] */
+	/* parse: where each vector lies */
+	const void *ids;       /* the u32 ids of the sparse vectors, in the buffer */
+	int n_nnz;
+	int nnz[PROTO_MAX_VEC]; /* entries sent (width: dense) */
+	size_t voff[PROTO_MAX_VEC], ioff[PROTO_MAX_VEC]; /* its first value, first id */
+} proto_probs;
+
+typedef struct proto_pong {
+	char msg[256];         /* the server's model summary */
+} proto_pong;
+
+/* (proto_error is the function that fills one.) */
+typedef struct proto_error_reply {
+	char code[32];         /* PROTO_E_* */
+	char msg[256];
+} proto_error_reply;
+
+/* What to say and how. */
+typedef struct proto_synth {
+	char policy[16];
+	float beta;
+	int lookahead;         /* wire: n */
+	pcg_sampling samp;     /* wire: temp, top_k, top_p */
+	uint64_t seed;
+	int max_tokens;
+	int f16;
+	const void *asg;       /* an ASG file image for this request (may be
+				* empty); parse: in the received buffer */
+	size_t asg_len;
+	int speaker;           /* a phoneme voice's speaker (0..) */
+	int viterbi_k;         /* mtp-viterbi's top-k per head (0: 8) */
+	int stream;            /* send progress messages */
+	int audio;             /* send the audio back (needs a codec) */
+	int chunk, left, right; /* the audio's chunking (codes) */
+	int n_args;            /* optional: the policy's parameters by name */
+	char arg_name[PROTO_MAX_ARGS][16];
+	double arg_val[PROTO_MAX_ARGS];
+	char text[16384];
+} proto_synth;
+
+typedef struct proto_result {
+	char msg[256];
+	int n_stats;
+	double stats[PROTO_MAX_STATS]; /* by enum proto_stat */
+	int n_tokens;
+	int32_t tokens[PROTO_MAX_APPEND]; /* the speech ids */
+} proto_result;
+
+typedef struct proto_audio {
+	uint64_t session;
+	int final;             /* the last tokens of the session */
+	int chunk, left, right;
+	int n_tokens;
+	int32_t tokens[PROTO_MAX_APPEND]; /* speech codes appended */
+} proto_audio;
+
+/* samples: n_samples s16le samples at rate Hz (pack: the caller's; parse:
+ * in the received buffer, any alignment). */
+typedef struct proto_pcm {
+	int rate;
+	const void *samples;   /* wire: pcm */
+	size_t n_samples;
+} proto_pcm;
+
+typedef struct proto_progress {
+	int queue;             /* requests ahead */
+	int pos;               /* speech tokens so far */
+	int rate;
+	const void *samples;   /* wire: pcm, as in proto_pcm */
+	size_t n_samples;
+	int n_tokens;
+	int32_t tokens[PROTO_MAX_APPEND]; /* the new ones */
+} proto_progress;
+
+typedef struct proto_cancel {
+	uint64_t session;      /* the id of a synth from this client */
+} proto_cancel;
+
+/* A message: its type says which member holds it (ping and ok carry
+ * nothing). */
 typedef struct proto_msg {
 	proto_type type;
 	uint64_t id;
-	/* requests */
-	uint64_t session;
-	int pos;
-	int heads;             /* score: MTP heads wanted at each scored position */
-	int speaker;           /* synth: the speaker of a phoneme voice (0..) */
-	int viterbi_k;         /* synth: mtp-viterbi's top-k per head (0: 8) */
-	int stream;            /* synth: send progress messages */
-	int audio;             /* synth: send the audio back (needs a codec) */
-	int chunk, left, right; /* synth, audio: the audio's chunking (codes) */
-	int queue;             /* progress: requests ahead */
-	int rate;              /* progress, pcm: sample rate */
-	const void *pcm;       /* progress, pcm: n_pcm s16le samples (pack: the
-				* caller's; parse: in the received buffer, any
-				* alignment) */
-	size_t n_pcm;
-	int n_forced;          /* propose: forced tokens among the drafts (optional field) */
-	int n_append;
-	int32_t append[PROTO_MAX_APPEND];
-	int n;                 /* propose: tokens to draft; score: positions */
-	pcg_sampling samp;
-	uint64_t seed;
-	llama_rows rows;
-	/* propose: forced[i] goes in right before drafted token forced_at[i]
-	 * (1 <= forced_at[i] < n, non-decreasing): the draft conditions on it */
-	int32_t forced_at[PROTO_MAX_N], forced[PROTO_MAX_N];
-	int f16;               /* vectors as f16 */
-	/* replies */
-	int n_x;
-	int32_t x[PROTO_MAX_N];
-	int n_vec, width;      /* probs: n_vec vectors of width values */
-	const void *probs;     /* pack: n_vec x width f32 (the caller's); parse: the
-				* values in the received buffer, read them with
-				* proto_vector */
-	int sparse;            /* probs, pack: send a vector as its nonzero entries
-				* when that is smaller (set it when a sampler
-				* truncated: else the scan is wasted); parse: some
-				* vector came so */
-	char code[32];
-	char msg[256];
-	/* synth: what to say and how; result: the stats */
-	char text[16384];
-	char policy[16];
-	float beta;
-	int n_args;            /* synth: the policy's parameters by name (optional field) */
-	char arg_name[PROTO_MAX_ARGS][16];
-	double arg_val[PROTO_MAX_ARGS];
-	int max_tokens;
-	int final;             /* audio: the last tokens of the session */
-	double stats[PROTO_MAX_STATS];
-	int n_stats;
-	const void *asg;       /* synth: an ASG file image for this request (may be empty) */
-	size_t asg_len;
-	/* parse: where each probability vector lies */
-	int nnz[PROTO_MAX_VEC];    /* entries sent (width: dense) */
-	int n_nnz;
-	size_t voff[PROTO_MAX_VEC], ioff[PROTO_MAX_VEC]; /* its first value, first id */
-	const void *ids;       /* the u32 ids of the sparse vectors, in the buffer */
-	size_t len;            /* bytes of the parsed message */
+	size_t len;            /* parse: bytes of the message */
+	union {
+		proto_propose propose;
+		proto_score score;
+		proto_drop drop;
+		proto_probs probs;
+		proto_pong pong;
+		proto_error_reply error;
+		proto_synth synth;
+		proto_result result;
+		proto_audio audio;
+		proto_pcm pcm;
+		proto_progress progress;
+		proto_cancel cancel;
+	};
 } proto_msg;
+
+/* Makes m an empty message of type t with id: every field zero or empty;
+ * the arrays beyond the counts are not touched. */
+void proto_init(proto_msg *m, proto_type t, uint64_t id);
+
+/* The part of m that propose and score share; NULL for another type. */
+const proto_model_req *proto_model(const proto_msg *m);
+proto_model_req *proto_model_mut(proto_msg *m);
 
 /* A growable buffer that packing reuses from message to message, so that a
  * payload of megabytes neither takes fresh pages nor grows by copies each
@@ -205,8 +302,9 @@ typedef struct proto_buf {
 } proto_buf;
 
 /* Packs m into b (b->data, b->len), reusing its memory. Returns 0 or -1
- * (out of memory, an unknown type). For PROTO_PROBS with f16 set, probs
- * holds f32 values that are converted. */
+ * (out of memory, an unknown type, a count out of range). Only the member
+ * of m's type is read. A probs reply's values are f32, converted when f16
+ * is set. */
 int proto_pack_buf(const proto_msg *m, proto_buf *b, pcg_err *err);
 void proto_buf_free(proto_buf *b);
 
@@ -214,16 +312,17 @@ void proto_buf_free(proto_buf *b);
  * Returns 0 or -1. */
 int proto_pack(const proto_msg *m, void **out, size_t *len, pcg_err *err);
 
-/* Parses buf into m (whose probs and ids then point into buf: keep buf while
- * they are read; buf may have any alignment). Returns 0, or -1 with err
- * naming the problem; m->id is filled whenever it could be read, so the
- * error reply can carry it. A message of another protocol version gives an
- * error naming both versions. */
+/* Parses buf into m (whose values, ids, samples and asg then point into
+ * buf: keep buf while they are read; buf may have any alignment). Returns
+ * 0, or -1 with err naming the problem; m->id is filled whenever it could
+ * be read, so the error reply can carry it (the rest of m is then
+ * undefined). A message of another protocol version gives an error naming
+ * both versions. */
 int proto_parse(const void *buf, size_t len, proto_msg *m, pcg_err *err);
 
-/* Reads vector i of a parsed PROTO_PROBS message as f32 into out[width]
- * (a sparse one: its entries, zero elsewhere). */
-void proto_vector(const proto_msg *m, int i, float *out);
+/* Reads vector i of a parsed probs reply as f32 into out[width] (a sparse
+ * one: its entries, zero elsewhere). */
+void proto_vector(const proto_probs *p, int i, float *out);
 
 const char *proto_type_name(proto_type t);
 

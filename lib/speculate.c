@@ -68,7 +68,7 @@ static void forced_free(forced *f)
 	memset(f, 0, sizeof *f);
 }
 
-static int forced_make(const spec_env *env, const proto_msg *req, forced *f, pcg_err *err)
+static int forced_make(const spec_env *env, const proto_synth *req, forced *f, pcg_err *err)
 {
 	const voice_info *vi = env->voice;
 	voice_render r;
@@ -119,7 +119,7 @@ static int forced_make(const spec_env *env, const proto_msg *req, forced *f, pcg
 	return 0;
 }
 
-spec_session *spec_new(const spec_env *env, const proto_msg *req, const asg *groups, uint64_t id,
+spec_session *spec_new(const spec_env *env, const proto_synth *req, const asg *groups, uint64_t id,
 		       pcg_err *err)
 {
 	spec_session *s = calloc(1, sizeof *s);
@@ -132,7 +132,7 @@ spec_session *spec_new(const spec_env *env, const proto_msg *req, const asg *gro
 	}
 	s->env = *env;
 	s->id = id;
-	s->L = req->n;
+	s->L = req->lookahead;
 	s->samp = req->samp;
 	s->seed = req->seed;
 	s->f16 = req->f16;
@@ -269,7 +269,9 @@ void spec_free(spec_session **sp)
 static int ask(spec_session *s, const spec_io *io, int stage, int *sync, const int *tail,
 	       int n_tail, proto_msg **rp, pcg_err *err)
 {
-	proto_msg *q = s->q, *r = s->r;
+	proto_msg *r = s->r;
+	proto_model_req *q = proto_model_mut(s->q);
+	const int heads = s->q->type == PROTO_SCORE ? s->q->score.heads : 0;
 
 	*rp = r;
 	for (int attempt = 0; attempt < 2; attempt++) {
@@ -282,35 +284,34 @@ static int ask(spec_session *s, const spec_io *io, int stage, int *sync, const i
 			q->append[q->n_append++] = s->ctx[i];
 		for (int i = 0; i < n_tail; i++)
 			q->append[q->n_append++] = tail[i];
-		if (io->call(io->ctx, stage, q, r, err) < 0)
+		if (io->call(io->ctx, stage, s->q, r, err) < 0)
 			return -1;
 		if (r->type == PROTO_PROBS) {
+			const proto_probs *p = &r->probs;
 			*sync = s->n;
-			s->t_server += r->n_stats > 0 ? r->stats[0] : 0;
-			if (r->width != s->width || r->n_vec != q->n * (1 + q->heads))
+			s->t_server += p->n_stats > 0 ? p->stats[0] : 0;
+			if (p->width != s->width || p->n_vec != q->n * (1 + heads))
 				return pcg_fail(err, "server answered %d x %d, asked %d x %d",
-						r->n_vec, r->width, q->n * (1 + q->heads), s->width);
+						p->n_vec, p->width, q->n * (1 + heads), s->width);
 			return 0;
 		}
-		if (r->type == PROTO_ERROR && !strcmp(r->code, PROTO_E_UNKNOWN_SESSION) &&
+		if (r->type == PROTO_ERROR && !strcmp(r->error.code, PROTO_E_UNKNOWN_SESSION) &&
 		    attempt == 0) {
 			*sync = 0; /* restarted or evicted: resend everything */
 			s->resends++;
 			continue;
 		}
-		return pcg_fail(err, "%s: %s", r->type == PROTO_ERROR ? r->code : "reply",
-				r->type == PROTO_ERROR ? r->msg : "unexpected type");
+		return pcg_fail(err, "%s: %s", r->type == PROTO_ERROR ? r->error.code : "reply",
+				r->type == PROTO_ERROR ? r->error.msg : "unexpected type");
 	}
 	return pcg_fail(err, "server lost the session twice");
 }
 
-/* The request fields every propose and score share. */
+/* Makes s->q a propose or score with the fields both share. */
 static void request(spec_session *s, proto_type type, int n)
 {
-	proto_msg *q = s->q;
-
-	memset(q, 0, offsetof(proto_msg, append));
-	q->type = type;
+	proto_init(s->q, type, 0);
+	proto_model_req *q = proto_model_mut(s->q);
 	q->session = s->id;
 	q->n = n;
 	q->samp = s->samp;
@@ -389,19 +390,20 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 		 * that the draft conditions on them (before drafting token k, the
 		 * ones due at frame nsp + k) */
 		request(s, PROTO_PROPOSE, Lr);
-		s->q->seed = s->seed * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds;
+		proto_propose *pq = &s->q->propose;
+		pq->seed = s->seed * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds;
 		for (int k = 1; k < Lr; k++)
 			for (int f = fb[k]; f < fb[k + 1]; f++) {
-				s->q->forced_at[s->q->n_forced] = k;
-				s->q->forced[s->q->n_forced++] = s->fc.id[f];
+				pq->forced_at[pq->n_forced] = k;
+				pq->forced[pq->n_forced++] = s->fc.id[f];
 			}
 		t = pcg_now();
 		if (ask(s, io, SPEC_DRAFT, &s->d_sync, NULL, 0, &r, err) < 0)
 			return -1;
 		s->st[PROTO_STAT_T_DRAFT] += pcg_now() - t;
 		for (int i = 0; i < Lr; i++) {
-			x[i] = r->x[i];
-			proto_vector(r, i, s->p + (size_t)i * W);
+			x[i] = r->probs.x[i];
+			proto_vector(&r->probs, i, s->p + (size_t)i * W);
 		}
 	}
 	/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1, the
@@ -417,17 +419,17 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 		qat[k] = n_tail;
 	}
 	request(s, PROTO_SCORE, target_only ? 1 : n_tail + 1);
-	s->q->heads = s->heads;
-	const int nq = s->q->n, heads = s->heads;
+	s->q->score.heads = s->heads;
+	const int nq = s->q->score.req.n, heads = s->heads;
 	t = pcg_now();
 	if (ask(s, io, SPEC_TARGET, &s->t_sync, tail, n_tail, &r, err) < 0)
 		return -1;
 	s->st[PROTO_STAT_T_TARGET] += pcg_now() - t;
 	for (int i = 0; i < nq; i++) {
-		proto_vector(r, i * (1 + heads), s->qv + (size_t)i * W);
+		proto_vector(&r->probs, i * (1 + heads), s->qv + (size_t)i * W);
 		for (int k = 0; k < heads; k++) {
 			int vi = i * (1 + heads) + 1 + k;
-			proto_vector(r, vi, s->hv + (size_t)vi * W);
+			proto_vector(&r->probs, vi, s->hv + (size_t)vi * W);
 		}
 	}
 
@@ -536,10 +538,10 @@ void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 	const int rounds = s->rounds;
 
 	memcpy(st, s->st, sizeof s->st);
-	rep->type = PROTO_RESULT;
-	rep->id = req_id;
-	rep->n_append = s->nsp;
-	memcpy(rep->append, s->sp, (size_t)s->nsp * sizeof *s->sp);
+	proto_init(rep, PROTO_RESULT, req_id);
+	proto_result *res = &rep->result;
+	res->n_tokens = s->nsp;
+	memcpy(res->tokens, s->sp, (size_t)s->nsp * sizeof *s->sp);
 	st[PROTO_STAT_ROUNDS] = rounds;
 	st[PROTO_STAT_RATE] = st[PROTO_STAT_DRAFTED] > 0
 				      ? st[PROTO_STAT_ACCEPTED] / st[PROTO_STAT_DRAFTED] : 0;
@@ -551,12 +553,11 @@ void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 	st[PROTO_STAT_T_MSG] = st[PROTO_STAT_T_DRAFT] + st[PROTO_STAT_T_TARGET] - s->t_server;
 	st[PROTO_STAT_RESENDS] = s->resends;
 	const int per_pos = !s->is_none || s->viterbi;
-	rep->n_stats = PROTO_STAT_POS0 + (per_pos ? s->L : 0);
+	res->n_stats = PROTO_STAT_POS0 + (per_pos ? s->L : 0);
 	for (int i = 0; i < PROTO_STAT_POS0; i++)
-		rep->stats[i] = st[i];
+		res->stats[i] = st[i];
 	for (int i = 0; per_pos && i < s->L; i++)
-		rep->stats[PROTO_STAT_POS0 + i] = rounds ? s->accept_pos[i] / rounds : 0;
-	rep->msg[0] = '\0';
+		res->stats[PROTO_STAT_POS0 + i] = rounds ? s->accept_pos[i] / rounds : 0;
 }
 
 void spec_drop(spec_session *s, const spec_io *io)
@@ -564,9 +565,8 @@ void spec_drop(spec_session *s, const spec_io *io)
 	pcg_err err = { "" };
 	proto_msg *r = s->r;
 
-	memset(s->q, 0, offsetof(proto_msg, append));
-	s->q->type = PROTO_DROP;
-	s->q->session = s->id;
+	proto_init(s->q, PROTO_DROP, 0);
+	s->q->drop.session = s->id;
 	io->call(io->ctx, SPEC_TARGET, s->q, r, &err);
 	if (!s->is_none && !s->mtp)
 		io->call(io->ctx, SPEC_DRAFT, s->q, r, &err);

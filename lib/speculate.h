@@ -66,12 +66,13 @@ typedef struct spec_io {
 
 typedef struct spec_session spec_session;
 
-/* A session for the synth request req (its text, policy, beta, n, sampling,
- * seed, max_tokens, speaker, viterbi_k, f16) with the ASG groups (for pcg;
- * borrowed until spec_free), named id at the servers. Returns NULL with err
- * saying what in the request is wrong (a bad request) or out of memory. */
-spec_session *spec_new(const spec_env *env, const proto_msg *req, const asg *groups, uint64_t id,
-		       pcg_err *err);
+/* A session for the synth request req (its text, policy, beta, lookahead,
+ * sampling, seed, max_tokens, speaker, viterbi_k, f16, args) with the ASG
+ * groups (for pcg; borrowed until spec_free), named id at the servers.
+ * Returns NULL with err saying what in the request is wrong (a bad request)
+ * or out of memory. */
+spec_session *spec_new(const spec_env *env, const proto_synth *req, const asg *groups,
+		       uint64_t id, pcg_err *err);
 void spec_free(spec_session **s);
 
 /* Runs one round. Returns 1 when the utterance is complete (the end token,

@@ -265,14 +265,14 @@ static enum MHD_Result health(struct MHD_Connection *c, request *rq)
 		q->type = PROTO_PING;
 		up = client_call(cl, q, r, &err) == 0 && r->type == PROTO_PONG;
 		if (!up && r->type == PROTO_ERROR)
-			snprintf(err.msg, sizeof err.msg, "%s", r->msg);
+			snprintf(err.msg, sizeof err.msg, "%s", r->error.msg);
 	} else if (q && r && !*err.msg) {
 		snprintf(err.msg, sizeof err.msg, "nobody listens at %s: start it with pcg-up",
 			 cfg.verifier);
 	}
 	client_free(&cl);
 	if (up)
-		j = json_pack("{s:s,s:s,s:i,s:i,s:s}", "status", "ok", "pipeline", r->msg,
+		j = json_pack("{s:s,s:s,s:i,s:i,s:s}", "status", "ok", "pipeline", r->pong.msg,
 			      "requests", atomic_load(&active), "max_requests", max_requests,
 			      "version", VERSION);
 	else

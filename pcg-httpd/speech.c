@@ -437,15 +437,13 @@ static int send_piece(speech *s, api_error *e)
 {
 	const speech_req *r = &s->req;
 	const split_piece *p = &s->pieces[s->next];
-	proto_msg *q = s->q;
-
-	memset(q, 0, offsetof(proto_msg, append));
-	q->type = PROTO_SYNTH;
-	q->id = s->id = fresh_id();
+	s->id = fresh_id();
+	proto_init(s->q, PROTO_SYNTH, s->id);
+	proto_synth *q = &s->q->synth;
 	snprintf(q->text, sizeof q->text, "%.*s", (int)p->len, r->input + p->off);
 	snprintf(q->policy, sizeof q->policy, "%s", r->policy);
 	q->beta = (float)r->beta;
-	q->n = r->lookahead;
+	q->lookahead = r->lookahead;
 	q->samp = (pcg_sampling){ (float)r->temp, r->top_k, (float)r->top_p };
 	q->seed = (uint64_t)r->seed;
 	q->max_tokens = s->cfg->max_tokens;
@@ -455,7 +453,7 @@ static int send_piece(speech *s, api_error *e)
 	q->chunk = s->cfg->chunk;
 	q->left = s->cfg->left;
 	q->right = s->cfg->right;
-	if (send_msg(s, q, e) < 0)
+	if (send_msg(s, s->q, e) < 0)
 		return -1;
 	s->next++;
 	s->running = 1;
@@ -470,10 +468,8 @@ static void send_cancel(speech *s)
 	api_error e;
 	int linger = 200; /* ms for the cancel to leave before the socket goes */
 
-	memset(c, 0, offsetof(proto_msg, append));
-	c->type = PROTO_CANCEL;
-	c->id = s->id + 1;
-	c->session = s->id;
+	proto_init(c, PROTO_CANCEL, s->id + 1);
+	c->cancel.session = s->id;
 	send_msg(s, c, &e);
 	zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof linger);
 	s->running = 0;
@@ -629,7 +625,7 @@ static int finish(speech *s, api_error *e)
 }
 
 /* The verifier's error as the client's. */
-static int pipeline_error(speech *s, const proto_msg *r, api_error *e)
+static int pipeline_error(speech *s, const proto_error_reply *r, api_error *e)
 {
 	fprintf(stderr, "pcg-httpd: verifier: %s: %s\n", r->code, r->msg);
 	s->running = 0;
@@ -661,26 +657,27 @@ static int handle(speech *s, const proto_msg *r, api_error *e)
 	s->t_last = now_s();
 	switch (r->type) {
 	case PROTO_PROGRESS:
-		s->queued = r->queue > 0;
-		if (r->n_pcm == 0)
+		s->queued = r->progress.queue > 0;
+		if (r->progress.n_samples == 0)
 			return 0;
-		if (enc_feed(s->enc, r->pcm, r->n_pcm, r->rate, &err) < 0)
+		if (enc_feed(s->enc, r->progress.samples, r->progress.n_samples, r->progress.rate,
+			     &err) < 0)
 			return api_fail(e, 500, "server_error", NULL, NULL, "The server could not "
 					"encode the audio (%s).", err.msg);
 		if (!s->got_audio)
 			s->t_first = now_s() - s->t0;
 		s->got_audio = 1;
-		s->in_rate = r->rate;
-		s->audio_samples += r->n_pcm;
+		s->in_rate = r->progress.rate;
+		s->audio_samples += r->progress.n_samples;
 		return s->req.sse && sse_frame(s) < 0 ? oom(e) : 0;
 	case PROTO_RESULT:
 		s->running = 0;
-		s->speech_tokens += r->n_append;
+		s->speech_tokens += r->result.n_tokens;
 		if (s->next < s->n_pieces)
 			return send_piece(s, e);
 		return finish(s, e);
 	case PROTO_ERROR:
-		return pipeline_error(s, r, e);
+		return pipeline_error(s, &r->error, e);
 	default:
 		s->running = 0;
 		return api_fail(e, 500, "server_error", NULL, NULL, "The speech pipeline sent an "

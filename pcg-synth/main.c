@@ -213,7 +213,7 @@ static void stream_finish(stream_out *so)
 
 /* An error reply in words for the user: a bad request is the user's to fix
  * (the message says what and how); the rest say what happened. */
-static void print_error(const proto_msg *r)
+static void print_error(const proto_error_reply *r)
 {
 	if (!strcmp(r->code, PROTO_E_BAD_REQUEST))
 		fprintf(stderr, "%s: %s\n", prog, r->msg);
@@ -227,7 +227,7 @@ static void print_error(const proto_msg *r)
 
 /* The statistics to standard error (unless --quiet); the tokens, with
  * --tokens, to standard output unless the audio goes there. */
-static void print_result(const proto_msg *r, const char *path, double t_first, double lag)
+static void print_result(const proto_result *r, const char *path, double t_first, double lag)
 {
 	const double *s = r->stats;
 	FILE *o = stderr;
@@ -257,8 +257,8 @@ static void print_result(const proto_msg *r, const char *path, double t_first, d
 	}
 	if (print_tokens) {
 		FILE *t = path && !strcmp(path, "-") ? stderr : stdout;
-		for (int i = 0; i < r->n_append; i++)
-			fprintf(t, "%s%d", i ? " " : "", r->append[i]);
+		for (int i = 0; i < r->n_tokens; i++)
+			fprintf(t, "%s%d", i ? " " : "", r->tokens[i]);
 		fprintf(t, "\n");
 		fflush(t);
 	}
@@ -300,8 +300,8 @@ static int do_ping_call(void *ctx, const char *url, proto_msg *q, proto_msg *r)
 	if (c == NULL || client_call(c, q, r, &err) < 0)
 		pcg_die(prog, &err);
 	else if (r->type == PROTO_ERROR)
-		print_error(r);
-	else if (r->type == PROTO_PONG && printf("%s\n", r->msg) > 0)
+		print_error(&r->error);
+	else if (r->type == PROTO_PONG && printf("%s\n", r->pong.msg) > 0)
 		rc = 0;
 	client_free(&c);
 	return rc;
@@ -318,9 +318,8 @@ static void send_cancel(void *sock, uint64_t id)
 
 	if (c == NULL)
 		return;
-	c->type = PROTO_CANCEL;
-	c->id = id + 1;
-	c->session = id;
+	proto_init(c, PROTO_CANCEL, id + 1);
+	c->cancel.session = id;
 	if (proto_pack(c, &b, &len, &err) == 0)
 		zmq_send(sock, b, len, ZMQ_DONTWAIT);
 	free(b);
@@ -354,7 +353,7 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 	if (path && !to_stdout)
 		audio_format_from_path(path, &fmt);
 	q->id = new_id();
-	q->audio = path != NULL;
+	q->synth.audio = path != NULL;
 	if (proto_pack(q, &packed, &plen, &err) < 0 || net_send(sock, packed, plen, &err) < 0) {
 		free(packed);
 		pcg_die(prog, &err);
@@ -405,7 +404,8 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 			continue;
 		}
 		if (r->type == PROTO_PROGRESS) {
-			if (r->n_pcm > 0 && path) {
+			const proto_progress *pg = &r->progress;
+			if (pg->n_samples > 0 && path) {
 				/* a player that starts with the first chunk: how late
 				 * each chunk comes after the audio before it has played
 				 * (> 0: an underrun) */
@@ -415,21 +415,23 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 				else if (at - t_first - played > lag)
 					lag = at - t_first - played;
 				got_audio = 1;
-				played += (double)r->n_pcm / (r->rate > 0 ? r->rate : 16000);
+				played += (double)pg->n_samples / (pg->rate > 0 ? pg->rate : 16000);
 				int bad = 0;
 				if (to_stdout) {
-					bad = stream_pcm(&so, r->rate, r->pcm, r->n_pcm, &err) < 0;
+					bad = stream_pcm(&so, pg->rate, pg->samples, pg->n_samples,
+							 &err) < 0;
 				} else {
 					if (file == NULL &&
-					    (file = audio_open(path, r->rate, fmt, &err)) == NULL)
+					    (file = audio_open(path, pg->rate, fmt, &err)) == NULL)
 						bad = 1;
 					/* the samples may lie at any alignment in the message */
-					int16_t *tmp = bad ? NULL : malloc(r->n_pcm * 2);
+					int16_t *tmp = bad ? NULL : malloc(pg->n_samples * 2);
 					if (!bad && tmp == NULL)
 						bad = !pcg_fail(&err, "out of memory");
 					if (!bad) {
-						memcpy(tmp, r->pcm, r->n_pcm * 2);
-						bad = audio_append_s16(file, tmp, r->n_pcm, &err) < 0;
+						memcpy(tmp, pg->samples, pg->n_samples * 2);
+						bad = audio_append_s16(file, tmp, pg->n_samples,
+								       &err) < 0;
 					}
 					free(tmp);
 				}
@@ -439,24 +441,25 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 					goto fail;
 				}
 			}
-			if (r->queue > 0 && !show && !quiet && !told_queue++)
-				fprintf(stderr, "%s: queued, %d requests ahead\n", prog, r->queue);
-			if (show && r->queue > 0)
-				fprintf(stderr, "\r%s: waiting, %d requests ahead   ", prog, r->queue);
-			else if (show && r->pos > 0)
+			if (pg->queue > 0 && !show && !quiet && !told_queue++)
+				fprintf(stderr, "%s: queued, %d requests ahead\n", prog, pg->queue);
+			if (show && pg->queue > 0)
+				fprintf(stderr, "\r%s: waiting, %d requests ahead   ", prog,
+					pg->queue);
+			else if (show && pg->pos > 0)
 				fprintf(stderr, "\r%s: %d tokens, %.2f s of audio, %.1f s   ", prog,
-					r->pos, r->pos / 50.0, now_s() - t0);
+					pg->pos, pg->pos / 50.0, now_s() - t0);
 			zmq_msg_close(&m);
 			continue;
 		}
 		if (show)
 			fprintf(stderr, "\r\033[K");
 		if (r->type == PROTO_ERROR) {
-			print_error(r);
+			print_error(&r->error);
 			zmq_msg_close(&m);
 			goto out;
 		}
-		if (r->type != PROTO_RESULT || r->n_stats < PROTO_STAT_POS0) {
+		if (r->type != PROTO_RESULT || r->result.n_stats < PROTO_STAT_POS0) {
 			fprintf(stderr, "%s: unexpected reply '%s'\n", prog, proto_type_name(r->type));
 			zmq_msg_close(&m);
 			goto out;
@@ -470,7 +473,7 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 		if (path && !got_audio && !to_stdout)
 			fprintf(stderr, "%s: no audio came (no speech tokens): %s not written\n",
 				prog, path);
-		print_result(r, path, got_audio ? t_first : -1, lag);
+		print_result(&r->result, path, got_audio ? t_first : -1, lag);
 		zmq_msg_close(&m);
 		rc = 0;
 		break;
@@ -511,13 +514,13 @@ static int synth_batch(void *sock, proto_msg *q, proto_msg *r, const char *vurl)
 		if (strspn(line, " \t") == (size_t)len)
 			continue;
 		snprintf(path, sizeof path, "%s/%04d.wav", outdir, n);
-		if ((size_t)len >= sizeof q->text) {
+		if ((size_t)len >= sizeof q->synth.text) {
 			fprintf(stderr, "%s: line %d: longer than %zu bytes: not spoken\n", prog, n,
-				sizeof q->text - 1);
+				sizeof q->synth.text - 1);
 			failed++;
 			continue;
 		}
-		snprintf(q->text, sizeof q->text, "%s", line);
+		snprintf(q->synth.text, sizeof q->synth.text, "%s", line);
 		if (!quiet)
 			fprintf(stderr, "%s: line %d -> %s\n", prog, n, path);
 		rc = synth_one(sock, q, r, path, vurl);
@@ -546,7 +549,7 @@ static int synth_batch(void *sock, proto_msg *q, proto_msg *r, const char *vurl)
 /* --policy-args "name=x,name=x" for the policy called pname (mtp-NAME:
  * NAME's) into q, checked against lib/policy's table. Returns 0, or -1 with
  * err. */
-static int parse_policy_args(const char *list, const char *pname, proto_msg *q, pcg_err *err)
+static int parse_policy_args(const char *list, const char *pname, proto_synth *q, pcg_err *err)
 {
 	const int kind = policy_kind_from_name(strncmp(pname, "mtp-", 4) ? pname : pname + 4);
 	const policy_info *pi = policy_info_of(kind);
@@ -603,7 +606,7 @@ int main(int argc, char **argv)
 		policy_help();
 		return 0;
 	}
-	static proto_msg args_msg; /* --policy-args, checked before anything runs */
+	static proto_synth args_msg; /* --policy-args, checked before anything runs */
 	if (first >= 0 && parse_policy_args(policy_args, policy_name, &args_msg, &err) < 0)
 		return pcg_usage_error(prog, SYNOPSIS, opts, err.msg);
 	const int batch = outdir != NULL;
@@ -637,14 +640,16 @@ int main(int argc, char **argv)
 	if (q == NULL || r == NULL)
 		return 1;
 	if (do_ping) {
-		q->type = PROTO_PING;
+		proto_init(q, PROTO_PING, 0);
 	} else {
+		proto_synth *y = &q->synth;
+		proto_init(q, PROTO_SYNTH, 0);
 		if (!batch) {
 			text = strcmp(argv[first], "-") ? strdup(argv[first])
-							: read_all(stdin, sizeof q->text);
-			if (text == NULL || strlen(text) >= sizeof q->text) {
+							: read_all(stdin, sizeof y->text);
+			if (text == NULL || strlen(text) >= sizeof y->text) {
 				fprintf(stderr, "%s: text longer than %zu bytes\n", prog,
-					sizeof q->text - 1);
+					sizeof y->text - 1);
 				return 2;
 			}
 		}
@@ -665,28 +670,27 @@ int main(int argc, char **argv)
 					!f ? strerror(errno) : n > cap ? "too large to send" : "empty");
 				return 1;
 			}
-			q->asg = asg_img;
-			q->asg_len = n;
+			y->asg = asg_img;
+			y->asg_len = n;
 		}
-		q->type = PROTO_SYNTH;
 		if (text)
-			snprintf(q->text, sizeof q->text, "%s", text);
-		snprintf(q->policy, sizeof q->policy, "%s", policy_name);
-		q->beta = (float)beta;
-		q->n_args = args_msg.n_args;
-		memcpy(q->arg_name, args_msg.arg_name, sizeof q->arg_name);
-		memcpy(q->arg_val, args_msg.arg_val, sizeof q->arg_val);
-		q->n = lookahead;
-		q->samp = (pcg_sampling){ (float)temp, top_k, (float)top_p };
-		q->seed = (uint64_t)seed;
-		q->max_tokens = max_tokens;
-		q->speaker = speaker;
-		q->viterbi_k = viterbi_k;
-		q->f16 = f16;
-		q->stream = 1;
-		q->chunk = chunk;
-		q->left = chunk_left;
-		q->right = chunk_right;
+			snprintf(y->text, sizeof y->text, "%s", text);
+		snprintf(y->policy, sizeof y->policy, "%s", policy_name);
+		y->beta = (float)beta;
+		y->n_args = args_msg.n_args;
+		memcpy(y->arg_name, args_msg.arg_name, sizeof y->arg_name);
+		memcpy(y->arg_val, args_msg.arg_val, sizeof y->arg_val);
+		y->lookahead = lookahead;
+		y->samp = (pcg_sampling){ (float)temp, top_k, (float)top_p };
+		y->seed = (uint64_t)seed;
+		y->max_tokens = max_tokens;
+		y->speaker = speaker;
+		y->viterbi_k = viterbi_k;
+		y->f16 = f16;
+		y->stream = 1;
+		y->chunk = chunk;
+		y->left = chunk_left;
+		y->right = chunk_right;
 	}
 	char ubuf[4200];
 	/* pcg-up's pipeline, not one the user names: if it is not up, say so at

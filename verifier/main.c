@@ -176,7 +176,7 @@ typedef struct job {
 	unsigned char route[256];  /* the client */
 	size_t route_len;
 	int delim;
-	proto_msg *req;            /* a copy; req->asg points to asg_img */
+	proto_msg *req;            /* a copy; req->synth.asg points to asg_img */
 	void *asg_img;
 	atomic_int cancel;         /* the client went away or asked */
 	struct job *next_q;        /* the queue (under lock) */
@@ -307,7 +307,7 @@ static int io_call(void *ctx, int sg, proto_msg *q, proto_msg *r, pcg_err *err)
 		atomic_store(&st->dead_until[k], mono() + 10);
 		atomic_fetch_sub(&st->load[k], 1);
 		fprintf(stderr, "%s: %s: %s; session %llu moves to another replica\n", prog,
-			st->name, err->msg, (unsigned long long)q->session);
+			st->name, err->msg, (unsigned long long)proto_model(q)->session);
 		w->cur[sg] = stage_pick(st, k);
 	}
 	return -1;
@@ -349,44 +349,42 @@ static void to_client(worker *w, job *j, const proto_msg *m, int final)
 static void progress(worker *w, job *j, int queue, int pos, const int *tok, int n_tok,
 		     const void *pcm, size_t n_pcm)
 {
-	proto_msg *m = w->m;
+	proto_progress *m = &w->m->progress;
 
-	memset(m, 0, offsetof(proto_msg, append));
-	m->n_stats = 0;
-	m->type = PROTO_PROGRESS;
-	m->id = j->req->id;
+	proto_init(w->m, PROTO_PROGRESS, j->req->id);
 	m->queue = queue;
 	m->pos = pos;
-	m->n_append = n_tok;
-	memcpy(m->append, tok, (size_t)n_tok * sizeof *tok);
+	m->n_tokens = n_tok;
+	memcpy(m->tokens, tok, (size_t)n_tok * sizeof *tok);
 	m->rate = w->rate;
-	m->pcm = pcm;
-	m->n_pcm = n_pcm;
-	to_client(w, j, m, 0);
+	m->samples = pcm;
+	m->n_samples = n_pcm;
+	to_client(w, j, w->m, 0);
 }
 
 /* Appends the codes of tok to the job's utterance at codec-decode; the
  * reply (w->r) carries the audio of the chunks they complete. */
 static int codec_send(worker *w, job *j, const int *tok, int n, int final, pcg_err *err)
 {
-	proto_msg *q = w->m;
+	const proto_synth *req = &j->req->synth;
+	proto_audio *q = &w->m->audio;
 
-	memset(q, 0, offsetof(proto_msg, append));
-	q->type = PROTO_AUDIO;
+	proto_init(w->m, PROTO_AUDIO, 0);
 	q->session = j->session;
-	q->n_append = n;
+	q->n_tokens = n;
 	for (int i = 0; i < n; i++)
-		q->append[i] = llasa_id_to_code(&w->v->voc, tok[i]);
+		q->tokens[i] = llasa_id_to_code(&w->v->voc, tok[i]);
 	q->final = final;
-	q->chunk = j->req->chunk;
-	q->left = j->req->left;
-	q->right = j->req->right;
-	if (client_call(w->codec, q, w->r, err) < 0)
+	q->chunk = req->chunk;
+	q->left = req->left;
+	q->right = req->right;
+	if (client_call(w->codec, w->m, w->r, err) < 0)
 		return -1;
 	if (w->r->type != PROTO_PCM)
-		return pcg_fail(err, "codec-decode: %s: %s", w->r->type == PROTO_ERROR ? w->r->code
-				: "reply", w->r->type == PROTO_ERROR ? w->r->msg : "not pcm");
-	w->rate = w->r->rate;
+		return pcg_fail(err, "codec-decode: %s: %s", w->r->type == PROTO_ERROR
+				? w->r->error.code : "reply", w->r->type == PROTO_ERROR
+				? w->r->error.msg : "not pcm");
+	w->rate = w->r->pcm.rate;
 	return 0;
 }
 
@@ -394,7 +392,7 @@ static int codec_send(worker *w, job *j, const int *tok, int n, int final, pcg_e
 static void run_job(worker *w, job *j)
 {
 	verifier *v = w->v;
-	const proto_msg *req = j->req;
+	const proto_synth *req = &j->req->synth;
 	proto_msg *rep = w->m;
 	spec_io io = { io_call, w };
 	pcg_err err = { "" };
@@ -438,14 +436,14 @@ static void run_job(worker *w, job *j)
 			if (codec_send(w, j, tok, n_tok, rc == 1, &err) < 0)
 				goto fail;
 			codec_open = rc == 0;
-			pcm = w->r->pcm;
-			n_pcm = w->r->n_pcm;
+			pcm = w->r->pcm.samples;
+			n_pcm = w->r->pcm.n_samples;
 		}
 		if (req->stream && (n_tok > 0 || n_pcm > 0))
 			progress(w, j, 0, pos, tok, n_tok, pcm, n_pcm);
 	}
 	spec_drop(s, &io);
-	spec_result(s, req->id, rep);
+	spec_result(s, j->req->id, rep);
 	to_client(w, j, rep, 1);
 	goto out;
 fail:
@@ -460,12 +458,11 @@ fail:
 		spec_drop(s, &io);
 	}
 	if (codec_open) { /* the codec may forget the utterance */
-		memset(w->m, 0, offsetof(proto_msg, append));
-		w->m->type = PROTO_DROP;
-		w->m->session = j->session;
+		proto_init(w->m, PROTO_DROP, 0);
+		w->m->drop.session = j->session;
 		client_call(w->codec, w->m, w->r, &err);
 	}
-	proto_error(rep, req->id, code, "%s", err.msg);
+	proto_error(rep, j->req->id, code, "%s", err.msg);
 	to_client(w, j, rep, 1);
 out:
 	release_replicas(w);
@@ -597,13 +594,10 @@ static void tell_queue(hub *h)
 	pthread_mutex_lock(&v->lock);
 	for (job *j = v->q_head; j; j = j->next_q) {
 		pos++;
-		if (!j->req->stream)
+		if (!j->req->synth.stream)
 			continue;
-		memset(h->rep, 0, offsetof(proto_msg, append));
-		h->rep->n_append = 0;
-		h->rep->type = PROTO_PROGRESS;
-		h->rep->id = j->req->id;
-		h->rep->queue = pos;
+		proto_init(h->rep, PROTO_PROGRESS, j->req->id);
+		h->rep->progress.queue = pos;
 		pcg_err err = { "" };
 		if (proto_pack_buf(h->rep, &h->buf, &err) == 0 &&
 		    send_to(h, j->route, j->route_len, j->delim, h->buf.data, h->buf.len) < 0)
@@ -632,12 +626,12 @@ static void ping(hub *h, const proto_msg *req, proto_msg *rep)
 		int up = 0;
 		for (int k = 0; k < n; k++) {
 			pcg_client *c = sg < 2 ? h->ping[sg][k] : h->ping_codec;
-			memset(q, 0, offsetof(proto_msg, append));
-			q->type = PROTO_PING;
+			proto_init(q, PROTO_PING, 0);
 			if (client_call(c, q, r, &err) == 0 && r->type == PROTO_PONG)
 				up++;
 			else
-				snprintf(why, sizeof why, "%.150s", r->type == PROTO_ERROR ? r->msg : err.msg);
+				snprintf(why, sizeof why, "%.150s",
+					 r->type == PROTO_ERROR ? r->error.msg : err.msg);
 		}
 		if (n > 0 && up == 0) {
 			proto_error(rep, req->id, PROTO_E_INTERNAL, "%s: %s", name, why);
@@ -653,9 +647,8 @@ static void ping(hub *h, const proto_msg *req, proto_msg *rep)
 	pthread_mutex_lock(&v->lock);
 	const int queued = v->n_queued, busy = v->n_workers - v->idle;
 	pthread_mutex_unlock(&v->lock);
-	rep->type = PROTO_PONG;
-	rep->id = req->id;
-	snprintf(rep->msg, sizeof rep->msg,
+	proto_init(rep, PROTO_PONG, req->id);
+	snprintf(rep->pong.msg, sizeof rep->pong.msg,
 		 "verifier ok, %s (speech %d tokens%s; sessions %d running of %d, %d queued)",
 		 summary, v->voc.speech_count, v->groups ? ", asg" : "", busy, v->n_workers, queued);
 out:
@@ -667,10 +660,11 @@ out:
 static void enqueue(hub *h, const net_req *nr, const proto_msg *req)
 {
 	verifier *v = h->v;
+	const proto_synth *y = &req->synth;
 	job *j = calloc(1, sizeof *j);
 
 	if (j == NULL || (j->req = malloc(sizeof *j->req)) == NULL ||
-	    (req->asg_len && (j->asg_img = malloc(req->asg_len)) == NULL)) {
+	    (y->asg_len && (j->asg_img = malloc(y->asg_len)) == NULL)) {
 		if (j)
 			free(j->req);
 		free(j);
@@ -689,9 +683,9 @@ static void enqueue(hub *h, const net_req *nr, const proto_msg *req)
 		return;
 	}
 	memcpy(j->req, req, sizeof *req);
-	if (req->asg_len) {
-		memcpy(j->asg_img, req->asg, req->asg_len);
-		j->req->asg = j->asg_img;
+	if (y->asg_len) {
+		memcpy(j->asg_img, y->asg, y->asg_len);
+		j->req->synth.asg = j->asg_img;
 	}
 	memcpy(j->route, nr->route, nr->route_len);
 	j->route_len = nr->route_len;
@@ -720,20 +714,17 @@ static void cancel(hub *h, const net_req *nr, const proto_msg *req)
 	int found = 0;
 
 	for (job *j = h->jobs; j; j = j->next)
-		if (j->req->id == req->session && j->route_len == nr->route_len &&
+		if (j->req->id == req->cancel.session && j->route_len == nr->route_len &&
 		    !memcmp(j->route, nr->route, nr->route_len)) {
 			atomic_store(&j->cancel, 1);
 			found = 1;
 		}
 	if (found) {
-		memset(h->rep, 0, offsetof(proto_msg, append));
-		h->rep->n_append = 0;
-		h->rep->type = PROTO_OK;
-		h->rep->id = req->id;
+		proto_init(h->rep, PROTO_OK, req->id);
 	} else {
 		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST,
 			    "cancel: no synth %llu of this client runs or waits",
-			    (unsigned long long)req->session);
+			    (unsigned long long)req->cancel.session);
 	}
 	reply_msg(h, nr, h->rep);
 }

@@ -13,8 +13,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static float v[1 << 16];
 	pcg_err err;
 
-	if (proto_parse(data, size, &m, &err) == 0 && m.type == PROTO_PROBS && m.n_vec > 0 &&
-	    m.width <= (int)(sizeof v / sizeof v[0]))
-		proto_vector(&m, m.n_vec - 1, v); /* reads the last bytes of the payload */
+	if (proto_parse(data, size, &m, &err) == 0 && m.type == PROTO_PROBS && m.probs.n_vec > 0 &&
+	    m.probs.width <= (int)(sizeof v / sizeof v[0])) /* reads the payload's last bytes: */
+		proto_vector(&m.probs, m.probs.n_vec - 1, v);
 	return 0;
 }

@@ -59,12 +59,35 @@ static double maxdiff(const proto_msg *rep, const float *want, int n, int w)
 	float *v = malloc((size_t)w * sizeof *v);
 	double d = 0;
 	for (int i = 0; i < n; i++) {
-		proto_vector(rep, i, v);
+		proto_vector(&rep->probs, i, v);
 		for (int j = 0; j < w; j++)
 			d = fmax(d, fabs((double)v[j] - want[(size_t)i * w + j]));
 	}
 	free(v);
 	return d;
+}
+
+/* Makes q a propose or score (type t) of session from pos, appending
+ * app[0..n_app), asking for n positions. */
+static proto_model_req *req(proto_msg *q, proto_type t, uint64_t session, int pos, const int *app,
+			    int n_app, int n, const pcg_sampling *samp, const llama_rows *rows)
+{
+	proto_init(q, t, 0);
+	proto_model_req *r = proto_model_mut(q);
+	r->session = session;
+	r->pos = pos;
+	r->n_append = n_app;
+	memcpy(r->append, app, (size_t)n_app * sizeof *app);
+	r->n = n;
+	r->samp = *samp;
+	r->rows = *rows;
+	return r;
+}
+
+/* What an error reply says, for a failed check's message. */
+static const char *why(const proto_msg *r)
+{
+	return r->type == PROTO_ERROR ? r->error.msg : "";
 }
 
 int main(void)
@@ -87,16 +110,18 @@ int main(void)
 	float *want = malloc((size_t)8 * W * sizeof *want);
 
 	/* Up: ping answers with a summary. */
-	q->type = PROTO_PING;
+	proto_init(q, PROTO_PING, 0);
 	CHECKF(client_call(d, q, r, &err) == 0 && r->type == PROTO_PONG, "%s", err.msg);
-	CHECK(strstr(r->msg, "draftd layers=3 vocab=384") != NULL);
+	CHECK(strstr(r->pong.msg, "draftd layers=3 vocab=384") != NULL);
 
 	/* propose: x and p as the engine computes them. */
-	*q = (proto_msg){ .type = PROTO_PROPOSE, .session = 7, .pos = 0, .n_append = 3,
-			  .append = { 1, 2, 3 }, .n = 3, .samp = samp, .seed = 11, .rows = rows };
-	CHECKF(client_call(d, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg, r->msg);
-	CHECK(r->n_x == 3 && r->n_vec == 3 && r->width == W);
-	int x[3] = { r->x[0], r->x[1], r->x[2] };
+	const int a123[] = { 1, 2, 3 };
+	req(q, PROTO_PROPOSE, 7, 0, a123, 3, 3, &samp, &rows);
+	q->propose.seed = 11;
+	CHECKF(client_call(d, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg, why(r));
+	const proto_probs *rp = &r->probs;
+	CHECK(rp->n_x == 3 && rp->n_vec == 3 && rp->width == W);
+	int x[3] = { rp->x[0], rp->x[1], rp->x[2] };
 	int seq[6] = { 1, 2, 3, x[0], x[1], x[2] };
 	/* p_i is over position 2 + i. The server ran one position at a time
 	 * (other kernels than one pass over 5), so equal up to f32 rounding:
@@ -108,19 +133,23 @@ int main(void)
 		CHECK((x[i] >= 100 && x[i] < 384) || x[i] == 3);
 
 	/* The same request again: same draws (the seed decides), cache reused. */
-	CHECK(client_call(d, q, r, &err) == 0 && r->x[0] == x[0] && r->x[1] == x[1] && r->x[2] == x[2]);
-	q->seed = 12;
+	CHECK(client_call(d, q, r, &err) == 0 && rp->x[0] == x[0] && rp->x[1] == x[1] &&
+	      rp->x[2] == x[2]);
+	q->propose.seed = 12;
 	CHECK(client_call(d, q, r, &err) == 0 && r->type == PROTO_PROBS);
 
 	/* propose with forced tokens: 50 goes in before draft 1 and 60, 61
 	 * before draft 2, and p_i is the engine's given them. */
-	*q = (proto_msg){ .type = PROTO_PROPOSE, .session = 8, .pos = 0, .n_append = 3,
-			  .append = { 1, 2, 3 }, .n = 3, .samp = samp, .seed = 11, .rows = rows,
-			  .n_forced = 3, .forced_at = { 1, 2, 2 }, .forced = { 50, 60, 61 } };
+	req(q, PROTO_PROPOSE, 8, 0, a123, 3, 3, &samp, &rows);
+	proto_propose *qp = &q->propose;
+	qp->seed = 11;
+	qp->n_forced = 3;
+	memcpy(qp->forced_at, (const int32_t[]){ 1, 2, 2 }, 3 * sizeof *qp->forced_at);
+	memcpy(qp->forced, (const int32_t[]){ 50, 60, 61 }, 3 * sizeof *qp->forced);
 	CHECKF(client_call(d, q, r, &err) == 0 && r->type == PROTO_PROBS, "forced: %s %s", err.msg,
-	       r->msg);
-	if (r->type == PROTO_PROBS && r->n_x == 3) {
-		int fs[8] = { 1, 2, 3, r->x[0], 50, r->x[1], 60, 61 };
+	       why(r));
+	if (r->type == PROTO_PROBS && rp->n_x == 3) {
+		int fs[8] = { 1, 2, 3, rp->x[0], 50, rp->x[1], 60, 61 };
 		float *w3 = malloc((size_t)3 * W * sizeof *w3);
 		direct(fs, 3, 1, &rows, &samp, w3);                     /* p_0 at 3 */
 		direct(fs, 5, 1, &rows, &samp, w3 + W);                 /* p_1 after x_0, 50 */
@@ -129,31 +158,28 @@ int main(void)
 		       "the engine's given them by %g", maxdiff(r, w3, 3, W));
 		free(w3);
 	}
-	q->forced_at[0] = 3; /* not before a drafted token */
+	qp->forced_at[0] = 3; /* not before a drafted token */
 	CHECK(client_call(d, q, r, &err) < 0 || r->type == PROTO_ERROR);
-	q->forced_at[0] = 1;
-	q->forced[0] = 384; /* beyond the vocabulary */
+	qp->forced_at[0] = 1;
+	qp->forced[0] = 384; /* beyond the vocabulary */
 	CHECKF(client_call(d, q, r, &err) == 0 && r->type == PROTO_ERROR &&
-	       strstr(r->msg, "forced"), "forced token out of range: %s", r->msg);
+	       strstr(r->error.msg, "forced"), "forced token out of range: %s", why(r));
 
 	/* score: the last n positions of the block, in one pass. */
-	*q = (proto_msg){ .type = PROTO_SCORE, .session = 7, .pos = 0, .n_append = 6,
-			  .append = { 1, 2, 3, x[0], x[1], x[2] }, .n = 4, .samp = samp, .rows = rows };
-	CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg, r->msg);
+	req(q, PROTO_SCORE, 7, 0, seq, 6, 4, &samp, &rows);
+	CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg, why(r));
 	direct(seq, 6, 4, &rows, &samp, want);
-	CHECK(r->n_vec == 4 && maxdiff(r, want, 4, W) == 0);
+	CHECK(rp->n_vec == 4 && maxdiff(r, want, 4, W) == 0);
 	/* With top-k, the reply carries the kept entries alone (sparse), and
 	 * they read back as the engine's vectors to the bit, f32 and f16. */
 	const pcg_sampling topk = { 0.8f, 20, 1.0f };
 	float *dense = malloc((size_t)4 * W * sizeof *dense);
 	for (int f16 = 0; f16 < 2; f16++) {
-		*q = (proto_msg){ .type = PROTO_SCORE, .session = 7, .pos = 0, .n_append = 6,
-				  .append = { 1, 2, 3, x[0], x[1], x[2] }, .n = 4, .samp = topk,
-				  .rows = rows, .f16 = f16 };
+		req(q, PROTO_SCORE, 7, 0, seq, 6, 4, &topk, &rows)->f16 = f16;
 		CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg,
-		       r->msg);
+		       why(r));
 		direct(seq, 6, 4, &rows, &topk, want);
-		CHECK(r->sparse && r->nnz[0] == 20 && r->len < (size_t)4 * W);
+		CHECK(rp->sparse && rp->nnz[0] == 20 && r->len < (size_t)4 * W);
 		if (f16) /* the dense f16 of the same values */
 			for (size_t i = 0; i < (size_t)4 * W; i++)
 				want[i] = pcg_f16_to_f32(pcg_f32_to_f16(want[i]));
@@ -163,23 +189,23 @@ int main(void)
 	free(dense);
 
 	/* Rollback: extend from position 4 with other tokens. */
-	*q = (proto_msg){ .type = PROTO_SCORE, .session = 7, .pos = 3, .n_append = 2,
-			  .append = { x[0], 200 }, .n = 2, .samp = samp, .rows = rows, .f16 = 1 };
-	CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg, r->msg);
 	int seq2[5] = { 1, 2, 3, x[0], 200 };
+	proto_model_req *qs = req(q, PROTO_SCORE, 7, 3, seq2 + 3, 2, 2, &samp, &rows);
+	qs->f16 = 1;
+	CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS, "%s %s", err.msg, why(r));
 	direct(seq2, 5, 2, &rows, &samp, want);
-	CHECKF(r->f16 && maxdiff(r, want, 2, W) < 1e-3, "f16 rollback %g", maxdiff(r, want, 2, W));
+	CHECKF(rp->f16 && maxdiff(r, want, 2, W) < 1e-3, "f16 rollback %g", maxdiff(r, want, 2, W));
 
 	/* A session the server does not hold, from a position > 0. */
-	q->session = 99;
-	q->pos = 4;
+	qs->session = 99;
+	qs->pos = 4;
 	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_ERROR &&
-	      !strcmp(r->code, "unknown-session"));
+	      !strcmp(r->error.code, "unknown-session"));
 	/* Rows beyond the vocabulary: an error naming the field. */
-	q->pos = 0;
-	q->rows.end[0] = 999;
+	qs->pos = 0;
+	qs->rows.end[0] = 999;
 	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_ERROR &&
-	      strstr(r->msg, "'rows'") != NULL);
+	      strstr(r->error.msg, "'rows'") != NULL);
 	/* Garbage and odd framing are answered or dropped; the server goes on. */
 	void *raw = zmq_socket(ctx, ZMQ_DEALER);
 	int linger = 0;
@@ -193,7 +219,7 @@ int main(void)
 	/* A peer of the previous protocol version: an error naming both. */
 	void *old;
 	size_t olen;
-	*q = (proto_msg){ .type = PROTO_PING, .id = 4242 };
+	proto_init(q, PROTO_PING, 4242);
 	CHECK(proto_pack(q, &old, &olen, &err) == 0 && ((unsigned char *)old)[0] == 0x83 &&
 	      ((unsigned char *)old)[2] == 'v' && ((unsigned char *)old)[3] == PROTO_VERSION);
 	((unsigned char *)old)[3] = PROTO_VERSION - 1;
@@ -211,20 +237,21 @@ int main(void)
 		CHECK(zmq_msg_recv(&m, raw, 0) > 0);
 		CHECKF(proto_parse(zmq_msg_data(&m), zmq_msg_size(&m), r, &err) == 0, "%s", err.msg);
 	}
-	CHECKF(r->id == 4242 && r->type == PROTO_ERROR && !strcmp(r->code, PROTO_E_BAD_REQUEST) &&
-	       strstr(r->msg, want_v) != NULL, "%s", r->msg);
+	CHECKF(r->id == 4242 && r->type == PROTO_ERROR &&
+	       !strcmp(r->error.code, PROTO_E_BAD_REQUEST) && strstr(r->error.msg, want_v) != NULL,
+	       "%s", why(r));
 	zmq_msg_close(&m);
 	zmq_close(raw);
-	q->type = PROTO_PING;
+	proto_init(q, PROTO_PING, 0);
 	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_PONG);
 
 	/* drop, then the session is unknown. */
-	*q = (proto_msg){ .type = PROTO_DROP, .session = 7 };
+	proto_init(q, PROTO_DROP, 0);
+	q->drop.session = 7;
 	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_OK);
-	*q = (proto_msg){ .type = PROTO_SCORE, .session = 7, .pos = 2, .n_append = 1, .append = { 5 },
-			  .n = 1, .samp = samp, .rows = rows };
+	req(q, PROTO_SCORE, 7, 2, (const int[]){ 5 }, 1, 1, &samp, &rows);
 	CHECK(client_call(t, q, r, &err) == 0 && r->type == PROTO_ERROR &&
-	      !strcmp(r->code, "unknown-session"));
+	      !strcmp(r->error.code, "unknown-session"));
 
 	/* LRU eviction: a server with a 1 MiB KV budget (a session of this model
 	 * holds 48 KiB: 3 layers x K and V x 64 positions x 32 floats) keeps the
@@ -236,16 +263,14 @@ int main(void)
 	pcg_client *e = client_new(ctx, eurl, 2000, 5, &err);
 	int served = 0;
 	for (int s = 1; s <= 40; s++) {
-		*q = (proto_msg){ .type = PROTO_SCORE, .session = (uint64_t)s, .pos = 0, .n_append = 3,
-				  .append = { 1, 2, 3 }, .n = 1, .samp = samp, .rows = rows };
+		req(q, PROTO_SCORE, (uint64_t)s, 0, a123, 3, 1, &samp, &rows);
 		served += client_call(e, q, r, &err) == 0 && r->type == PROTO_PROBS;
 	}
 	CHECK(served == 40);
-	*q = (proto_msg){ .type = PROTO_SCORE, .session = 1, .pos = 3, .n_append = 1, .append = { 4 },
-			  .n = 1, .samp = samp, .rows = rows };
+	qs = req(q, PROTO_SCORE, 1, 3, (const int[]){ 4 }, 1, 1, &samp, &rows);
 	CHECK(client_call(e, q, r, &err) == 0 && r->type == PROTO_ERROR &&
-	      !strcmp(r->code, "unknown-session"));
-	q->session = 40;
+	      !strcmp(r->error.code, "unknown-session"));
+	qs->session = 40;
 	CHECK(client_call(e, q, r, &err) == 0 && r->type == PROTO_PROBS);
 	client_free(&e);
 	kill(ep, SIGTERM);
@@ -274,7 +299,7 @@ int main(void)
 		kill(tp, SIGKILL);
 	/* A client facing a dead server gives up with an error naming it. */
 	pcg_client *gone = client_new(ctx, durl, 100, 2, &err);
-	q->type = PROTO_PING;
+	proto_init(q, PROTO_PING, 0);
 	CHECK(client_call(gone, q, r, &err) == -1 && strstr(err.msg, "no reply after 2 tries"));
 	client_free(&gone);
 	client_free(&d);

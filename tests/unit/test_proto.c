@@ -17,22 +17,28 @@
 #include "rng.h"
 #include "sampling.h"
 
+/* Makes m a propose or score. */
+static proto_msg *fill_req(proto_msg *m, proto_type t)
+{
+	proto_init(m, t, 77);
+	proto_model_req *r = proto_model_mut(m);
+	r->session = 0x123456789abcULL;
+	r->pos = 5;
+	r->n_append = 3;
+	r->append[0] = 128260;
+	r->append[1] = 128264 + 7;
+	r->append[2] = 193799;
+	r->n = 3;
+	r->samp = (pcg_sampling){ 0.8f, 50, 0.95f };
+	r->rows = (llama_rows){ 2, { 128264, 128261 }, { 193800, 128262 } };
+	if (t == PROTO_PROPOSE)
+		m->propose.seed = 42;
+	return m;
+}
+
 static proto_msg *req(proto_type t)
 {
-	proto_msg *m = calloc(1, sizeof *m);
-	m->type = t;
-	m->id = 77;
-	m->session = 0x123456789abcULL;
-	m->pos = 5;
-	m->n_append = 3;
-	m->append[0] = 128260;
-	m->append[1] = 128264 + 7;
-	m->append[2] = 193799;
-	m->n = 3;
-	m->samp = (pcg_sampling){ 0.8f, 50, 0.95f };
-	m->seed = 42;
-	m->rows = (llama_rows){ 2, { 128264, 128261 }, { 193800, 128262 } };
-	return m;
+	return fill_req(calloc(1, sizeof(proto_msg)), t);
 }
 
 static int roundtrip(const proto_msg *m, proto_msg *out, pcg_err *err)
@@ -43,7 +49,7 @@ static int roundtrip(const proto_msg *m, proto_msg *out, pcg_err *err)
 
 	if (proto_pack(m, &buf, &len, err) < 0)
 		return -1;
-	/* Copy, so that out->probs points into a buffer we keep. */
+	/* Copy, so that out's values point into a buffer we keep. */
 	static unsigned char keep[1 << 20];
 	memcpy(keep, buf, len < sizeof keep ? len : sizeof keep);
 	free(buf);
@@ -68,43 +74,50 @@ static void test_roundtrip(void)
 	proto_msg *m = req(PROTO_PROPOSE), *o = calloc(1, sizeof *o);
 
 	CHECKF(roundtrip(m, o, &err) == 0, "%s", err.msg);
-	CHECK(o->type == PROTO_PROPOSE && o->id == 77 && o->session == m->session);
-	CHECK(o->pos == 5 && o->n_append == 3 && o->append[2] == 193799 && o->n == 3);
-	CHECK(o->samp.temperature == 0.8f && o->samp.top_k == 50 && o->samp.top_p == 0.95f);
-	CHECK(o->seed == 42 && o->rows.n == 2 && o->rows.begin[1] == 128261 && o->rows.end[0] == 193800);
+	const proto_model_req *r = &o->propose.req;
+	CHECK(o->type == PROTO_PROPOSE && o->id == 77 && r->session == m->propose.req.session);
+	CHECK(r->pos == 5 && r->n_append == 3 && r->append[2] == 193799 && r->n == 3);
+	CHECK(r->samp.temperature == 0.8f && r->samp.top_k == 50 && r->samp.top_p == 0.95f);
+	CHECK(o->propose.seed == 42 && r->rows.n == 2 && r->rows.begin[1] == 128261 &&
+	      r->rows.end[0] == 193800 && o->propose.n_forced == 0);
+	free(m);
 
-	m->type = PROTO_SCORE;
+	m = req(PROTO_SCORE);
+	m->score.heads = 2;
 	CHECKF(roundtrip(m, o, &err) == 0, "%s", err.msg);
-	CHECK(o->type == PROTO_SCORE && o->n == 3);
+	CHECK(o->type == PROTO_SCORE && o->score.req.n == 3 && o->score.heads == 2 &&
+	      o->score.req.n_append == 3 && o->score.req.append[0] == 128260);
 
-	m->type = PROTO_DROP;
-	CHECKF(roundtrip(m, o, &err) == 0 && o->type == PROTO_DROP && o->session == m->session, "%s",
-	       err.msg);
-	m->type = PROTO_PING;
+	proto_init(m, PROTO_DROP, 77);
+	m->drop.session = 0x123456789abcULL;
+	CHECKF(roundtrip(m, o, &err) == 0 && o->type == PROTO_DROP &&
+	       o->drop.session == m->drop.session, "%s", err.msg);
+	proto_init(m, PROTO_PING, 77);
 	CHECK(roundtrip(m, o, &err) == 0 && o->type == PROTO_PING && o->id == 77);
 
 	/* probs: f32 exactly, f16 within its rounding (relative 2^-11). */
 	float v[2 * 5] = { 0.5f, 0.25f, 0.125f, 0.125f, 0.0f, 1e-3f, 0.2f, 0.3f, 0.4f, 0.099f };
-	proto_msg *p = calloc(1, sizeof *p);
-	p->type = PROTO_PROBS;
-	p->id = 9;
+	proto_msg *pm = calloc(1, sizeof *pm);
+	proto_init(pm, PROTO_PROBS, 9);
+	proto_probs *p = &pm->probs;
 	p->n_x = 2;
 	p->x[0] = 3;
 	p->x[1] = 4;
 	p->n_vec = 2;
 	p->width = 5;
-	p->probs = v;
+	p->values = v;
 	p->n_stats = 1;
 	p->stats[0] = 0.25;
 	for (int f16 = 0; f16 < 2; f16++) {
 		p->f16 = f16;
-		CHECKF(roundtrip(p, o, &err) == 0, "%s", err.msg);
-		CHECK(o->type == PROTO_PROBS && o->n_x == 2 && o->x[1] == 4 && o->n_vec == 2 &&
-		      o->width == 5 && o->n_stats == 1 && o->stats[0] == 0.25);
+		CHECKF(roundtrip(pm, o, &err) == 0, "%s", err.msg);
+		const proto_probs *op = &o->probs;
+		CHECK(o->type == PROTO_PROBS && op->n_x == 2 && op->x[1] == 4 && op->n_vec == 2 &&
+		      op->width == 5 && op->n_stats == 1 && op->stats[0] == 0.25);
 		float back[5];
 		int ok = 1;
 		for (int i = 0; i < 2; i++) {
-			proto_vector(o, i, back);
+			proto_vector(op, i, back);
 			for (int j = 0; j < 5; j++) {
 				float want = v[i * 5 + j], d = back[j] - want;
 				ok &= f16 ? (d < 0 ? -d : d) <= want / 2048 + 1e-7f : back[j] == want;
@@ -114,12 +127,13 @@ static void test_roundtrip(void)
 	}
 
 	/* synth -> result, audio: the verifier's messages. */
-	proto_msg *s = calloc(1, sizeof *s);
-	s->type = PROTO_SYNTH;
+	proto_msg *sm = calloc(1, sizeof *sm);
+	proto_init(sm, PROTO_SYNTH, 77);
+	proto_synth *s = &sm->synth;
 	snprintf(s->text, sizeof s->text, "Hello, wörld.");
 	snprintf(s->policy, sizeof s->policy, "pcg");
 	s->beta = 0.4f;
-	s->n = 3;
+	s->lookahead = 3;
 	s->samp = (pcg_sampling){ 0.8f, 50, 1.0f };
 	s->seed = 7;
 	s->max_tokens = 500;
@@ -127,77 +141,97 @@ static void test_roundtrip(void)
 	s->chunk = 10;
 	s->left = 20;
 	s->right = 4;
-	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
-	CHECK(o->type == PROTO_SYNTH && !strcmp(o->text, "Hello, wörld.") &&
-	      !strcmp(o->policy, "pcg") && o->beta == 0.4f && o->n == 3 && o->max_tokens == 500 &&
-	      o->stream && o->audio && o->chunk == 10 && o->left == 20 && o->right == 4 &&
-	      o->seed == 7 && o->samp.top_k == 50);
+	CHECKF(roundtrip(sm, o, &err) == 0, "%s", err.msg);
+	const proto_synth *os = &o->synth;
+	CHECK(o->type == PROTO_SYNTH && !strcmp(os->text, "Hello, wörld.") &&
+	      !strcmp(os->policy, "pcg") && os->beta == 0.4f && os->lookahead == 3 &&
+	      os->max_tokens == 500 && os->stream && os->audio && os->chunk == 10 &&
+	      os->left == 20 && os->right == 4 && os->seed == 7 && os->samp.top_k == 50);
 	/* the policy's parameters by name (optional: absent above) */
-	CHECK(o->n_args == 0);
+	CHECK(os->n_args == 0);
 	s->n_args = 2;
 	snprintf(s->arg_name[0], sizeof s->arg_name[0], "epsilon");
 	s->arg_val[0] = 0.09;
 	snprintf(s->arg_name[1], sizeof s->arg_name[1], "k");
 	s->arg_val[1] = 50;
-	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
-	CHECK(o->n_args == 2 && !strcmp(o->arg_name[0], "epsilon") && o->arg_val[0] == 0.09 &&
-	      !strcmp(o->arg_name[1], "k") && o->arg_val[1] == 50);
+	CHECKF(roundtrip(sm, o, &err) == 0, "%s", err.msg);
+	CHECK(os->n_args == 2 && !strcmp(os->arg_name[0], "epsilon") && os->arg_val[0] == 0.09 &&
+	      !strcmp(os->arg_name[1], "k") && os->arg_val[1] == 50);
 	{
 		/* a repeated name, a non-number and too many are refused by name */
 		void *buf;
 		size_t len;
 		snprintf(s->arg_name[1], sizeof s->arg_name[1], "epsilon");
-		CHECK(proto_pack(s, &buf, &len, &err) == 0);
+		CHECK(proto_pack(sm, &buf, &len, &err) == 0);
 		bad("args: a name twice", buf, len, "'epsilon' twice");
 		free(buf);
 		s->n_args = PROTO_MAX_ARGS + 1;
-		CHECK(proto_pack(s, &buf, &len, &err) < 0 && strstr(err.msg, "policy arguments"));
+		CHECK(proto_pack(sm, &buf, &len, &err) < 0 && strstr(err.msg, "policy arguments"));
 	}
-	s->n_args = 0;
-	s->type = PROTO_RESULT;
-	s->n_append = 2;
-	s->append[0] = 5;
-	s->append[1] = 6;
-	s->n_stats = 3;
-	s->stats[0] = 1.5;
-	s->stats[1] = 1e-9;
-	s->stats[2] = 12;
-	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
-	CHECK(o->type == PROTO_RESULT && o->n_append == 2 && o->append[1] == 6 && o->n_stats == 3 &&
-	      o->stats[0] == 1.5 && o->stats[1] == 1e-9 && o->stats[2] == 12);
-	s->type = PROTO_AUDIO;
-	s->final = 1;
-	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
-	CHECK(o->type == PROTO_AUDIO && o->final == 1 && o->n_append == 2 && o->chunk == 10 &&
-	      o->left == 20 && o->right == 4);
+	free(sm);
+
+	proto_init(m, PROTO_RESULT, 77);
+	proto_result *res = &m->result;
+	res->n_tokens = 2;
+	res->tokens[0] = 5;
+	res->tokens[1] = 6;
+	res->n_stats = 3;
+	res->stats[0] = 1.5;
+	res->stats[1] = 1e-9;
+	res->stats[2] = 12;
+	CHECKF(roundtrip(m, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_RESULT && o->result.n_tokens == 2 && o->result.tokens[1] == 6 &&
+	      o->result.n_stats == 3 && o->result.stats[0] == 1.5 &&
+	      o->result.stats[1] == 1e-9 && o->result.stats[2] == 12);
+	proto_init(m, PROTO_AUDIO, 77);
+	proto_audio *au = &m->audio;
+	au->final = 1;
+	au->n_tokens = 2;
+	au->tokens[0] = 5;
+	au->tokens[1] = 6;
+	au->chunk = 10;
+	au->left = 20;
+	au->right = 4;
+	CHECKF(roundtrip(m, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_AUDIO && o->audio.final == 1 && o->audio.n_tokens == 2 &&
+	      o->audio.tokens[1] == 6 && o->audio.chunk == 10 && o->audio.left == 20 &&
+	      o->audio.right == 4);
 	/* progress and pcm: the audio as s16le, read back at any alignment */
 	const int16_t pcm[5] = { 0, -32768, 32767, 1, -1 };
-	s->type = PROTO_PROGRESS;
-	s->queue = 3;
-	s->pos = 7;
-	s->rate = 16000;
-	s->pcm = pcm;
-	s->n_pcm = 5;
-	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
-	CHECK(o->type == PROTO_PROGRESS && o->queue == 3 && o->pos == 7 && o->rate == 16000 &&
-	      o->n_pcm == 5 && !memcmp(o->pcm, pcm, sizeof pcm) && o->n_append == 2);
-	s->type = PROTO_PCM;
-	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
-	CHECK(o->type == PROTO_PCM && o->n_pcm == 5 && !memcmp(o->pcm, pcm, sizeof pcm));
-	s->type = PROTO_CANCEL;
-	s->session = 99;
-	CHECKF(roundtrip(s, o, &err) == 0, "%s", err.msg);
-	CHECK(o->type == PROTO_CANCEL && o->session == 99);
-	free(s);
+	proto_init(m, PROTO_PROGRESS, 77);
+	proto_progress *pr = &m->progress;
+	pr->queue = 3;
+	pr->pos = 7;
+	pr->rate = 16000;
+	pr->samples = pcm;
+	pr->n_samples = 5;
+	pr->n_tokens = 2;
+	pr->tokens[0] = 5;
+	pr->tokens[1] = 6;
+	CHECKF(roundtrip(m, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_PROGRESS && o->progress.queue == 3 && o->progress.pos == 7 &&
+	      o->progress.rate == 16000 && o->progress.n_samples == 5 &&
+	      !memcmp(o->progress.samples, pcm, sizeof pcm) && o->progress.n_tokens == 2);
+	proto_init(m, PROTO_PCM, 77);
+	m->pcm.rate = 16000;
+	m->pcm.samples = pcm;
+	m->pcm.n_samples = 5;
+	CHECKF(roundtrip(m, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_PCM && o->pcm.n_samples == 5 && o->pcm.rate == 16000 &&
+	      !memcmp(o->pcm.samples, pcm, sizeof pcm));
+	proto_init(m, PROTO_CANCEL, 77);
+	m->cancel.session = 99;
+	CHECKF(roundtrip(m, o, &err) == 0, "%s", err.msg);
+	CHECK(o->type == PROTO_CANCEL && o->cancel.session == 99);
 
 	proto_error(o, 5, PROTO_E_UNKNOWN_SESSION, "session %d not held", 12);
 	proto_msg *e = calloc(1, sizeof *e);
 	CHECKF(roundtrip(o, e, &err) == 0, "%s", err.msg);
-	CHECK(e->type == PROTO_ERROR && e->id == 5 && !strcmp(e->code, "unknown-session") &&
-	      !strcmp(e->msg, "session 12 not held"));
+	CHECK(e->type == PROTO_ERROR && e->id == 5 && !strcmp(e->error.code, "unknown-session") &&
+	      !strcmp(e->error.msg, "session 12 not held"));
 	free(m);
 	free(o);
-	free(p);
+	free(pm);
 	free(e);
 }
 
@@ -223,7 +257,7 @@ static int pack_parse(proto_msg *p, int sparse, proto_msg *o, void **buf, size_t
 {
 	pcg_err err = { "" };
 
-	p->sparse = sparse;
+	p->probs.sparse = sparse;
 	if (proto_pack(p, buf, len, &err) < 0 || proto_parse(*buf, *len, o, &err) < 0) {
 		fprintf(stderr, "pack_parse: %s\n", err.msg);
 		return -1;
@@ -245,27 +279,28 @@ static void test_sparse(void)
 	proto_msg *p = calloc(1, sizeof *p), *o[2] = { calloc(1, sizeof *o[0]), calloc(1, sizeof *o[1]) };
 	float *back = malloc((size_t)2 * NV * W * sizeof *back);
 
-	p->type = PROTO_PROBS;
-	p->id = 3;
-	p->n_vec = NV;
-	p->width = W;
-	p->probs = v;
+	proto_init(p, PROTO_PROBS, 3);
+	p->probs.n_vec = NV;
+	p->probs.width = W;
+	p->probs.values = v;
 	for (int f16 = 0; f16 < 2; f16++) {
 		void *buf[2];
 		size_t len[2];
-		p->f16 = f16;
+		p->probs.f16 = f16;
 		for (int sp = 0; sp < 2; sp++) {
 			CHECK(pack_parse(p, sp, o[sp], &buf[sp], &len[sp]) == 0);
 			/* the values lie at a multiple of 8 bytes in the message */
-			CHECK(((const unsigned char *)o[sp]->probs - (unsigned char *)buf[sp]) % 8 == 0);
+			const unsigned char *at = o[sp]->probs.values;
+			CHECK((at - (unsigned char *)buf[sp]) % 8 == 0);
 			for (int i = 0; i < NV; i++)
-				proto_vector(o[sp], i, back + ((size_t)sp * NV + i) * W);
+				proto_vector(&o[sp]->probs, i, back + ((size_t)sp * NV + i) * W);
 		}
-		CHECKF(!o[0]->sparse && o[1]->sparse, "f16=%d: sparse flags %d %d", f16, o[0]->sparse,
-		       o[1]->sparse);
+		CHECKF(!o[0]->probs.sparse && o[1]->probs.sparse, "f16=%d: sparse flags %d %d", f16,
+		       o[0]->probs.sparse, o[1]->probs.sparse);
 		CHECKF(len[1] < len[0] / 2, "f16=%d: sparse %zu bytes, dense %zu", f16, len[1], len[0]);
 		/* vector 4 is not truncated: it stays dense in the sparse reply */
-		CHECK(o[1]->nnz[4] == W && o[1]->nnz[0] == 20 && o[1]->nnz[2] == 1);
+		const int *nnz = o[1]->probs.nnz;
+		CHECK(nnz[4] == W && nnz[0] == 20 && nnz[2] == 1);
 		CHECKF(memcmp(back, back + (size_t)NV * W, (size_t)NV * W * sizeof *back) == 0,
 		       "f16=%d: sparse and dense vectors differ", f16);
 		if (!f16)
@@ -376,13 +411,13 @@ static void test_hostile(void)
 	free(cp);
 	free(buf);
 
-	m->samp.top_p = 1.5f;
+	m->propose.req.samp.top_p = 1.5f;
 	CHECK(proto_pack(m, &buf, &len, &err) == 0);
 	bad("top_p 1.5", buf, len, "top_p");
 	free(buf);
-	m->samp.top_p = 1;
-	m->type = PROTO_SCORE;
-	m->n = 9; /* more positions than appended tokens */
+	free(m);
+	m = req(PROTO_SCORE);
+	m->score.req.n = 9; /* more positions than appended tokens */
 	CHECK(proto_pack(m, &buf, &len, &err) == 0);
 	bad("score n > append", buf, len, "field 'n'");
 	free(buf);
@@ -400,10 +435,13 @@ static void test_sparse_hostile(void)
 	size_t len;
 
 	make_probs(v, 2, 100, &s, 1, 9);
-	*p = (proto_msg){ .type = PROTO_PROBS, .n_vec = 2, .width = 100, .probs = v };
-	CHECK(pack_parse(p, 1, o, &buf, &len) == 0 && o->sparse && o->nnz[0] == 5);
+	proto_init(p, PROTO_PROBS, 0);
+	p->probs.n_vec = 2;
+	p->probs.width = 100;
+	p->probs.values = v;
+	CHECK(pack_parse(p, 1, o, &buf, &len) == 0 && o->probs.sparse && o->probs.nnz[0] == 5);
 	unsigned char *b = buf, *c = malloc(len);
-	const size_t ids = (size_t)((const unsigned char *)o->ids - b);
+	const size_t ids = (size_t)((const unsigned char *)o->probs.ids - b);
 	size_t nnz = 0;
 	for (size_t i = 0; i + 6 < len; i++)
 		if (!memcmp(b + i, "\xa3nnz\x92", 5))
@@ -442,16 +480,17 @@ static void test_mutations(void)
 	unsigned seed = 12345;
 	int parsed = 0;
 
-	p->type = PROTO_PROBS;
-	p->n_x = 1;
-	p->n_vec = 3;
-	p->width = 4;
-	p->probs = v;
+	proto_init(p, PROTO_PROBS, 0);
+	p->probs.n_x = 1;
+	p->probs.n_vec = 3;
+	p->probs.width = 4;
+	p->probs.values = v;
 	CHECK(proto_pack(m, &bufs[0], &lens[0], &err) == 0);
 	CHECK(proto_pack(p, &bufs[1], &lens[1], &err) == 0);
 	make_probs(w, 3, 40, &s, 1, 5); /* and a sparse one */
-	*p = (proto_msg){ .type = PROTO_PROBS, .n_x = 1, .n_vec = 3, .width = 40, .probs = w,
-			  .sparse = 1 };
+	p->probs.width = 40;
+	p->probs.values = w;
+	p->probs.sparse = 1;
 	CHECK(proto_pack(p, &bufs[2], &lens[2], &err) == 0);
 	for (int it = 0; it < 30000; it++) {
 		int which = it % 3;
@@ -469,10 +508,10 @@ static void test_mutations(void)
 		size_t cut = (seed >> 16) % 8 == 0 ? (seed >> 4) % len : len;
 		if (proto_parse(c, cut, o, &err) == 0) {
 			parsed++;
-			if (o->type == PROTO_PROBS && o->n_vec > 0) {
+			if (o->type == PROTO_PROBS && o->probs.n_vec > 0) {
 				float tmp[1 << 10];
-				if (o->width <= 1 << 10)
-					proto_vector(o, o->n_vec - 1, tmp); /* touches the last bytes */
+				if (o->probs.width <= 1 << 10) /* touches the last bytes: */
+					proto_vector(&o->probs, o->probs.n_vec - 1, tmp);
 			}
 		}
 		free(c);
@@ -486,31 +525,31 @@ static void test_mutations(void)
 	free(p);
 }
 
-/* A reused message: the fields its type does not carry hold what an earlier
- * message left there (here the worst of it), and packing must neither read
- * nor size by them. The verifier once reserved 16 GiB a request this way. */
+/* A reused message: what an earlier message of another type left in its
+ * struct (here the worst of it) must neither be read nor size anything once
+ * proto_init has made it a score. The verifier once reserved 16 GiB a
+ * request this way. */
 static void test_stale_fields(void)
 {
-	proto_msg *m = req(PROTO_SCORE), *out = calloc(1, sizeof *out);
+	proto_msg *m = malloc(sizeof *m), *out = calloc(1, sizeof *out);
 	proto_buf b = { 0 };
 	pcg_err err = { "" };
 
-	m->n_stats = 0x7fffffff;
-	memset(m->text, 'x', sizeof m->text); /* no end */
-	memset(m->msg, 'y', sizeof m->msg);
-	m->asg_len = (size_t)1 << 40;
-	m->n_x = 1 << 30;
+	memset(m, 0x7f, sizeof *m); /* counts of 2^31, strings without an end */
+	fill_req(m, PROTO_SCORE);
 	CHECKF(proto_pack_buf(m, &b, &err) == 0, "score with stale fields: %s", err.msg);
 	CHECKF(b.cap < (1u << 20), "score: %zu bytes reserved for %zu packed", b.cap, b.len);
-	CHECKF(proto_parse(b.data, b.len, out, &err) == 0 && out->n_append == m->n_append,
+	CHECKF(proto_parse(b.data, b.len, out, &err) == 0 &&
+	       out->score.req.n_append == m->score.req.n_append,
 	       "score with stale fields parses back: %s", err.msg);
 	/* a field of the type itself out of range is an error, not a huge buffer */
-	proto_msg *r = req(PROTO_RESULT);
-	r->n_stats = 0x7fffffff;
+	proto_msg *r = calloc(1, sizeof *r);
+	proto_init(r, PROTO_RESULT, 77);
+	r->result.n_stats = 0x7fffffff;
 	CHECKF(proto_pack_buf(r, &b, &err) < 0 && strstr(err.msg, "stats"),
 	       "result with 2^31 stats: %s", err.msg);
-	r->n_stats = 0;
-	memset(r->msg, 'z', sizeof r->msg);
+	r->result.n_stats = 0;
+	memset(r->result.msg, 'z', sizeof r->result.msg);
 	CHECKF(proto_pack_buf(r, &b, &err) < 0, "result: a message without its end packs");
 	CHECKF(b.cap < (1u << 20), "%zu bytes reserved", b.cap);
 	proto_buf_free(&b);
@@ -518,7 +557,6 @@ static void test_stale_fields(void)
 	free(r);
 	free(out);
 }
-
 
 /* The wire format, byte for byte: one message of each type (and the
  * optional fields, a sparse f16 probs) packed and compared with
@@ -539,114 +577,130 @@ static const char *golden_msg(int k, proto_msg *m)
 	static const char *const names[] = { "propose", "propose-forced", "score", "drop", "ping",
 		"probs", "probs-sparse-f16", "ok", "pong", "error", "synth", "synth-args", "result",
 		"audio", "pcm", "progress", "cancel" };
+	static const proto_type types[] = { PROTO_PROPOSE, PROTO_PROPOSE, PROTO_SCORE, PROTO_DROP,
+		PROTO_PING, PROTO_PROBS, PROTO_PROBS, PROTO_OK, PROTO_PONG, PROTO_ERROR, PROTO_SYNTH,
+		PROTO_SYNTH, PROTO_RESULT, PROTO_AUDIO, PROTO_PCM, PROTO_PROGRESS, PROTO_CANCEL };
 
 	if (k >= (int)(sizeof names / sizeof names[0]))
 		return NULL;
 	memset(m, 0, sizeof *m);
-	m->id = 1000 + (uint64_t)k;
+	proto_init(m, types[k], 1000 + (uint64_t)k);
 	const char *n = names[k];
-	if (!strncmp(n, "propose", 7) || !strcmp(n, "score")) {
-		m->type = n[0] == 'p' ? PROTO_PROPOSE : PROTO_SCORE;
-		m->session = 0xfedcba987654ULL;
-		m->pos = 12;
-		m->n_append = 4;
+	proto_model_req *r = proto_model_mut(m);
+	if (r != NULL) {
+		r->session = 0xfedcba987654ULL;
+		r->pos = 12;
+		r->n_append = 4;
 		for (int i = 0; i < 4; i++)
-			m->append[i] = 128264 + 1000 * i;
-		m->n = 3;
-		m->samp = (pcg_sampling){ 0.8f, 50, 0.95f };
-		m->seed = 0x1234567890ULL;
-		m->rows = (llama_rows){ 2, { 128264, 128261 }, { 193800, 128262 } };
-		m->f16 = 1;
+			r->append[i] = 128264 + 1000 * i;
+		r->n = 3;
+		r->samp = (pcg_sampling){ 0.8f, 50, 0.95f };
+		r->rows = (llama_rows){ 2, { 128264, 128261 }, { 193800, 128262 } };
+		r->f16 = 1;
+	}
+	switch (m->type) {
+	case PROTO_PROPOSE:
+		m->propose.seed = 0x1234567890ULL;
 		if (!strcmp(n, "propose-forced")) {
-			m->n_forced = 2;
-			m->forced_at[0] = m->forced_at[1] = 2;
-			m->forced[0] = 7;
-			m->forced[1] = 8;
+			m->propose.n_forced = 2;
+			m->propose.forced_at[0] = m->propose.forced_at[1] = 2;
+			m->propose.forced[0] = 7;
+			m->propose.forced[1] = 8;
 		}
-		if (m->type == PROTO_SCORE)
-			m->heads = 2;
-	} else if (!strcmp(n, "drop") || !strcmp(n, "cancel")) {
-		m->type = n[0] == 'd' ? PROTO_DROP : PROTO_CANCEL;
-		m->session = 4242;
-	} else if (!strcmp(n, "ping") || !strcmp(n, "ok")) {
-		m->type = n[0] == 'p' ? PROTO_PING : PROTO_OK;
-	} else if (!strncmp(n, "probs", 5)) {
-		m->type = PROTO_PROBS;
+		break;
+	case PROTO_SCORE: m->score.heads = 2; break;
+	case PROTO_DROP: m->drop.session = 4242; break;
+	case PROTO_CANCEL: m->cancel.session = 4242; break;
+	case PROTO_PROBS: {
+		proto_probs *p = &m->probs;
 		for (int i = 0; i < 3 * G_WIDTH; i++) /* vector 1 dense, 0 and 2 sparse */
 			golden_v[i] = i / G_WIDTH == 1 || i % 13 == 0 ? 0.25f + (float)i / 512 : 0;
-		m->n_x = 2;
-		m->x[0] = 3;
-		m->x[1] = 39;
-		m->n_vec = 3;
-		m->width = G_WIDTH;
-		m->probs = golden_v;
-		m->n_stats = 1;
-		m->stats[0] = 0.125;
-		m->sparse = m->f16 = !strcmp(n, "probs-sparse-f16");
-	} else if (!strcmp(n, "pong")) {
-		m->type = PROTO_PONG;
-		snprintf(m->msg, sizeof m->msg, "llasa 1b, 16 layers");
-	} else if (!strcmp(n, "error")) {
+		p->n_x = 2;
+		p->x[0] = 3;
+		p->x[1] = 39;
+		p->n_vec = 3;
+		p->width = G_WIDTH;
+		p->values = golden_v;
+		p->n_stats = 1;
+		p->stats[0] = 0.125;
+		p->sparse = p->f16 = !strcmp(n, "probs-sparse-f16");
+		break;
+	}
+	case PROTO_PONG: snprintf(m->pong.msg, sizeof m->pong.msg, "llasa 1b, 16 layers"); break;
+	case PROTO_ERROR:
 		proto_error(m, m->id, PROTO_E_UNKNOWN_SESSION, "session %d not held", 12);
-	} else if (!strncmp(n, "synth", 5)) {
-		m->type = PROTO_SYNTH;
-		snprintf(m->text, sizeof m->text, "Hello, wörld.");
-		snprintf(m->policy, sizeof m->policy, "lantern");
-		m->beta = 0.4f;
-		m->n = 4;
-		m->samp = (pcg_sampling){ 0.9f, 0, 0.5f };
-		m->seed = 7;
-		m->max_tokens = 500;
-		m->f16 = 1;
-		m->asg = golden_asg;
-		m->asg_len = sizeof golden_asg;
-		m->speaker = 3;
-		m->viterbi_k = 8;
-		m->stream = 1;
-		m->audio = 1;
-		m->chunk = 10;
-		m->left = 20;
-		m->right = 4;
+		break;
+	case PROTO_SYNTH: {
+		proto_synth *s = &m->synth;
+		snprintf(s->text, sizeof s->text, "Hello, wörld.");
+		snprintf(s->policy, sizeof s->policy, "lantern");
+		s->beta = 0.4f;
+		s->lookahead = 4;
+		s->samp = (pcg_sampling){ 0.9f, 0, 0.5f };
+		s->seed = 7;
+		s->max_tokens = 500;
+		s->f16 = 1;
+		s->asg = golden_asg;
+		s->asg_len = sizeof golden_asg;
+		s->speaker = 3;
+		s->viterbi_k = 8;
+		s->stream = 1;
+		s->audio = 1;
+		s->chunk = 10;
+		s->left = 20;
+		s->right = 4;
 		if (!strcmp(n, "synth-args")) {
-			m->n_args = 2;
-			snprintf(m->arg_name[0], sizeof m->arg_name[0], "epsilon");
-			m->arg_val[0] = 0.09;
-			snprintf(m->arg_name[1], sizeof m->arg_name[1], "k");
-			m->arg_val[1] = 50;
+			s->n_args = 2;
+			snprintf(s->arg_name[0], sizeof s->arg_name[0], "epsilon");
+			s->arg_val[0] = 0.09;
+			snprintf(s->arg_name[1], sizeof s->arg_name[1], "k");
+			s->arg_val[1] = 50;
 		}
-	} else if (!strcmp(n, "result")) {
-		m->type = PROTO_RESULT;
-		m->n_append = 3;
-		m->append[0] = 5;
-		m->append[1] = 65535;
-		m->append[2] = 70000;
-		m->n_stats = 3;
-		m->stats[0] = 1.5;
-		m->stats[1] = 1e-9;
-		m->stats[2] = 12;
-		snprintf(m->msg, sizeof m->msg, "done");
-	} else if (!strcmp(n, "audio")) {
-		m->type = PROTO_AUDIO;
-		m->session = 77;
-		m->n_append = 2;
-		m->append[0] = 300;
-		m->append[1] = 65000;
-		m->final = 1;
-		m->chunk = 25;
-		m->left = 8;
-		m->right = 2;
-	} else {
-		m->type = !strcmp(n, "pcm") ? PROTO_PCM : PROTO_PROGRESS;
-		m->rate = 16000;
-		m->pcm = golden_pcm;
-		m->n_pcm = 4;
-		if (m->type == PROTO_PROGRESS) {
-			m->queue = 2;
-			m->pos = 9;
-			m->n_append = 2;
-			m->append[0] = 11;
-			m->append[1] = 12;
-		}
+		break;
+	}
+	case PROTO_RESULT: {
+		proto_result *res = &m->result;
+		res->n_tokens = 3;
+		res->tokens[0] = 5;
+		res->tokens[1] = 65535;
+		res->tokens[2] = 70000;
+		res->n_stats = 3;
+		res->stats[0] = 1.5;
+		res->stats[1] = 1e-9;
+		res->stats[2] = 12;
+		snprintf(res->msg, sizeof res->msg, "done");
+		break;
+	}
+	case PROTO_AUDIO: {
+		proto_audio *a = &m->audio;
+		a->session = 77;
+		a->n_tokens = 2;
+		a->tokens[0] = 300;
+		a->tokens[1] = 65000;
+		a->final = 1;
+		a->chunk = 25;
+		a->left = 8;
+		a->right = 2;
+		break;
+	}
+	case PROTO_PCM:
+		m->pcm.rate = 16000;
+		m->pcm.samples = golden_pcm;
+		m->pcm.n_samples = 4;
+		break;
+	case PROTO_PROGRESS: {
+		proto_progress *p = &m->progress;
+		p->rate = 16000;
+		p->samples = golden_pcm;
+		p->n_samples = 4;
+		p->queue = 2;
+		p->pos = 9;
+		p->n_tokens = 2;
+		p->tokens[0] = 11;
+		p->tokens[1] = 12;
+		break;
+	}
+	case PROTO_PING: case PROTO_OK: break;
 	}
 	return n;
 }

@@ -35,11 +35,16 @@ static long rss_kb(pid_t pid)
 static int good_round(pcg_client *c, proto_msg *q, proto_msg *r, int i)
 {
 	pcg_err err;
-	*q = (proto_msg){ .type = PROTO_SCORE, .session = 1 + (i % 3), .pos = 0, .n_append = 4,
-			  .append = { 1, 2, 3, 4 + i % 50 }, .n = 2, .samp = { 1, 0, 1 },
-			  .rows = { 1, { 0 }, { 384 } } };
-	return client_call(c, q, r, &err) == 0 && r->type == PROTO_PROBS && r->n_vec == 2 &&
-	       r->width == 384;
+	proto_init(q, PROTO_SCORE, 0);
+	proto_model_req *s = &q->score.req;
+	s->session = 1 + (uint64_t)(i % 3);
+	s->n_append = 4;
+	memcpy(s->append, (const int32_t[]){ 1, 2, 3, 4 + i % 50 }, 4 * sizeof *s->append);
+	s->n = 2;
+	s->samp = (pcg_sampling){ 1, 0, 1 };
+	s->rows = (llama_rows){ 1, { 0 }, { 384 } };
+	return client_call(c, q, r, &err) == 0 && r->type == PROTO_PROBS && r->probs.n_vec == 2 &&
+	       r->probs.width == 384;
 }
 
 int main(void)

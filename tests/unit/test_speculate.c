@@ -155,18 +155,17 @@ static int call(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err)
 }
 
 /* A synth request (the caller frees it). */
-static proto_msg *synth(const char *policy, uint64_t seed, int max_tokens)
+static proto_synth *synth(const char *policy, uint64_t seed, int max_tokens)
 {
-	proto_msg *q = calloc(1, sizeof *q);
+	proto_synth *q = calloc(1, sizeof *q);
 
 	if (q == NULL) {
 		fprintf(stderr, "out of memory\n");
 		exit(1);
 	}
-	q->type = PROTO_SYNTH;
 	snprintf(q->text, sizeof q->text, "%s", TEXT);
 	snprintf(q->policy, sizeof q->policy, "%s", policy);
-	q->n = LOOKAHEAD;
+	q->lookahead = LOOKAHEAD;
 	q->samp = SAMP;
 	q->seed = seed;
 	q->max_tokens = max_tokens;
@@ -180,7 +179,7 @@ typedef struct run {
 	double rounds, accepted;
 } run;
 
-static int run_session(route *to, const proto_msg *req, uint64_t id, run *out)
+static int run_session(route *to, const proto_synth *req, uint64_t id, run *out)
 {
 	rig *g = to->g;
 	spec_io io = { call, to };
@@ -213,8 +212,8 @@ static int run_session(route *to, const proto_msg *req, uint64_t id, run *out)
 	}
 	proto_msg *res = calloc(1, sizeof *res);
 	spec_result(s, 0, res);
-	out->rounds = res->stats[PROTO_STAT_ROUNDS];
-	out->accepted = res->stats[PROTO_STAT_ACCEPTED];
+	out->rounds = res->result.stats[PROTO_STAT_ROUNDS];
+	out->accepted = res->result.stats[PROTO_STAT_ACCEPTED];
 	free(res);
 	spec_free(&s);
 	return rc == 1 ? 0 : -1;
@@ -229,23 +228,24 @@ static int expected(rig *g, const run *r, float *q)
 	pcg_err err = { "" };
 	int rc = -1;
 
-	sq->type = PROTO_SCORE;
-	sq->session = 1;
+	proto_init(sq, PROTO_SCORE, 0);
+	proto_model_req *sr = &sq->score.req;
+	sr->session = 1;
 	for (size_t i = 0; i < g->n_prompt; i++)
-		sq->append[sq->n_append++] = g->prompt[i];
+		sr->append[sr->n_append++] = g->prompt[i];
 	for (int i = 0; i + 1 < r->n; i++)
-		sq->append[sq->n_append++] = r->y[i];
-	sq->n = r->n;
-	sq->samp = SAMP;
-	sq->rows = (llama_rows){ 2, { g->voc.speech_first, g->voc.end_id },
+		sr->append[sr->n_append++] = r->y[i];
+	sr->n = r->n;
+	sr->samp = SAMP;
+	sr->rows = (llama_rows){ 2, { g->voc.speech_first, g->voc.end_id },
 				 { g->voc.speech_first + g->voc.speech_count, g->voc.end_id + 1 } };
 	if (serve(g, g->oracle, sq, rep, &err) == 0 && rep->type == PROTO_PROBS &&
-	    rep->n_vec == r->n && rep->width == g->W) {
+	    rep->probs.n_vec == r->n && rep->probs.width == g->W) {
 		for (int i = 0; i < r->n; i++)
-			proto_vector(rep, i, q + (size_t)i * g->W);
+			proto_vector(&rep->probs, i, q + (size_t)i * g->W);
 		rc = 0;
 	}
-	CHECKF(rc == 0, "score: %s %s", err.msg, rep->msg);
+	CHECKF(rc == 0, "score: %s %s", err.msg, rep->type == PROTO_ERROR ? rep->error.msg : "");
 	free(sq);
 	free(rep);
 	return rc;
@@ -390,7 +390,7 @@ static void collect(route *to, const char *policy, int n, uint64_t base, hist *h
 
 	pcg_rng_init(&rng, base, 77);
 	for (int i = 0; i < n; i++) {
-		proto_msg *req = synth(policy, base + (uint64_t)i, T);
+		proto_synth *req = synth(policy, base + (uint64_t)i, T);
 		/* one server session for all: the servers keep the prompt's
 		 * cache, as they keep any prefix that matches */
 		int rc = run_session(to, req, 1, r);
@@ -446,8 +446,8 @@ static void collect_voice(route *to, const spec_env *env, const char *policy, in
 {
 	rig *g = to->g;
 	spec_io io = { call, to };
-	proto_msg *req = synth(policy, 0, TV), *sq = calloc(1, sizeof *sq);
-	proto_msg *rep = calloc(1, sizeof *rep);
+	proto_synth *req = synth(policy, 0, TV);
+	proto_msg *sq = calloc(1, sizeof *sq), *rep = calloc(1, sizeof *rep);
 	double *d = malloc((size_t)(g->W > g->G ? g->W : g->G) * sizeof *d);
 	float *qt = malloc((size_t)g->W * sizeof *qt);
 	long tokens = 0, inside = 0, forced = 0, bad = 0;
@@ -481,30 +481,31 @@ static void collect_voice(route *to, const spec_env *env, const char *policy, in
 		const int *ctx = spec_context(s, &nc);
 		proto_msg *res = calloc(1, sizeof *res);
 		spec_result(s, 0, res);
-		rounds += res->stats[PROTO_STAT_ROUNDS];
-		accepted += res->stats[PROTO_STAT_ACCEPTED];
+		rounds += res->result.stats[PROTO_STAT_ROUNDS];
+		accepted += res->result.stats[PROTO_STAT_ACCEPTED];
 		free(res);
 		for (int p = 1; p < nc && rc == 1; p++) {
 			if (llasa_id_to_code(&g->voc, ctx[p]) < 0)
 				continue; /* the prompt, or a forced token */
 			/* q at p - 1: the oracle's session holds ctx[0..cur) */
-			sq->type = PROTO_SCORE;
-			sq->session = 7;
-			sq->pos = cur;
-			sq->n_append = 0;
+			proto_init(sq, PROTO_SCORE, 0);
+			proto_model_req *sr = &sq->score.req;
+			sr->session = 7;
+			sr->pos = cur;
 			for (int k = cur; k < p; k++)
-				sq->append[sq->n_append++] = ctx[k];
-			sq->n = 1;
-			sq->samp = SAMP;
-			sq->rows = (llama_rows){ 1, { g->voc.speech_first },
+				sr->append[sr->n_append++] = ctx[k];
+			sr->n = 1;
+			sr->samp = SAMP;
+			sr->rows = (llama_rows){ 1, { g->voc.speech_first },
 						 { g->voc.speech_first + g->voc.speech_count } };
 			if (serve(g, g->oracle, sq, rep, &err) < 0 || rep->type != PROTO_PROBS ||
-			    rep->width != g->W) {
-				CHECKF(0, "oracle: %s %s", err.msg, rep->msg);
+			    rep->probs.width != g->W) {
+				CHECKF(0, "oracle: %s %s", err.msg,
+				       rep->type == PROTO_ERROR ? rep->error.msg : "");
 				rc = -1;
 				break;
 			}
-			proto_vector(rep, 0, qt);
+			proto_vector(&rep->probs, 0, qt);
 			cur = p;
 			const int y = llasa_id_to_code(&g->voc, ctx[p]);
 			const int in = !first[t] && llasa_id_to_code(&g->voc, ctx[p - 1]) < 0;
@@ -561,7 +562,7 @@ static void expect_uniform_pooled(const char *what, const hist *h)
 /* ---- 3: determinism ---- */
 
 /* Whether two results have the same stats, apart from those that measure time. */
-static int same_stats(const proto_msg *a, const proto_msg *b)
+static int same_stats(const proto_result *a, const proto_result *b)
 {
 	static const int idx[] = { PROTO_STAT_ROUNDS, PROTO_STAT_DRAFTED, PROTO_STAT_ACCEPTED,
 				   PROTO_STAT_RATE, PROTO_STAT_MAL, PROTO_STAT_TOKENS,
@@ -578,10 +579,10 @@ static int same_stats(const proto_msg *a, const proto_msg *b)
 	return 1;
 }
 
-static int same_tokens(const proto_msg *a, const proto_msg *b)
+static int same_tokens(const proto_result *a, const proto_result *b)
 {
-	return a->n_append == b->n_append &&
-	       !memcmp(a->append, b->append, (size_t)a->n_append * sizeof *a->append);
+	return a->n_tokens == b->n_tokens &&
+	       !memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof *a->tokens);
 }
 
 /* sd through to_sd, pcg through to_pcg. */
@@ -598,7 +599,7 @@ static void test_determinism(rig *g, route *to_sd, route *to_pcg)
 
 	/* round-robin: one round of each in turn */
 	for (int i = 0; i < NS; i++) {
-		proto_msg *req = synth(pol[i], 11 + (uint64_t)i, MAXT);
+		proto_synth *req = synth(pol[i], 11 + (uint64_t)i, MAXT);
 		s[i] = spec_new(&g->env, req, g->groups, 101 + (uint64_t)i, &err);
 		free(req);
 		rr[i] = calloc(1, sizeof *rr[i]);
@@ -627,7 +628,7 @@ static void test_determinism(rig *g, route *to_sd, route *to_pcg)
 	 * round resends the context from position 0 to both */
 	for (int pass = 0; pass < 3; pass++)
 		for (int i = 0; i < NS; i++) {
-			proto_msg *req = synth(pol[i], 11 + (uint64_t)i, MAXT);
+			proto_synth *req = synth(pol[i], 11 + (uint64_t)i, MAXT);
 			spec_session *a = spec_new(&g->env, req, g->groups,
 						   (pass < 2 ? 201 : 301) + (uint64_t)i, &err);
 			int rc = 0, rounds = 0, want = 0;
@@ -650,25 +651,27 @@ static void test_determinism(rig *g, route *to_sd, route *to_pcg)
 			}
 			CHECKF(rc == 1, "%s", err.msg);
 			spec_result(a, 0, ra);
-			CHECKF(same_tokens(ra, rr[i]), "%s seed %d, pass %d: tokens differ from "
-			       "the round-robin run", pol[i], 11 + i, pass);
+			CHECKF(same_tokens(&ra->result, &rr[i]->result), "%s seed %d, pass %d: "
+			       "tokens differ from the round-robin run", pol[i], 11 + i, pass);
 			if (pass == 2) {
-				CHECKF(ra->stats[PROTO_STAT_RESENDS] == want,
+				CHECKF(ra->result.stats[PROTO_STAT_RESENDS] == want,
 				       "%g resends in %d rounds, want %d",
-				       ra->stats[PROTO_STAT_RESENDS], rounds, want);
-				ra->stats[PROTO_STAT_RESENDS] = 0;
+				       ra->result.stats[PROTO_STAT_RESENDS], rounds, want);
+				ra->result.stats[PROTO_STAT_RESENDS] = 0;
 			}
-			CHECKF(same_stats(ra, rr[i]), "%s seed %d, pass %d: statistics differ "
-			       "from the round-robin run", pol[i], 11 + i, pass);
+			CHECKF(same_stats(&ra->result, &rr[i]->result), "%s seed %d, pass %d: "
+			       "statistics differ from the round-robin run", pol[i], 11 + i, pass);
 			spec_free(&a);
 		}
 	/* the seeds matter, and the runs are long enough to show it */
-	CHECK(!same_tokens(rr[0], rr[1]) && !same_tokens(rr[2], rr[3]));
+	CHECK(!same_tokens(&rr[0]->result, &rr[1]->result) &&
+	      !same_tokens(&rr[2]->result, &rr[3]->result));
 	for (int i = 0; i < NS; i++) {
-		CHECK(rr[i]->n_append > LOOKAHEAD);
+		const proto_result *r = &rr[i]->result;
+		CHECK(r->n_tokens > LOOKAHEAD);
 		printf("  %s seed %d: %d tokens in %g rounds, %g of %g drafts accepted\n", pol[i],
-		       11 + i, rr[i]->n_append, rr[i]->stats[PROTO_STAT_ROUNDS],
-		       rr[i]->stats[PROTO_STAT_ACCEPTED], rr[i]->stats[PROTO_STAT_DRAFTED]);
+		       11 + i, r->n_tokens, r->stats[PROTO_STAT_ROUNDS],
+		       r->stats[PROTO_STAT_ACCEPTED], r->stats[PROTO_STAT_DRAFTED]);
 		free(rr[i]);
 	}
 	free(ra);
@@ -678,10 +681,10 @@ static void test_determinism(rig *g, route *to_sd, route *to_pcg)
 
 static void bad_request(rig *g, const char *policy, int n, const asg *groups, const char *want)
 {
-	proto_msg *req = synth(policy, 1, 10);
+	proto_synth *req = synth(policy, 1, 10);
 	pcg_err err = { "" };
 
-	req->n = n;
+	req->lookahead = n;
 	spec_session *s = spec_new(&g->env, req, groups, 900, &err);
 	CHECKF(s == NULL && strstr(err.msg, want) != NULL,
 	       "policy %s, n %d: want an error naming %s, got '%s'", policy, n, want,
@@ -702,7 +705,7 @@ static void test_edges(rig *g, route *to)
 	bad_request(g, "sd", PROTO_MAX_N, NULL, "'n'");
 	bad_request(g, "pcg", -1, g->groups, "'n'");
 	bad_request(g, "lantern", LOOKAHEAD, g->groups, "needs a neighbour file");
-	proto_msg *req = synth("topk", 1, 10);
+	proto_synth *req = synth("topk", 1, 10);
 	/* the policy's parameters by name: one it does not take, one out of range */
 	req->n_args = 1;
 	snprintf(req->arg_name[0], sizeof req->arg_name[0], "delta");
@@ -719,7 +722,7 @@ static void test_edges(rig *g, route *to)
 	spec_free(&s);
 	free(req);
 	req = synth("sd", 5, 10);
-	req->n = PROTO_MAX_N - 1; /* the largest lookahead is fine */
+	req->lookahead = PROTO_MAX_N - 1; /* the largest lookahead is fine */
 	s = spec_new(&g->env, req, NULL, 901, &err);
 	CHECKF(s != NULL, "lookahead %d: %s", PROTO_MAX_N - 1, err.msg);
 	spec_free(&s);
@@ -860,7 +863,7 @@ int main(int argc, char **argv)
 		ne.voice = &vn;
 		ne.unk_next = vi.next_phoneme ? tok_token_id(g.tok, "<|n__|>", 7)
 					      : tok_token_id(g.tok, "<|s_0|>", 7) - 1;
-		proto_msg *rq = synth("sd", 5, TV);
+		proto_synth *rq = synth("sd", 5, TV);
 		snprintf(rq->text, sizeof rq->text, "%s", VOICE_TEXT);
 		spec_io io = { call, &to_sd };
 		spec_session *ss = spec_new(&ne, rq, NULL, 9, &err);
