@@ -86,6 +86,9 @@ build/asan/%.o: %.c | $(DEPS_OK)
 
 # The matmul kernels rely on a * b + c becoming one FMA (-std=c11 turns that off).
 build/lib/matmul.o build/asan/lib/matmul.o: ALL_CFLAGS += -ffp-contract=fast
+# X-codec2's anti-aliased SnakeBeta: sinf vectorised through libmvec (the file says why
+# -ffast-math is safe there).
+build/lib/xc2enc_act.o build/asan/lib/xc2enc_act.o: ALL_CFLAGS += -ffast-math
 
 # Programs and tests link libpcg-cuda.a (in LDLIBS_ALL): a change to it
 # relinks them (a prerequisite, filtered out of the objects named).

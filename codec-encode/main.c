@@ -21,9 +21,9 @@
 static const char *prog = "codec-encode";
 static const char *SYNOPSIS =
 	"--weights FILE|DIR [-o FILE] [--llasa-ids [--speech-offset ID]] [--max-seconds S]\n"
-	"       [--threads N] [--quiet] AUDIO|-";
+	"       [--dtype f32|bf16] [--threads N] [--quiet] AUDIO|-";
 
-static const char *weights, *out_path;
+static const char *weights, *out_path, *dtype_s;
 static int llasa_ids, speech_offset, threads, quiet;
 static double max_seconds;
 
@@ -38,6 +38,9 @@ static const pcg_opt opts[] = {
 	  "with --llasa-ids: the id of code 0" },
 	{ "max-seconds", PCG_OPT_FLOAT, &max_seconds, "30", 0.02, 600, "S",
 	  "longest audio taken (LLaSA's 2,048 tokens hold about 40 s with the text)" },
+	{ "dtype", PCG_OPT_STR, &dtype_s, "bf16", 1, 0, "f32|bf16",
+	  "the Conformer's matrices in memory: bf16 (half the memory) or f32 (the original's "
+	  "arithmetic)" },
 	{ "threads", PCG_OPT_INT, &threads, "0", 0, 1024, "N", "threads (0: all cores)" },
 	{ "quiet", PCG_OPT_FLAG, &quiet, NULL, 1, 0, NULL, "no summary on standard error" },
 	{ NULL },
@@ -77,12 +80,19 @@ int main(int argc, char **argv)
 		return pcg_usage_error(prog, SYNOPSIS, opts,
 				       first < 0 ? err.msg : first == argc ? "AUDIO is required"
 				       : "one AUDIO file at a time");
+	pcg_dtype wdt;
+	if (strcmp(dtype_s, "f32") == 0)
+		wdt = PCG_F32;
+	else if (strcmp(dtype_s, "bf16") == 0)
+		wdt = PCG_BF16;
+	else
+		return pcg_usage_error(prog, SYNOPSIS, opts, "--dtype is f32 or bf16");
 	pcg_set_threads(threads);
 	const double t0 = pcg_now();
 	if (audio_read(argv[first], XC2E_RATE, max_seconds, &wav, &n, &err) < 0)
 		goto fail;
 	const double t1 = pcg_now();
-	if ((m = xc2e_open(weights, &err)) == NULL) {
+	if ((m = xc2e_open_dtype(weights, wdt, &err)) == NULL) {
 		pcg_err_prefix(&err, weights);
 		goto fail;
 	}
@@ -92,7 +102,8 @@ int main(int argc, char **argv)
 		pcg_fail(&err, "out of memory");
 		goto fail;
 	}
-	if (xc2e_encode(m, wav, n, codes, NULL, &err) < 0)
+	xc2e_stages st = { 0 };
+	if (xc2e_encode(m, wav, n, codes, &st, &err) < 0)
 		goto fail;
 	const double t3 = pcg_now();
 	if ((text = format_codes(codes, T, &len)) == NULL) {
@@ -103,8 +114,10 @@ int main(int argc, char **argv)
 		goto fail;
 	if (!quiet)
 		fprintf(stderr, "%s: %s: %.2f s of audio, %d codes; read %.2f s, load %.2f s, "
-			"encode %.2f s (RTF %.3f)\n", prog, argv[first], n / (double)XC2E_RATE, T,
-			t1 - t0, t2 - t1, t3 - t2, (t3 - t2) / (n / (double)XC2E_RATE));
+			"encode %.2f s (RTF %.3f: features %.2f s, semantic %.2f s, acoustic "
+			"%.2f s)\n", prog, argv[first], n / (double)XC2E_RATE, T, t1 - t0, t2 - t1,
+			t3 - t2, (t3 - t2) / (n / (double)XC2E_RATE), st.seconds[0], st.seconds[1],
+			st.seconds[2]);
 	rc = 0;
 	goto out;
 fail:

@@ -11,9 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "clock.h"
 #include "dtype.h"
+#include "matmul.h"
 #include "safetensors.h"
+#include "xc2enc_act.h"
 
 #define N_FFT 512
 #define WIN 400
@@ -24,7 +29,8 @@
 #define N_BLOCKS 5
 #define FILT 12     /* the anti-aliasing filters' taps */
 
-typedef struct lin { const float *w, *b; int out, in; } lin;  /* y = x W^T + b */
+/* y = x W^T + b: W as f32 (w), or in the dtype of mat (mat.data set). */
+typedef struct lin { const float *w, *b; int out, in; pcg_mat mat; } lin;
 typedef struct lnorm { const float *w, *b; int n; } lnorm;
 typedef struct conv { const float *w, *b; int out, in, k; } conv; /* w [out][in][k] */
 typedef struct snake { float *a, *ib; int c; } snake; /* exp(alpha), 1/(exp(beta) + 1e-9) */
@@ -33,9 +39,9 @@ typedef struct wlayer {
 	lnorm ffn1_ln, att_ln, conv_ln, dw_ln, ffn2_ln, final_ln;
 	lin ffn1_up, ffn1_down, q, k, v, o, ffn2_up, ffn2_down;
 	const float *dist;  /* [n_pos][head] relative-key table */
-	const float *pw1;   /* [2H][H] */
+	lin pw1;            /* [2H][H], no bias */
 	const float *dw;    /* [H][dw_k] */
-	const float *pw2;   /* [H][H] */
+	lin pw2;            /* [H][H], no bias */
 } wlayer;
 
 typedef struct resunit { snake a1, a2; conv c1, c2; int dil; } resunit;
@@ -43,6 +49,7 @@ typedef struct encblock { resunit ru[3]; snake a; conv down; int stride; } encbl
 
 struct xc2e_model {
 	xc2e_info info;
+	pcg_dtype wdtype;    /* of the Conformer's matrices */
 	lnorm fp_ln;
 	lin fp;
 	wlayer *L;
@@ -77,6 +84,19 @@ static void *keep(xc2e_model *m, void *p)
 	return p;
 }
 
+/* The file pages under a tensor once it is copied: st_open maps the file
+ * read-only and private, so dropping them costs only a re-read if they are
+ * touched again, and the peak memory of loading is the copies, not the
+ * copies plus the mapped checkpoint. */
+static void drop_pages(const void *p, size_t n)
+{
+	const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	const uintptr_t a = ((uintptr_t)p + pg - 1) / pg * pg, b = ((uintptr_t)p + n) / pg * pg;
+
+	if (b > a)
+		(void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* Tensor name (printf format) as f32, owned by m; its shape into shape[]
  * (when not NULL). want: the element count required, or 0 for any. */
 static float *load(xc2e_model *m, const st_ckpt *ck, int64_t want, int64_t *shape,
@@ -107,6 +127,8 @@ static float *load(xc2e_model *m, const st_ckpt *ck, int64_t want, int64_t *shap
 		return NULL;
 	}
 	pcg_to_f32(f, t->data, t->dtype, (size_t)t->numel);
+	drop_pages(t->data, t->nbytes);
+	m->info.params += (size_t)t->numel;
 	if (shape)
 		for (int i = 0; i < 3; i++)
 			shape[i] = i < t->ndim ? t->shape[i] : 1;
@@ -129,6 +151,17 @@ static int get_lin(xc2e_model *m, const st_ckpt *ck, lin *l, int out, int in, in
 	if (bias && (l->b = load(m, ck, l->out, NULL, err, "%s.bias", prefix)) == NULL)
 		return -1;
 	return 0;
+}
+
+/* A pointwise Conv1d [out][in][1] as a linear map without bias. */
+static int get_pw(xc2e_model *m, const st_ckpt *ck, lin *l, int out, int in, const char *prefix,
+		  pcg_err *err)
+{
+	l->out = out;
+	l->in = in;
+	l->b = NULL;
+	l->w = load(m, ck, (int64_t)out * in, NULL, err, "%s.weight", prefix);
+	return l->w ? 0 : -1;
 }
 
 static int get_ln(xc2e_model *m, const st_ckpt *ck, lnorm *n, int dim, const char *prefix,
@@ -254,6 +287,8 @@ static void filters(xc2e_model *m, const st_ckpt *ck)
 		pcg_to_f32(m->down_f, d->data, d->dtype, FILT);
 }
 
+static int layer_dtype(xc2e_model *m, wlayer *L, pcg_err *err);
+
 static int load_semantic(xc2e_model *m, const st_ckpt *ck, pcg_err *err)
 {
 	xc2e_info *in = &m->info;
@@ -292,8 +327,7 @@ static int load_semantic(xc2e_model *m, const st_ckpt *ck, pcg_err *err)
 		    (L->dist = load(m, ck, 0, s, err, "%s",
 				    PFX("self_attn.distance_embedding.weight"))) == NULL ||
 		    get_ln(m, ck, &L->conv_ln, H, PFX("conv_module.layer_norm"), err) < 0 ||
-		    (L->pw1 = load(m, ck, (int64_t)2 * H * H, NULL, err, "%s",
-				   PFX("conv_module.pointwise_conv1.weight"))) == NULL)
+		    get_pw(m, ck, &L->pw1, 2 * H, H, PFX("conv_module.pointwise_conv1"), err) < 0)
 			return -1;
 		if (l == 0) {
 			if (s[1] < 1 || H % s[1] || s[0] < 2)
@@ -316,12 +350,12 @@ static int load_semantic(xc2e_model *m, const st_ckpt *ck, pcg_err *err)
 		m->dw_k = (int)s[2];
 		L->dw = dw;
 		if (get_ln(m, ck, &L->dw_ln, H, PFX("conv_module.depthwise_layer_norm"), err) < 0 ||
-		    (L->pw2 = load(m, ck, (int64_t)H * H, NULL, err, "%s",
-				   PFX("conv_module.pointwise_conv2.weight"))) == NULL ||
+		    get_pw(m, ck, &L->pw2, H, H, PFX("conv_module.pointwise_conv2"), err) < 0 ||
 		    get_ln(m, ck, &L->ffn2_ln, H, PFX("ffn2_layer_norm"), err) < 0 ||
 		    get_lin(m, ck, &L->ffn2_up, in->ffn, H, 1, PFX("ffn2.intermediate_dense"), err) < 0 ||
 		    get_lin(m, ck, &L->ffn2_down, H, in->ffn, 1, PFX("ffn2.output_dense"), err) < 0 ||
-		    get_ln(m, ck, &L->final_ln, H, PFX("final_layer_norm"), err) < 0)
+		    get_ln(m, ck, &L->final_ln, H, PFX("final_layer_norm"), err) < 0 ||
+		    layer_dtype(m, L, err) < 0)
 			return -1;
 #undef PFX
 	}
@@ -388,7 +422,49 @@ static int load_acoustic(xc2e_model *m, const st_ckpt *ck, pcg_err *err)
 	return 0;
 }
 
+/* l's matrix as bf16 (rounded to nearest even), its f32 copy freed. */
+static int to_bf16(xc2e_model *m, lin *l, pcg_err *err);
+
+/* Layer L's matrices in the model's dtype, once the layer is loaded (so
+ * that loading holds one layer in f32 at a time). */
+static int layer_dtype(xc2e_model *m, wlayer *L, pcg_err *err)
+{
+	lin *ls[] = { &L->ffn1_up, &L->ffn1_down, &L->q, &L->k, &L->v, &L->o, &L->pw1,
+		      &L->pw2, &L->ffn2_up, &L->ffn2_down };
+
+	for (size_t j = 0; m->wdtype == PCG_BF16 && j < sizeof ls / sizeof *ls; j++)
+		if (to_bf16(m, ls[j], err) < 0)
+			return -1;
+	return 0;
+}
+
+static int to_bf16(xc2e_model *m, lin *l, pcg_err *err)
+{
+	const size_t n = (size_t)l->out * l->in;
+	uint16_t *h = keep(m, malloc(n * sizeof *h + 1));
+
+	if (h == NULL)
+		return pcg_fail(err, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		h[i] = pcg_f32_to_bf16(l->w[i]);
+	for (size_t i = 0; i < m->n_own; i++)
+		if (m->own[i] == l->w) {
+			free(m->own[i]);
+			m->own[i] = NULL;
+		}
+	l->w = NULL;
+	l->mat = (pcg_mat){ h, PCG_BF16, l->out, l->in };
+	m->info.bf16_bytes += n * sizeof *h;
+	return 0;
+}
+
+
 xc2e_model *xc2e_open(const char *path, pcg_err *err)
+{
+	return xc2e_open_dtype(path, PCG_F32, err);
+}
+
+xc2e_model *xc2e_open_dtype(const char *path, pcg_dtype wdtype, pcg_err *err)
 {
 	xc2e_model *m = calloc(1, sizeof *m);
 	st_ckpt *ck = NULL;
@@ -397,6 +473,11 @@ xc2e_model *xc2e_open(const char *path, pcg_err *err)
 		pcg_fail(err, "out of memory");
 		return NULL;
 	}
+	if (wdtype != PCG_F32 && wdtype != PCG_BF16) {
+		pcg_fail(err, "the encoder's weights are f32 or bf16, not %s", pcg_dtype_name(wdtype));
+		goto fail;
+	}
+	m->wdtype = wdtype;
 	if ((ck = st_open(path, err)) == NULL || load_semantic(m, ck, err) < 0 ||
 	    load_acoustic(m, ck, err) < 0)
 		goto fail;
@@ -584,8 +665,11 @@ static void layer_norm(float *y, const float *x, int T, const lnorm *n)
 /* y[T][out] = x[T][in] W^T (+ b); ldy, ldx: row strides. */
 static void linear(float *y, int ldy, const float *x, int ldx, int T, const lin *l)
 {
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, l->out, l->in, 1.0f, x, ldx, l->w,
-		    l->in, 0.0f, y, ldy);
+	if (l->mat.data != NULL && ldx == l->in) /* the engine's products (lib/matmul) */
+		pcg_matmul(y, ldy, x, T, &l->mat, 0, l->out);
+	else
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, l->out, l->in, 1.0f, x,
+			    ldx, l->w, l->in, 0.0f, y, ldy);
 	if (l->b)
 		for (int t = 0; t < T; t++)
 			for (int o = 0; o < l->out; o++)
@@ -664,8 +748,7 @@ static void conv_module(const xc2e_model *m, const wlayer *L, float *x, int T, f
 	const int H = m->info.hidden, K = m->dw_k;
 
 	layer_norm(t1, x, T, &L->conv_ln);
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, 2 * H, H, 1.0f, t1, H, L->pw1, H,
-		    0.0f, t2, 2 * H);
+	linear(t2, 2 * H, t1, H, T, &L->pw1);
 	for (int t = 0; t < T; t++) /* GLU over channels: a * sigmoid(b) */
 		for (int c = 0; c < H; c++)
 			g[(size_t)t * H + c] = t2[(size_t)t * 2 * H + c] *
@@ -683,8 +766,7 @@ static void conv_module(const xc2e_model *m, const wlayer *L, float *x, int T, f
 	layer_norm(t2, t1, T, &L->dw_ln);
 	for (size_t i = 0; i < (size_t)T * H; i++)
 		t2[i] = swish(t2[i]);
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, H, H, 1.0f, t2, H, L->pw2, H, 0.0f,
-		    t1, H);
+	linear(t1, H, t2, H, T, &L->pw2);
 	for (size_t i = 0; i < (size_t)T * H; i++)
 		x[i] += t1[i];
 }
@@ -808,53 +890,24 @@ static int conv_cm(float *y, const float *x, int L, const conv *c, int stride, i
 }
 
 /* alias_free_torch's Activation1d(SnakeBeta) on each row of x[C][L], in
- * place: x2 upsampling (replicate padding 5, transposed conv of the 12-tap
- * filter, times 2, cropped 15 a side), SnakeBeta, x2 downsampling (replicate
- * padding 5 / 6, the 12-tap filter at stride 2). */
+ * place (xc2enc_act.c), the channels spread over the threads. */
 static int act1d(const xc2e_model *m, const snake *sn, float *x, int L, pcg_err *err)
 {
 	int fail = 0;
 
 	#pragma omp parallel
 	{
-		float *xp = malloc((size_t)(L + 10) * sizeof *xp);
-		float *u = malloc((size_t)(2 * L + 11) * sizeof *u);
-		if (!xp || !u) {
+		float *w = malloc(XC2E_ACT_SCRATCH(L) * sizeof *w);
+		if (w == NULL) {
 			#pragma omp atomic write
 			fail = 1;
 		}
 		#pragma omp for schedule(static)
-		for (int c = 0; c < sn->c; c++) {
-			if (!xp || !u)
-				continue;
-			float *r = x + (size_t)c * L;
-			for (int i = 0; i < L + 10; i++)
-				xp[i] = r[i < 5 ? 0 : i - 5 >= L ? L - 1 : i - 5];
-			/* up[n] = 2 sum_i xp[i] f[n + 15 - 2i], 0 <= n + 15 - 2i < 12 */
-			for (int nn = 0; nn < 2 * L; nn++) {
-				const int o = nn + 15;
-				int i0 = (o - (FILT - 1) + 1) / 2;
-				i0 = i0 < 0 ? 0 : i0;
-				float a = 0.0f;
-				for (int i = i0; 2 * i <= o && i < L + 10; i++)
-					a += xp[i] * m->up_f[o - 2 * i];
-				a *= 2.0f;
-				const float sv = sinf(a * sn->a[c]);
-				u[5 + nn] = a + sn->ib[c] * (sv * sv);
-			}
-			for (int i = 0; i < 5; i++)
-				u[i] = u[5];
-			for (int i = 0; i < 6; i++)
-				u[5 + 2 * L + i] = u[5 + 2 * L - 1];
-			for (int o = 0; o < L; o++) {
-				float a = 0.0f;
-				for (int j = 0; j < FILT; j++)
-					a += m->down_f[j] * u[2 * o + j];
-				r[o] = a;
-			}
-		}
-		free(xp);
-		free(u);
+		for (int c = 0; c < sn->c; c++)
+			if (w != NULL)
+				xc2e_act_row(x + (size_t)c * L, L, sn->a[c], sn->ib[c], m->up_f,
+					     m->down_f, w);
+		free(w);
 	}
 	return fail ? pcg_fail(err, "out of memory for an activation") : 0;
 }
@@ -937,8 +990,8 @@ int xc2e_fsq_digit(float z)
 	return d < -2 ? -2 : d > 1 ? 1 : d;
 }
 
-int xc2e_encode(xc2e_model *m, const float *wav, size_t n, int32_t *codes,
-		const xc2e_stages *st, pcg_err *err)
+int xc2e_encode(xc2e_model *m, const float *wav, size_t n, int32_t *codes, xc2e_stages *st,
+		pcg_err *err)
 {
 	const xc2e_info *in = &m->info;
 	const int T = xc2e_n_codes(n), E = m->sem_final.out, C = in->codec_dim, P = in->prior_dim;
@@ -954,9 +1007,19 @@ int xc2e_encode(xc2e_model *m, const float *wav, size_t n, int32_t *codes,
 		pcg_fail(err, "out of memory for %d frames", T);
 		goto out;
 	}
-	if (xc2e_features(wav, n, feat, err) < 0 || semantic(m, feat, T, hid, sem, err) < 0 ||
-	    acoustic(m, w, T, ac, err) < 0)
+	double t[4];
+	t[0] = pcg_now();
+	if (xc2e_features(wav, n, feat, err) < 0)
 		goto out;
+	t[1] = pcg_now();
+	if (semantic(m, feat, T, hid, sem, err) < 0)
+		goto out;
+	t[2] = pcg_now();
+	if (acoustic(m, w, T, ac, err) < 0)
+		goto out;
+	t[3] = pcg_now();
+	for (int i = 0; st && i < 3; i++)
+		st->seconds[i] = t[i + 1] - t[i];
 	for (int t = 0; t < T; t++) {
 		memcpy(cat + (size_t)t * (E + C), sem + (size_t)t * E, E * sizeof *cat);
 		memcpy(cat + (size_t)t * (E + C) + E, ac + (size_t)t * C, C * sizeof *cat);

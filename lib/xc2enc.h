@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtype.h"
 #include "err.h"
 
 #define XC2E_RATE 16000
@@ -42,11 +43,17 @@ typedef struct xc2e_info {
 	int codec_dim;   /* CodecEnc's output width (1024) */
 	int prior_dim;   /* fc_prior's width (2048) */
 	int levels;      /* FSQ digits (8), each of 4 levels */
-	size_t params;   /* parameters held */
+	size_t params;   /* parameters read */
+	size_t bf16_bytes; /* the Conformer's matrices held as bf16 (0: all f32) */
 } xc2e_info;
 
-/* Opens PATH: a directory holding model.safetensors, or the file. */
+/* Opens PATH: a directory holding model.safetensors, or the file. All in f32
+ * (the parity mode). */
 xc2e_model *xc2e_open(const char *path, pcg_err *err);
+/* The same with the Conformer's matrices (the bulk: 16 x 25 M parameters at
+ * full size) kept in wdtype: PCG_F32, or PCG_BF16 (rounded to nearest even:
+ * half the memory; products in f32 on widened tiles, lib/matmul). */
+xc2e_model *xc2e_open_dtype(const char *path, pcg_dtype wdtype, pcg_err *err);
 void xc2e_close(xc2e_model **m);
 const xc2e_info *xc2e_get_info(const xc2e_model *m);
 
@@ -63,12 +70,15 @@ typedef struct xc2e_stages {
 	float *acoustic;  /* [T][codec_dim] */
 	float *prior;     /* [T][prior_dim] */
 	float *prequant;  /* [T][levels]: project_in's output, before the bounds */
+	double seconds[3]; /* out: wall time of the features, the semantic and
+			    * the acoustic branch */
 } xc2e_stages;
 
-/* Encodes wav[0..n) into codes[T] (T = xc2e_n_codes(n)); st may be NULL.
+/* Encodes wav[0..n) into codes[T] (T = xc2e_n_codes(n)); st may be NULL
+ * (not const: its seconds are filled).
  * Returns 0, or -1 with err (out of memory, a prompt of no samples). */
-int xc2e_encode(xc2e_model *m, const float *wav, size_t n, int32_t *codes,
-		const xc2e_stages *st, pcg_err *err);
+int xc2e_encode(xc2e_model *m, const float *wav, size_t n, int32_t *codes, xc2e_stages *st,
+		pcg_err *err);
 
 /* The front end alone: the SeamlessM4T features [T][160] of wav[0..n)
  * (the padding as xc2e_encode does it). */

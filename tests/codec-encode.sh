@@ -1,9 +1,10 @@
 #!/bin/sh
 # tests/codec-encode.sh: codec-encode as a user drives it, on the committed
 # tiny X-codec2 encoder (tests/fixtures/xcodec2-enc/tiny, made by
-# tests/ref/make_xcodec2_enc_fixtures.py from the original modules): the
-# fixture's waveform as a float WAV gives the reference's codes exactly (a
-# 16-bit WAV too, here); every input format sox writes and libsndfile reads,
+# tests/ref/make_xcodec2_enc_fixtures.py from the original modules): with
+# --dtype f32 the fixture's waveform as a float WAV gives the reference's
+# codes exactly (a 16-bit WAV too, here; the bf16 default's tolerance is
+# test_xc2enc's); every input format sox writes and libsndfile reads,
 # stereo, 8 / 22.05 / 44.1 / 48 kHz, a 0.2 s prompt, silence give one code per
 # 20 ms; a prompt over the limit, a truncated file, a file that is not audio,
 # a decoder-only checkpoint give a clear error, exit 1, and nothing at the
@@ -13,7 +14,7 @@ ROOT=${PCG_ROOT:-$(pwd)}
 T=${TEST_TMP:-$(mktemp -d)}
 FX="$ROOT/tests/fixtures/xcodec2-enc/tiny"
 . "${PCG_ROOT:-.}/tests/shlib"
-CE="codec-encode --weights $FX --threads 2"
+CE="codec-encode --weights $FX --threads 2 --dtype f32"
 
 cd "$T" || exit 1
 command -v sox >/dev/null || { echo "sox missing (scripts/install-deps installs it)"; exit 1; }
@@ -47,6 +48,10 @@ awk '{ print $1 + 128264 }' want.txt >want-ids.txt
 same ids.txt want-ids.txt "LLaSA ids are codes + 128264"
 expect 0 "standard input" sh -c "$CE - <ref.wav"
 same out want.txt "standard input: the same codes"
+expect 0 "bf16 Conformer (the default)" codec-encode --weights "$FX" ref.wav -o bf16.txt
+[ "$(lines bf16.txt)" = 66 ] && ok "bf16: 66 codes" || bad "bf16: $(lines bf16.txt) codes"
+expect 2 "--dtype f16" $CE --dtype f16 ref.wav
+err_has "--dtype is f32 or bf16"
 
 # --- formats, channels, rates: one code per 20 ms of the 1.3 s signal
 for spec in "flac:-r 16000" "ogg:-r 16000" "aiff:-r 16000" "wav:-r 8000" "wav:-r 22050" \

@@ -42,6 +42,9 @@ OUT = os.path.join(ROOT, "tests", "fixtures", "xcodec2-enc")
 MODELS = {
     "tiny": dict(hidden=32, layers=17, heads=4, ffn=64, ngf=4, seconds=1.3, seed=1),
 }
+# --full: the real sizes (w2v-bert-2.0's 24 layers, of which 16 are run), a 10 s
+# prompt; written to the directory given, not committed (2.6 GB)
+FULL = dict(hidden=1024, layers=24, heads=16, ffn=4096, ngf=48, seconds=10.0, seed=3)
 
 
 def import_reference(src, pkgs):
@@ -100,7 +103,7 @@ def waveform(seconds, seed):
     return (0.8 * x / np.abs(x).max()).astype(np.float32)
 
 
-def build(name, c, CodecEncoder, SemanticEncoder, ResidualFSQ):
+def build(name, c, CodecEncoder, SemanticEncoder, ResidualFSQ, out=None):
     from transformers import SeamlessM4TFeatureExtractor, Wav2Vec2BertConfig, Wav2Vec2BertModel
     from importlib.metadata import version
 
@@ -157,7 +160,7 @@ def build(name, c, CodecEncoder, SemanticEncoder, ResidualFSQ):
     frac = (z - torch.floor(z)).numpy()
     dist = np.abs(frac - 0.5)
 
-    d = os.path.join(OUT, name)
+    d = out or os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
     tensors = {}
     for k, v in w2v.state_dict().items():
@@ -199,11 +202,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--src", default=os.environ.get("XCODEC2_SRC"))
     ap.add_argument("--pkgs", default=os.environ.get("XCODEC2_PKGS"))
+    ap.add_argument("--full", metavar="OUTDIR", help="write the full-size encoder there instead")
     args = ap.parse_args()
     if not args.src:
         sys.exit("--src X-CODEC-2.0-CHECKOUT (or XCODEC2_SRC) is required")
     torch.set_num_threads(1)
     ref = import_reference(args.src, args.pkgs)
+    if args.full:
+        torch.set_num_threads(os.cpu_count() or 1)
+        build("full", FULL, *ref, out=args.full)
+        return
     for name, c in MODELS.items():
         build(name, c, *ref)
 
