@@ -134,10 +134,10 @@ build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/proto.c lib/err.c lib/dtype.c
 build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/gguf.c lib/config_gguf.c lib/tokenizer_gguf.c lib/tokenizer.c lib/fileio.c lib/err.c lib/dtype.c lib/quant.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lpcre2-8 -lm -o $@
-build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/asg.c lib/policy.c $(wildcard lib/policy_*.c) lib/fileio.c lib/err.c lib/rng.c lib/sampling.c | $(DEPS_OK)
+build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/asg.c lib/image.c lib/policy.c $(wildcard lib/policy_*.c) lib/fileio.c lib/err.c lib/rng.c lib/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fopenmp -fsanitize=fuzzer,address,undefined -Ilib $^ -lopenblas -lm -o $@
-build/fuzz/fuzz_tm: tests/fuzz/fuzz_tm.c lib/tm.c lib/fileio.c lib/err.c | $(DEPS_OK)
+build/fuzz/fuzz_tm: tests/fuzz/fuzz_tm.c lib/tm.c lib/image.c lib/fileio.c lib/err.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -lm -o $@
 build/fuzz/fuzz_text: tests/fuzz/fuzz_text.c lib/config.c lib/tokenizer.c lib/codes.c lib/voice.c lib/fileio.c lib/err.c | $(DEPS_OK)

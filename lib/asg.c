@@ -19,13 +19,14 @@
 
 #include "device.h"
 #include "fileio.h"
+#include "image.h"
 #include "matmul.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the ASG file is little-endian and is used in place: a little-endian host is assumed"
 #endif
 
-static const char MAGIC[8] = { 'P', 'C', 'G', '-', 'A', 'S', 'G', '\n' };
+static const pcg_img_kind KIND = { { 'P', 'C', 'G', '-', 'A', 'S', 'G', '\n' }, "ASG", ASG_VERSION };
 
 /* Header field offsets (man/asg.5). */
 enum {
@@ -48,16 +49,11 @@ typedef struct layout {
 	uint64_t grp_start, tok_start, grp_tok, grp_w, tok_grp, tok_w, total;
 } layout;
 
-static uint64_t align8(uint64_t x)
-{
-	return (x + 7) & ~(uint64_t)7;
-}
-
 /* The caller bounds n, M <= 2^32 and nnz <= 2^56, so nothing overflows. */
 static layout layout_of(uint64_t n, uint64_t M, uint64_t nnz)
 {
 	layout l;
-	uint64_t a4 = align8(4 * nnz);
+	uint64_t a4 = pcg_align8(4 * nnz);
 
 	l.grp_start = ASG_HEADER_BYTES;
 	l.tok_start = l.grp_start + 8 * (M + 1);
@@ -69,72 +65,25 @@ static layout layout_of(uint64_t n, uint64_t M, uint64_t nnz)
 	return l;
 }
 
-/* FNV-1a over the image as little-endian 64-bit words, with the checksum
- * field read as 0. Each step (h ^ w) * prime is a bijection of h, so a
- * change confined to one word always changes the result. */
-static uint64_t checksum(const unsigned char *b, uint64_t size)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (uint64_t i = 0; i + 8 <= size; i += 8) {
-		uint64_t w;
-		memcpy(&w, b + i, 8);
-		if (i == H_CHECKSUM)
-			w = 0;
-		h = (h ^ w) * 0x100000001b3ull;
-	}
-	return h;
-}
-
-static uint32_t get32(const unsigned char *b, int off)
-{
-	uint32_t v;
-	memcpy(&v, b + off, 4);
-	return v;
-}
-
-static uint64_t get64(const unsigned char *b, int off)
-{
-	uint64_t v;
-	memcpy(&v, b + off, 8);
-	return v;
-}
-
 /* Checks an image of size bytes and fills v; name prefixes the messages. */
 static int validate(const unsigned char *b, uint64_t size, const char *name, asg_view *v,
 		    pcg_err *err)
 {
-	uint64_t n, M, nnz, stored, sum;
+	uint64_t n, M, nnz;
 	uint64_t *cursor;
 	layout l;
 	double theta;
 
-	if (size < ASG_HEADER_BYTES)
-		return pcg_fail(err, "%s: %llu bytes: too short for an ASG file (the header is %d)",
-				name, (unsigned long long)size, ASG_HEADER_BYTES);
-	if (memcmp(b, MAGIC, sizeof MAGIC) != 0)
-		return pcg_fail(err, "%s: not an ASG file (bad magic)", name);
-	if (get32(b, H_VERSION) != ASG_VERSION)
-		return pcg_fail(err, "%s: ASG version %u; this build reads version %d", name,
-				get32(b, H_VERSION), ASG_VERSION);
-	if (get64(b, H_BYTES) != size)
-		return pcg_fail(err, "%s: truncated or extended: %llu bytes, the header says %llu",
-				name, (unsigned long long)size,
-				(unsigned long long)get64(b, H_BYTES));
-	stored = get64(b, H_CHECKSUM);
-	sum = checksum(b, size);
-	if (stored != sum)
-		return pcg_fail(err, "%s: checksum mismatch (stored %016llx, computed %016llx): "
-				"the file is corrupt", name, (unsigned long long)stored,
-				(unsigned long long)sum);
+	if (pcg_img_check(b, size, &KIND, name, err) < 0)
+		return -1;
 	/* From here on the bytes are as written; a crafted file with a valid
 	 * checksum still has every field checked. */
-	n = get32(b, H_N);
-	M = get32(b, H_M);
-	nnz = get64(b, H_NNZ);
+	n = pcg_get32(b, H_N);
+	M = pcg_get32(b, H_M);
+	nnz = pcg_get64(b, H_NNZ);
 	memcpy(&theta, b + H_THETA, 8);
-	if (get32(b, H_WEIGHTS) > ASG_W_GIVEN)
-		return pcg_fail(err, "%s: weights kind %u unknown", name, get32(b, H_WEIGHTS));
+	if (pcg_get32(b, H_WEIGHTS) > ASG_W_GIVEN)
+		return pcg_fail(err, "%s: weights kind %u unknown", name, pcg_get32(b, H_WEIGHTS));
 	if (n < 1 || n > INT32_MAX)
 		return pcg_fail(err, "%s: n = %llu tokens: must be in [1, 2^31)", name,
 				(unsigned long long)n);
@@ -152,12 +101,12 @@ static int validate(const unsigned char *b, uint64_t size, const char *name, asg
 	v->n = (uint32_t)n;
 	v->M = (uint32_t)M;
 	v->nnz = nnz;
-	v->token_offset = get32(b, H_OFFSET);
-	v->topk = get32(b, H_TOPK);
-	v->weights = get32(b, H_WEIGHTS);
+	v->token_offset = pcg_get32(b, H_OFFSET);
+	v->topk = pcg_get32(b, H_TOPK);
+	v->weights = pcg_get32(b, H_WEIGHTS);
 	v->theta = theta;
 	v->bytes = size;
-	v->checksum = stored;
+	v->checksum = pcg_get64(b, PCG_IMG_CHECKSUM);
 	v->grp_start = (const uint64_t *)(b + l.grp_start);
 	v->tok_start = (const uint64_t *)(b + l.tok_start);
 	v->grp_tok = (const uint32_t *)(b + l.grp_tok);
@@ -221,16 +170,6 @@ static int validate(const unsigned char *b, uint64_t size, const char *name, asg
 					(unsigned long long)t, s);
 	}
 	return 0;
-}
-
-static void put32(unsigned char *b, int off, uint32_t v)
-{
-	memcpy(b + off, &v, 4);
-}
-
-static void put64(unsigned char *b, int off, uint64_t v)
-{
-	memcpy(b + off, &v, 8);
 }
 
 /* asg_from_groups, recording kind as the weights' origin. */
@@ -300,16 +239,13 @@ static asg *make(uint32_t n, uint32_t M, const uint64_t *start, const uint32_t *
 		pcg_fail(err, "out of memory (%llu bytes)", (unsigned long long)l.total);
 		goto out;
 	}
-	memcpy(b, MAGIC, sizeof MAGIC);
-	put32(b, H_VERSION, ASG_VERSION);
-	put32(b, H_WEIGHTS, kind);
-	put32(b, H_N, n);
-	put32(b, H_OFFSET, token_offset);
-	put32(b, H_M, M);
-	put32(b, H_TOPK, topk);
+	pcg_put32(b, H_WEIGHTS, kind);
+	pcg_put32(b, H_N, n);
+	pcg_put32(b, H_OFFSET, token_offset);
+	pcg_put32(b, H_M, M);
+	pcg_put32(b, H_TOPK, topk);
 	memcpy(b + H_THETA, &theta, 8);
-	put64(b, H_NNZ, nnz);
-	put64(b, H_BYTES, l.total);
+	pcg_put64(b, H_NNZ, nnz);
 	{
 		uint64_t *gs = (uint64_t *)(b + l.grp_start), *ts = (uint64_t *)(b + l.tok_start);
 		uint32_t *gt = (uint32_t *)(b + l.grp_tok), *tg = (uint32_t *)(b + l.tok_grp);
@@ -329,7 +265,7 @@ static asg *make(uint32_t n, uint32_t M, const uint64_t *start, const uint32_t *
 				tw[c] = gw[j];
 			}
 	}
-	put64(b, H_CHECKSUM, checksum(b, l.total));
+	pcg_img_seal(b, l.total, &KIND);
 	if (validate(b, l.total, "ASG", &a->v, err) < 0)
 		goto out;
 	pcg_image_own(&a->img, b, l.total);
@@ -355,16 +291,17 @@ asg *asg_from_groups(uint32_t n, uint32_t M, const uint64_t *start, const uint32
 		    score ? ASG_W_GIVEN : ASG_W_EQUAL, err);
 }
 
-asg *asg_open(const char *path, pcg_err *err)
+/* The file at path, or size bytes of memory (path NULL), named name. */
+static asg *load(const char *path, const void *image, size_t size, const char *name,
+		 pcg_err *err)
 {
-	const char *name = strcmp(path, "-") ? path : "stdin";
 	asg *a = calloc(1, sizeof *a);
 
 	if (a == NULL) {
-		pcg_fail(err, "%s: out of memory", name);
+		pcg_fail(err, "%s: out of memory", path ? path : name);
 		return NULL;
 	}
-	if (pcg_image_open(path, ASG_HEADER_BYTES, &a->img, err) < 0) {
+	if (pcg_img_load(&a->img, path, image, size, &KIND, &name, err) < 0) {
 		free(a);
 		return NULL;
 	}
@@ -375,23 +312,14 @@ asg *asg_open(const char *path, pcg_err *err)
 	return a;
 }
 
+asg *asg_open(const char *path, pcg_err *err)
+{
+	return load(path, NULL, 0, NULL, err);
+}
+
 asg *asg_from_memory(const void *image, size_t size, const char *name, pcg_err *err)
 {
-	asg *a = calloc(1, sizeof *a);
-
-	if (a == NULL) {
-		pcg_fail(err, "%s: out of memory", name);
-		return NULL;
-	}
-	if (pcg_image_copy(&a->img, image, size, name, err) < 0) {
-		free(a);
-		return NULL;
-	}
-	if (validate(a->img.data, size, name, &a->v, err) < 0) {
-		asg_close(&a);
-		return NULL;
-	}
-	return a;
+	return load(NULL, image, size, name, err);
 }
 
 void asg_close(asg **ap)

@@ -17,12 +17,13 @@
 #include <unistd.h>
 
 #include "fileio.h"
+#include "image.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the TM file is little-endian and is used in place: a little-endian host is assumed"
 #endif
 
-static const char MAGIC[8] = { 'P', 'C', 'G', '-', 'T', 'M', '\n', 0 };
+static const pcg_img_kind KIND = { { 'P', 'C', 'G', '-', 'T', 'M', '\n', 0 }, "TM", TM_VERSION };
 
 /* Header field offsets (man/tm.5). */
 enum {
@@ -48,11 +49,6 @@ typedef struct layout {
 	uint64_t row_start, row_total, cnt, col, total;
 } layout;
 
-static uint64_t align8(uint64_t x)
-{
-	return (x + 7) & ~(uint64_t)7;
-}
-
 /* The caller bounds n <= 2^32 and nnz <= 2^56, so nothing overflows. */
 static layout layout_of(uint64_t n, uint64_t nnz)
 {
@@ -62,49 +58,8 @@ static layout layout_of(uint64_t n, uint64_t nnz)
 	l.row_total = l.row_start + 8 * (n + 1);
 	l.cnt = l.row_total + 8 * n;
 	l.col = l.cnt + 8 * nnz;
-	l.total = l.col + align8(4 * nnz);
+	l.total = l.col + pcg_align8(4 * nnz);
 	return l;
-}
-
-/* FNV-1a over the image as little-endian 64-bit words, the checksum field
- * read as 0 (as the ASG file): a change confined to one word always
- * changes the result. */
-static uint64_t checksum(const unsigned char *b, uint64_t size)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (uint64_t i = 0; i + 8 <= size; i += 8) {
-		uint64_t w;
-		memcpy(&w, b + i, 8);
-		if (i == H_CHECKSUM)
-			w = 0;
-		h = (h ^ w) * 0x100000001b3ull;
-	}
-	return h;
-}
-
-static uint32_t get32(const unsigned char *b, int off)
-{
-	uint32_t v;
-	memcpy(&v, b + off, 4);
-	return v;
-}
-
-static uint64_t get64(const unsigned char *b, int off)
-{
-	uint64_t v;
-	memcpy(&v, b + off, 8);
-	return v;
-}
-
-static void put32(unsigned char *b, int off, uint32_t v)
-{
-	memcpy(b + off, &v, 4);
-}
-
-static void put64(unsigned char *b, int off, uint64_t v)
-{
-	memcpy(b + off, &v, 8);
 }
 
 #define U(x) ((unsigned long long)(x))
@@ -113,40 +68,26 @@ static void put64(unsigned char *b, int off, uint64_t v)
 static int validate(const unsigned char *b, uint64_t size, const char *name, tm_view *v,
 		    pcg_err *err)
 {
-	uint64_t n, nnz, stored, sum, total = 0;
+	uint64_t n, nnz, total = 0;
 	double alpha;
 	layout l;
 
-	if (size < TM_HEADER_BYTES)
-		return pcg_fail(err, "%s: %llu bytes: too short for a TM file (the header is %d)",
-				name, U(size), TM_HEADER_BYTES);
-	if (memcmp(b, MAGIC, sizeof MAGIC) != 0)
-		return pcg_fail(err, "%s: not a TM file (bad magic)", name);
-	if (get32(b, H_VERSION) != TM_VERSION)
-		return pcg_fail(err, "%s: TM version %u; this build reads version %d", name,
-				get32(b, H_VERSION), TM_VERSION);
-	if (get64(b, H_BYTES) != size)
-		return pcg_fail(err, "%s: truncated or extended: %llu bytes, the header says %llu",
-				name, U(size), U(get64(b, H_BYTES)));
-	stored = get64(b, H_CHECKSUM);
-	sum = checksum(b, size);
-	if (stored != sum)
-		return pcg_fail(err, "%s: checksum mismatch (stored %016llx, computed %016llx): "
-				"the file is corrupt", name, U(stored), U(sum));
+	if (pcg_img_check(b, size, &KIND, name, err) < 0)
+		return -1;
 	/* From here on the bytes are as written; a crafted file with a valid
 	 * checksum still has every field checked. */
-	n = get32(b, H_N);
-	nnz = get64(b, H_NNZ);
+	n = pcg_get32(b, H_N);
+	nnz = pcg_get64(b, H_NNZ);
 	memcpy(&alpha, b + H_ALPHA, 8);
 	if (n < 1 || n > INT32_MAX)
 		return pcg_fail(err, "%s: n = %llu tokens: must be in [1, 2^31)", name, U(n));
-	if (get32(b, H_RESERVED) != 0)
+	if (pcg_get32(b, H_RESERVED) != 0)
 		return pcg_fail(err, "%s: reserved header field is %u, not 0", name,
-				get32(b, H_RESERVED));
+				pcg_get32(b, H_RESERVED));
 	if (!(alpha > 0.0 && alpha <= ALPHA_MAX))
 		return pcg_fail(err, "%s: alpha = %g: must be in (0, %g]", name, alpha, ALPHA_MAX);
-	if (get32(b, H_PRUNE) > n)
-		return pcg_fail(err, "%s: prune = %u above n = %llu", name, get32(b, H_PRUNE),
+	if (pcg_get32(b, H_PRUNE) > n)
+		return pcg_fail(err, "%s: prune = %u above n = %llu", name, pcg_get32(b, H_PRUNE),
 				U(n));
 	if (nnz > size / 12 || nnz > n * n)
 		return pcg_fail(err, "%s: nnz = %llu: impossible for %llu bytes and n = %llu",
@@ -157,12 +98,12 @@ static int validate(const unsigned char *b, uint64_t size, const char *name, tm_
 				U(l.total));
 
 	v->n = (uint32_t)n;
-	v->prune = get32(b, H_PRUNE);
+	v->prune = pcg_get32(b, H_PRUNE);
 	v->alpha = alpha;
 	v->nnz = nnz;
-	v->total = get64(b, H_TOTAL);
+	v->total = pcg_get64(b, H_TOTAL);
 	v->bytes = size;
-	v->checksum = stored;
+	v->checksum = pcg_get64(b, PCG_IMG_CHECKSUM);
 	v->row_start = (const uint64_t *)(b + l.row_start);
 	v->row_total = (const uint64_t *)(b + l.row_total);
 	v->cnt = (const uint64_t *)(b + l.cnt);
@@ -302,15 +243,12 @@ tmat *tm_from_counts(uint32_t n, double alpha, uint32_t prune, const uint64_t *r
 		}
 		rs[n] = k;
 	}
-	memcpy(b, MAGIC, sizeof MAGIC);
-	put32(b, H_VERSION, TM_VERSION);
-	put32(b, H_N, n);
-	put32(b, H_PRUNE, prune);
+	pcg_put32(b, H_N, n);
+	pcg_put32(b, H_PRUNE, prune);
 	memcpy(b + H_ALPHA, &alpha, 8);
-	put64(b, H_NNZ, nnz);
-	put64(b, H_TOTAL, total);
-	put64(b, H_BYTES, l.total);
-	put64(b, H_CHECKSUM, checksum(b, l.total));
+	pcg_put64(b, H_NNZ, nnz);
+	pcg_put64(b, H_TOTAL, total);
+	pcg_img_seal(b, l.total, &KIND);
 	if (validate(b, l.total, "TM", &t->v, err) < 0)
 		goto fail;
 	pcg_image_own(&t->img, b, l.total);
@@ -323,35 +261,17 @@ fail:
 	return NULL;
 }
 
-tmat *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *err)
+/* The file at path, or size bytes of memory (path NULL), named name. */
+static tmat *load(const char *path, const void *image, size_t size, const char *name,
+		  pcg_err *err)
 {
 	tmat *t = calloc(1, sizeof *t);
 
 	if (t == NULL) {
-		pcg_fail(err, "%s: out of memory", name);
+		pcg_fail(err, "%s: out of memory", path ? path : name);
 		return NULL;
 	}
-	if (pcg_image_copy(&t->img, image, size, name, err) < 0) {
-		free(t);
-		return NULL;
-	}
-	if (validate(t->img.data, size, name, &t->v, err) < 0) {
-		tm_close(&t);
-		return NULL;
-	}
-	return t;
-}
-
-tmat *tm_open(const char *path, pcg_err *err)
-{
-	const char *name = strcmp(path, "-") ? path : "stdin";
-	tmat *t = calloc(1, sizeof *t);
-
-	if (t == NULL) {
-		pcg_fail(err, "%s: out of memory", name);
-		return NULL;
-	}
-	if (pcg_image_open(path, TM_HEADER_BYTES, &t->img, err) < 0) {
+	if (pcg_img_load(&t->img, path, image, size, &KIND, &name, err) < 0) {
 		free(t);
 		return NULL;
 	}
@@ -360,6 +280,16 @@ tmat *tm_open(const char *path, pcg_err *err)
 		return NULL;
 	}
 	return t;
+}
+
+tmat *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *err)
+{
+	return load(NULL, image, size, name, err);
+}
+
+tmat *tm_open(const char *path, pcg_err *err)
+{
+	return load(path, NULL, 0, NULL, err);
 }
 
 void tm_close(tmat **tp)

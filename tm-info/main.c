@@ -1,62 +1,36 @@
 /* tm-info: checks a TM file (checksum and structure) and prints its header
- * and statistics, or its rows of observed successors.
+ * and statistics, or its rows of observed successors (lib/image's info
+ * main).
  */
 #include <stdio.h>
-#include <string.h>
 
-#include "opts.h"
+#include "image.h"
 #include "tm.h"
 
-static const char *prog = "tm-info";
-static const char *SYNOPSIS = "[--rows] FILE";
+static void *open_tm(const char *path, pcg_err *err) { return tm_open(path, err); }
+static void stats(FILE *f, const void *t) { tm_print_stats(f, t, ""); }
 
-static int rows;
+static void rows(FILE *f, const void *t)
+{
+	const tm_view *v = tm_get(t);
 
-static const pcg_opt opts[] = {
-	{ "rows", PCG_OPT_FLAG, &rows, NULL, 1, 0, NULL,
-	  "print the rows instead, one per line: a total: b:count ..." },
-	{ NULL },
-};
+	for (uint32_t a = 0; a < v->n; a++) {
+		if (v->row_start[a] == v->row_start[a + 1])
+			continue;
+		fprintf(f, "%u %llu:", a, (unsigned long long)v->row_total[a]);
+		for (uint64_t j = v->row_start[a]; j < v->row_start[a + 1]; j++)
+			fprintf(f, " %u:%llu", v->col[j], (unsigned long long)v->cnt[j]);
+		fputc('\n', f);
+	}
+}
+
+static void close_tm(void *t) { tm_close((tmat **)&t); }
 
 int main(int argc, char **argv)
 {
-	pcg_err err = { "" };
-	int first = pcg_opts_parse(opts, argc, argv, &err);
-	const tm_view *v;
-	tmat *t;
+	const pcg_img_info info = { "tm-info", "rows",
+				    "print the rows instead, one per line: a total: b:count ...",
+				    open_tm, stats, rows, close_tm };
 
-	if (first == PCG_OPTS_HELP) {
-		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);
-		return 0;
-	}
-	if (first < 0 || argc - first != 1) {
-		return pcg_usage_error(prog, SYNOPSIS, opts,
-			first < 0 ? err.msg : "one FILE is required");
-	}
-	t = tm_open(argv[first], &err); /* verifies the checksum and the structure */
-	if (t == NULL) {
-		pcg_die(prog, &err);
-		return 1;
-	}
-	v = tm_get(t);
-	if (rows) {
-		for (uint32_t a = 0; a < v->n; a++) {
-			if (v->row_start[a] == v->row_start[a + 1])
-				continue;
-			printf("%u %llu:", a, (unsigned long long)v->row_total[a]);
-			for (uint64_t j = v->row_start[a]; j < v->row_start[a + 1]; j++)
-				printf(" %u:%llu", v->col[j], (unsigned long long)v->cnt[j]);
-			putchar('\n');
-		}
-	} else {
-		printf("file\t%s\n", argv[first]);
-		tm_print_stats(stdout, t, "");
-		printf("checksum_ok\tyes\n");
-	}
-	tm_close(&t);
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "%s: stdout: write failed\n", prog);
-		return 1;
-	}
-	return 0;
+	return pcg_img_info_main(&info, argc, argv);
 }
