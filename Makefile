@@ -19,10 +19,10 @@ PREFIX   ?= /usr/local
 CC       ?= cc
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
-PKGS     := openblas jansson libpcre2-8 libzmq msgpack sndfile samplerate fftw3f fftw3 espeak-ng
+PKGS     := openblas jansson libpcre2-8 libzmq libsodium msgpack sndfile samplerate fftw3f fftw3 espeak-ng
 # pkg-config is called lazily: on a fresh machine it exists only after install-deps.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson -lpcre2-8 -lsndfile -lsamplerate -lfftw3f -lfftw3 -lespeak-ng)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson -lpcre2-8 -lsodium -lsndfile -lsamplerate -lfftw3f -lfftw3 -lespeak-ng)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -pthread -MMD -MP -Ilib $(PKG_CFLAGS) $(CFLAGS)
 LDLIBS_ALL = $(CUDA_LINK) $(PKG_LIBS) -lm
 

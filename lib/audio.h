@@ -78,5 +78,8 @@ int audio_write(const char *path, const float *x, size_t n, int rate, audio_form
  * naming the file. Returns 0 or -1. */
 int audio_read(const char *path, int rate, double max_seconds, float **out, size_t *n,
 	       pcg_err *err);
+/* The same for a file's size bytes in memory (an upload), named name. */
+int audio_read_memory(const void *data, size_t size, const char *name, int rate,
+		      double max_seconds, float **out, size_t *n, pcg_err *err);
 
 #endif

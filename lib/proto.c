@@ -78,12 +78,13 @@ void proto_error(proto_msg *m, uint64_t id, const char *code, const char *fmt, .
 enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F_SEED, F_X,
        F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_STATS,
        F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_HEADS, F_VITERBI_K, F_NNZ, F_PAD, F_STREAM,
-       F_AUDIO, F_CHUNK, F_LEFT, F_RIGHT, F_QUEUE, F_RATE, F_PCM, F_FORCED, F_ARGS, F_COUNT };
+       F_AUDIO, F_CHUNK, F_LEFT, F_RIGHT, F_QUEUE, F_RATE, F_PCM, F_FORCED, F_ARGS,
+       F_PROMPT_TEXT, F_PROMPT_AUDIO, F_COUNT };
 static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
 	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg", "text", "policy",
 	"beta", "max_tokens", "stats", "final", "tokens", "asg", "speaker", "heads",
 	"viterbi_k", "nnz", "pad", "stream", "audio", "chunk", "left", "right", "queue", "rate",
-	"pcm", "forced", "args" };
+	"pcm", "forced", "args", "prompt_text", "prompt_audio" };
 #define B(f) (1ull << (f))
 static const uint64_t schema[] = {
 	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
@@ -111,7 +112,7 @@ static const uint64_t schema[] = {
 /* Fields a type may carry beyond its schema: sent only when not empty. */
 static const uint64_t optional[] = {
 	[PROTO_PROPOSE] = B(F_FORCED),
-	[PROTO_SYNTH] = B(F_ARGS),
+	[PROTO_SYNTH] = B(F_ARGS) | B(F_PROMPT_TEXT) | B(F_PROMPT_AUDIO),
 	[PROTO_LAST_TYPE] = 0,
 };
 
@@ -124,6 +125,10 @@ static uint64_t fields_of(const proto_msg *m)
 		f |= B(F_FORCED);
 	if (m->type == PROTO_SYNTH && m->synth.n_args > 0)
 		f |= B(F_ARGS);
+	if (m->type == PROTO_SYNTH && m->synth.prompt_text[0] != '\0')
+		f |= B(F_PROMPT_TEXT);
+	if (m->type == PROTO_SYNTH && m->synth.prompt_audio_len > 0)
+		f |= B(F_PROMPT_AUDIO);
 	return f;
 }
 
@@ -498,6 +503,11 @@ static void put_synth(msgpack_packer *pk, int f, const proto_synth *s)
 			msgpack_pack_double(pk, s->arg_val[i]);
 		}
 		break;
+	case F_PROMPT_TEXT: put_str(pk, s->prompt_text); break;
+	case F_PROMPT_AUDIO:
+		msgpack_pack_bin(pk, s->prompt_audio_len);
+		msgpack_pack_bin_body(pk, s->prompt_audio, s->prompt_audio_len);
+		break;
 	}
 }
 
@@ -626,11 +636,14 @@ static int measure(pack_ctx *c, size_t *est, pcg_err *err)
 		for (int i = 0; i < s->n_args; i++)
 			if (unended(s->arg_name[i], sizeof s->arg_name[i]))
 				return pcg_fail(err, "pack: a string field without its end");
-		if (s->asg_len > PROTO_MAX_MSG)
-			return pcg_fail(err, "pack: an ASG of %zu bytes", s->asg_len);
-		if (unended(s->text, sizeof s->text) || unended(s->policy, sizeof s->policy))
+		if (s->asg_len > PROTO_MAX_MSG || s->prompt_audio_len > PROTO_MAX_MSG)
+			return pcg_fail(err, "pack: an ASG of %zu bytes, a prompt of %zu", s->asg_len,
+					s->prompt_audio_len);
+		if (unended(s->text, sizeof s->text) || unended(s->policy, sizeof s->policy) ||
+		    unended(s->prompt_text, sizeof s->prompt_text))
 			return pcg_fail(err, "pack: a string field without its end");
-		n += strlen(s->text) + s->asg_len + (size_t)s->n_args * 26;
+		n += strlen(s->text) + s->asg_len + (size_t)s->n_args * 26 + strlen(s->prompt_text) +
+		     s->prompt_audio_len;
 		break;
 	}
 	case PROTO_RESULT: {
@@ -1066,6 +1079,10 @@ static int get_synth(proto_synth *s, int f, const msgpack_object *v, pcg_err *er
 	case F_CHUNK: case F_LEFT: case F_RIGHT:
 		return get_chunking(v, f, &s->chunk, &s->left, &s->right, err);
 	case F_ARGS: return get_args(s, v, err);
+	case F_PROMPT_TEXT:
+		return get_str(v, "prompt_text", s->prompt_text, sizeof s->prompt_text, err);
+	case F_PROMPT_AUDIO:
+		return get_bin(v, "prompt_audio", &s->prompt_audio, &s->prompt_audio_len, err);
 	}
 	return pcg_fail(err, "field %d: unknown", f);
 }

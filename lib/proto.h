@@ -23,7 +23,11 @@
  *            viterbi_k (mtp-viterbi's top-k per head), stream, audio
  *            (send the audio back), chunk, left, right (the audio's
  *            chunking: codes per chunk, 0 the whole utterance at the end;
- *            codes of context before and after each) -> with stream, any
+ *            codes of context before and after each), prompt_audio and
+ *            prompt_text (optional: a cloning prompt, the bytes of an
+ *            audio file and what it says; the verifier encodes it with
+ *            X-codec2, once per file: its codes are kept by the bytes'
+ *            SHA-256) -> with stream, any
  *            number of "progress" messages with the same id, then "result"
  *            with tokens (the speech ids), stats and msg (or "error")
  *   cancel:  session (the id of a synth from this client) -> "ok"; the
@@ -218,6 +222,10 @@ typedef struct proto_synth {
 	int n_args;            /* optional: the policy's parameters by name */
 	char arg_name[PROTO_MAX_ARGS][16];
 	double arg_val[PROTO_MAX_ARGS];
+	const void *prompt_audio; /* optional: a cloning prompt, an audio file's
+				   * bytes (parse: in the received buffer) */
+	size_t prompt_audio_len;
+	char prompt_text[4096]; /* optional: what the prompt audio says */
 	char text[16384];
 } proto_synth;
 

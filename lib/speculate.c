@@ -122,6 +122,27 @@ static int forced_make(const spec_env *env, const proto_synth *req, forced *f, p
 spec_session *spec_new(const spec_env *env, const proto_synth *req, const asg *groups, uint64_t id,
 		       pcg_err *err)
 {
+	return spec_new_prompt(env, req, groups, id, NULL, 0, err);
+}
+
+/* A cloning prompt's codes: a LLaSA model's speech tokens, each one it has. */
+static int check_prompt(const spec_env *env, const int32_t *codes, size_t n, pcg_err *err)
+{
+	if (env->voice != NULL)
+		return pcg_fail(err, "a cloning prompt needs a LLaSA model: this one speaks with a "
+				"phoneme voice");
+	for (size_t i = 0; i < n; i++)
+		if (codes[i] < 0 || codes[i] >= env->voc->speech_count)
+			return pcg_fail(err, "prompt code %d (position %zu) is beyond the model's %d "
+					"speech tokens", codes[i], i, env->voc->speech_count);
+	return 0;
+}
+
+spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const asg *groups,
+			      uint64_t id, const int32_t *codes, size_t n_codes, pcg_err *err)
+{
+	if (n_codes > 0 && check_prompt(env, codes, n_codes, err) < 0)
+		return NULL;
 	spec_session *s = calloc(1, sizeof *s);
 	int *pids = NULL;
 	size_t np = 0;
@@ -215,6 +236,11 @@ spec_session *spec_new(const spec_env *env, const proto_synth *req, const asg *g
 			goto fail;
 	}
 	llasa_prompt pr = { .text = env->voice ? s->fc.text : req->text };
+	if (n_codes > 0) { /* cloning: the prompt's transcript before the text, its codes */
+		pr.prompt_text = req->prompt_text;
+		pr.codes = (const int *)codes;
+		pr.n_codes = n_codes;
+	}
 	if (llasa_prompt_ids(env->tok, voc, &pr, &pids, &np, err) < 0) {
 		pcg_err_prefix(err, "text");
 		goto fail;

@@ -73,6 +73,12 @@ typedef struct spec_session spec_session;
  * or out of memory. */
 spec_session *spec_new(const spec_env *env, const proto_synth *req, const asg *groups,
 		       uint64_t id, pcg_err *err);
+/* spec_new for zero-shot cloning: codes[0..n_codes) are the prompt audio's
+ * speech codes (req->prompt_text its transcript), placed as the model card
+ * places them (llasa.h). A phoneme voice takes no prompt; a code beyond the
+ * model's speech tokens is a bad request. */
+spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const asg *groups,
+			      uint64_t id, const int32_t *codes, size_t n_codes, pcg_err *err);
 void spec_free(spec_session **s);
 
 /* Runs one round. Returns 1 when the utterance is complete (the end token,

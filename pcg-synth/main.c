@@ -18,6 +18,7 @@
 #include "audio.h"
 #include "client.h"
 #include "net.h"
+#include "fileio.h"
 #include "opts.h"
 #include "policy.h"
 #include "proto.h"
@@ -32,7 +33,7 @@ static const char *url, *policy_name, *out, *curve_key, *curve_server, *asg_path
 static double beta, temp, top_p;
 static int lookahead, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
 static int viterbi_k, chunk, chunk_left, chunk_right, raw, quiet;
-static const char *outdir, *policy_args;
+static const char *outdir, *policy_args, *prompt_wav, *prompt_text;
 static char policy_opt_help[512]; /* from lib/policy's table, at the start of main */
 
 static const pcg_opt opts[] = {
@@ -73,6 +74,11 @@ static const pcg_opt opts[] = {
 	{ "quiet", PCG_OPT_FLAG, &quiet, NULL, 1, 0, NULL,
 	  "errors only: no progress line and no statistics" },
 	{ "f16", PCG_OPT_FLAG, &f16, NULL, 1, 0, NULL, "distributions travel as f16" },
+	{ "prompt-wav", PCG_OPT_STR, &prompt_wav, NULL, 1, 0, "FILE",
+	  "zero-shot cloning: a recording of the voice (any format libsndfile reads, up to "
+	  "30 s), sent to the verifier, which encodes it once (verifier --encoder)" },
+	{ "prompt-text", PCG_OPT_STR, &prompt_text, NULL, 1, 0, "TEXT",
+	  "with --prompt-wav: what the recording says" },
 	{ "asg", PCG_OPT_STR, &asg_path, NULL, 1, 0, "FILE",
 	  "send this ASG file with the request ('-': standard input) instead of the verifier's" },
 	{ "tokens", PCG_OPT_FLAG, &print_tokens, NULL, 1, 0, NULL,
@@ -635,8 +641,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: -o %s: unknown extension (.wav, .flac, .raw)\n", prog, out);
 		return 2;
 	}
+	if (!prompt_wav != !prompt_text) {
+		fprintf(stderr, "%s: --prompt-wav and --prompt-text go together (the recording and "
+			"what it says)\n", prog);
+		return 2;
+	}
 	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
 	char *text = NULL, *asg_img = NULL;
+	pcg_image prompt_img = { 0 };
 	if (q == NULL || r == NULL)
 		return 1;
 	if (do_ping) {
@@ -672,6 +684,24 @@ int main(int argc, char **argv)
 			}
 			y->asg = asg_img;
 			y->asg_len = n;
+		}
+		if (prompt_wav) {
+			pcg_err perr = { "" };
+			if (strlen(prompt_text) >= sizeof y->prompt_text) {
+				fprintf(stderr, "%s: --prompt-text longer than %zu bytes\n", prog,
+					sizeof y->prompt_text - 1);
+				return 2;
+			}
+			if (pcg_image_open(prompt_wav, 0, &prompt_img, &perr) < 0)
+				return pcg_die(prog, &perr);
+			if (prompt_img.size == 0 || prompt_img.size > PROTO_MAX_MSG - (2u << 20)) {
+				fprintf(stderr, "%s: --prompt-wav %s: %s\n", prog, prompt_wav,
+					prompt_img.size ? "too large to send" : "empty");
+				return 1;
+			}
+			y->prompt_audio = prompt_img.data;
+			y->prompt_audio_len = (size_t)prompt_img.size;
+			snprintf(y->prompt_text, sizeof y->prompt_text, "%s", prompt_text);
 		}
 		if (text)
 			snprintf(y->text, sizeof y->text, "%s", text);
@@ -729,6 +759,7 @@ out:
 	zmq_ctx_term(ctx);
 	free(text);
 	free(asg_img);
+	pcg_image_close(&prompt_img);
 	free(q);
 	free(r);
 	return rc;

@@ -37,17 +37,19 @@
 #include "speculate.h"
 #include "tm.h"
 #include "tokenizer.h"
+#include "clock.h"
+#include "prompts.h"
 #include "viterbi.h"
 #include "voice.h"
 
 static const char *prog = "verifier";
 static const char *SYNOPSIS = "--tokenizer FILE [--asg FILE|-] [--knn FILE] [--listen URL] [--draft URL] "
-			      "[--target URL] [--codec URL|none] [--sessions N] [--queue N] [--timeout-ms N] "
+			      "[--target URL] [--codec URL|none] [--encoder FILE|DIR] [--sessions N] [--queue N] [--timeout-ms N] "
 			      "[--tries N] [--ms-per-position N]";
 
 static const char *knn_path;
 static const char *tok_path, *asg_path, *listen_url, *draft_url, *target_url, *codec_url;
-static const char *voice_path, *tm_path;
+static const char *voice_path, *tm_path, *encoder_path;
 static const char *local_dir, *local_draft, *local_layers, *local_device, *curve_key, *curve_allow,
 	*curve_peers;
 static int timeout_ms, tries, ms_per_pos, n_sessions, max_queue;
@@ -66,6 +68,9 @@ static const pcg_opt opts[] = {
 	{ "tm", PCG_OPT_STR, &tm_path, NULL, 1, 0, "FILE",
 	  "token transition matrix (tm-build) for mtp-viterbi "
 	  "(default with --local: DIR/tm when it exists)" },
+	{ "encoder", PCG_OPT_STR, &encoder_path, NULL, 1, 0, "FILE|DIR",
+	  "the X-codec2 checkpoint whose encoder turns a request's cloning prompt (audio) "
+	  "into codes, once per file (loaded on the first prompt)" },
 	{ "listen", PCG_OPT_STR, &listen_url, "tcp://127.0.0.1:7600", 1, 0, "URL",
 	  "endpoint for clients" },
 	{ "draft", PCG_OPT_STR, &draft_url, "tcp://127.0.0.1:7601", 1, 0, "URL[,URL...]",
@@ -178,6 +183,7 @@ typedef struct job {
 	int delim;
 	proto_msg *req;            /* a copy; req->synth.asg points to asg_img */
 	void *asg_img;
+	void *prompt_img;          /* and req->synth.prompt_audio to this */
 	atomic_int cancel;         /* the client went away or asked */
 	struct job *next_q;        /* the queue (under lock) */
 	struct job *next;          /* main's list of live jobs */
@@ -191,6 +197,7 @@ typedef struct verifier {
 	asg *knn;             /* --knn */
 	voice_info *voice;    /* --voice: a phoneme voice, else NULL */
 	tmat *tm;               /* --tm, for mtp-viterbi */
+	pcg_prompts *prompts; /* --encoder: cloning prompts, encoded once */
 	void *ctx;
 	stage stages[2];      /* SPEC_DRAFT, SPEC_TARGET: their replicas */
 	const char *codec_url;
@@ -389,6 +396,25 @@ static int codec_send(worker *w, job *j, const int *tok, int n, int final, pcg_e
 }
 
 /* One synth, round by round; every message to the client goes through main. */
+/* The codes of a request's cloning prompt (encoded once per file, then
+ * kept: lib/prompts), logged with whether they were cached. */
+static int prompt_codes(verifier *v, const job *j, int32_t **codes, size_t *n, pcg_err *err)
+{
+	const proto_synth *req = &j->req->synth;
+	int hit = 0;
+
+	if (v->prompts == NULL)
+		return pcg_fail(err, "field 'prompt_audio': this verifier has no encoder (start it "
+				"with --encoder, the X-codec2 checkpoint)");
+	const double t = pcg_now();
+	if (pcg_prompts_codes(v->prompts, req->prompt_audio, req->prompt_audio_len, "prompt_audio",
+			      codes, n, &hit, err) < 0)
+		return -1;
+	fprintf(stderr, "%s: session %llu: a cloning prompt of %zu codes (%s, %.2f s)\n", prog,
+		(unsigned long long)j->session, *n, hit ? "cached" : "encoded", pcg_now() - t);
+	return 0;
+}
+
 static void run_job(worker *w, job *j)
 {
 	verifier *v = w->v;
@@ -398,6 +424,8 @@ static void run_job(worker *w, job *j)
 	pcg_err err = { "" };
 	sent_asg *sa = NULL;
 	spec_session *s = NULL;
+	int32_t *pc = NULL;
+	size_t npc = 0;
 	const char *code = PROTO_E_BAD_REQUEST;
 	int rc = 0, codec_open = 0;
 
@@ -415,7 +443,17 @@ static void run_job(worker *w, job *j)
 	}
 	if (req->asg_len > 0 && (sa = asg_acquire(v, req->asg, req->asg_len, &err)) == NULL)
 		goto fail;
-	s = spec_new(&v->env, req, sa ? sa->a : v->groups, j->session, &err);
+	if (req->prompt_audio_len > 0) {
+		if (prompt_codes(v, j, &pc, &npc, &err) < 0)
+			goto fail;
+	} else if (req->prompt_text[0] != '\0') {
+		pcg_fail(&err, "field 'prompt_text' without 'prompt_audio': send the audio it "
+			 "transcribes");
+		goto fail;
+	}
+	s = spec_new_prompt(&v->env, req, sa ? sa->a : v->groups, j->session, pc, npc, &err);
+	free(pc);
+	pc = NULL;
 	if (s == NULL)
 		goto fail;
 	code = PROTO_E_INTERNAL;
@@ -664,9 +702,12 @@ static void enqueue(hub *h, const net_req *nr, const proto_msg *req)
 	job *j = calloc(1, sizeof *j);
 
 	if (j == NULL || (j->req = malloc(sizeof *j->req)) == NULL ||
-	    (y->asg_len && (j->asg_img = malloc(y->asg_len)) == NULL)) {
-		if (j)
+	    (y->asg_len && (j->asg_img = malloc(y->asg_len)) == NULL) ||
+	    (y->prompt_audio_len && (j->prompt_img = malloc(y->prompt_audio_len)) == NULL)) {
+		if (j) {
 			free(j->req);
+			free(j->asg_img);
+		}
 		free(j);
 		proto_error(h->rep, req->id, PROTO_E_INTERNAL, "out of memory");
 		reply_msg(h, nr, h->rep);
@@ -675,6 +716,7 @@ static void enqueue(hub *h, const net_req *nr, const proto_msg *req)
 	if (h->n_jobs >= v->n_workers + max_queue) {
 		free(j->req);
 		free(j->asg_img);
+		free(j->prompt_img);
 		free(j);
 		proto_error(h->rep, req->id, PROTO_E_BUSY,
 			    "%d sessions run and %d wait (verifier --sessions, --queue): try again "
@@ -686,6 +728,10 @@ static void enqueue(hub *h, const net_req *nr, const proto_msg *req)
 	if (y->asg_len) {
 		memcpy(j->asg_img, y->asg, y->asg_len);
 		j->req->synth.asg = j->asg_img;
+	}
+	if (y->prompt_audio_len) {
+		memcpy(j->prompt_img, y->prompt_audio, y->prompt_audio_len);
+		j->req->synth.prompt_audio = j->prompt_img;
 	}
 	memcpy(j->route, nr->route, nr->route_len);
 	j->route_len = nr->route_len;
@@ -788,6 +834,7 @@ static void from_worker(pcg_daemon *d)
 			h->n_jobs--;
 			free(j->req);
 			free(j->asg_img);
+			free(j->prompt_img);
 			free(j);
 			tell_queue(h);
 		}
@@ -966,6 +1013,10 @@ int main(int argc, char **argv)
 	v.env = (spec_env){ .tok = v.tok, .voc = &v.voc, .voice = v.voice, .tm = v.tm, .knn = v.knn,
 			    .unk_phone = v.voice ? tok_token_id(v.tok, "<|p__|>", 7) : 0,
 			    .unk_next = v.voice ? tok_token_id(v.tok, "<|n__|>", 7) : 0 };
+	/* the encoder loads on the first prompt: a verifier that is sent none
+	 * never holds its 1.2 GB */
+	if (encoder_path && (v.prompts = pcg_prompts_new(encoder_path, PCG_BF16, 64, &err)) == NULL)
+		goto fail;
 	atomic_init(&v.next_session, ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid());
 	v.codec_url = codec_url;
 	v.n_workers = n_sessions;
@@ -1028,6 +1079,7 @@ out:
 		nx = j->next;
 		free(j->req);
 		free(j->asg_img);
+		free(j->prompt_img);
 		free(j);
 	}
 	for (int sg = 0; sg < 2; sg++)
@@ -1050,6 +1102,7 @@ out:
 	asg_close(&v.groups);
 	asg_close(&v.knn);
 	tm_close(&v.tm);
+	pcg_prompts_free(&v.prompts);
 	tok_free(&v.tok);
 	return rc;
 }

@@ -157,6 +157,17 @@ static void test_roundtrip(void)
 	CHECKF(roundtrip(sm, o, &err) == 0, "%s", err.msg);
 	CHECK(os->n_args == 2 && !strcmp(os->arg_name[0], "epsilon") && os->arg_val[0] == 0.09 &&
 	      !strcmp(os->arg_name[1], "k") && os->arg_val[1] == 50);
+	/* a cloning prompt (optional: absent above): the audio's bytes as sent */
+	CHECK(os->prompt_audio_len == 0 && os->prompt_text[0] == '\0');
+	static const unsigned char wav[] = "RIFF....WAVEfmt not really audio";
+	s->prompt_audio = wav;
+	s->prompt_audio_len = sizeof wav;
+	snprintf(s->prompt_text, sizeof s->prompt_text, "This is my voice. ");
+	CHECKF(roundtrip(sm, o, &err) == 0, "%s", err.msg);
+	CHECK(os->prompt_audio_len == sizeof wav && !memcmp(os->prompt_audio, wav, sizeof wav) &&
+	      !strcmp(os->prompt_text, "This is my voice. ") && os->n_args == 2);
+	s->prompt_audio_len = 0;
+	s->prompt_text[0] = '\0';
 	{
 		/* a repeated name, a non-number and too many are refused by name */
 		void *buf;
