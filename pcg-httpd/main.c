@@ -34,6 +34,7 @@
 #include <zmq.h>
 
 #include "client.h"
+#include "clones.h"
 #include "net.h"
 #include "opts.h"
 #include "proto.h"
@@ -102,7 +103,7 @@ static char token[512];
 static size_t token_len;
 static char *models_json, *voices_json; /* fixed answers, made at start */
 
-enum route { R_NONE, R_SPEECH, R_MODELS, R_MODEL, R_VOICES, R_HEALTH };
+enum route { R_NONE, R_SPEECH, R_MODELS, R_MODEL, R_VOICES, R_VOICE_ADD, R_HEALTH };
 
 /* One HTTP request, from its first call to the completion callback. */
 typedef struct request {
@@ -376,6 +377,53 @@ static enum MHD_Result speech_request(struct MHD_Connection *c, request *rq)
 	return ok;
 }
 
+/* ---- cloned voices ---- */
+
+/* A request's body may hold this many bytes: a recording more than JSON. */
+static long long body_limit(const request *rq)
+{
+	return rq->route == R_VOICE_ADD ? CLONES_MAX_BYTES : max_body;
+}
+
+/* GET /v1/audio/voices: the model's voices, then those registered. */
+static enum MHD_Result list_voices(struct MHD_Connection *c, request *rq)
+{
+	json_error_t je;
+	json_t *j = json_loads(voices_json, 0, &je);
+	json_t *data = j ? json_object_get(j, "data") : NULL;
+
+	if (data == NULL) {
+		json_decref(j);
+		return reply_fixed(c, rq, voices_json);
+	}
+	clones_list(data);
+	return reply_json(c, rq, 200, j);
+}
+
+/* POST /v1/audio/voices?name=NAME&transcript=TEXT with the recording as the
+ * body (any audio file libsndfile reads, up to 30 s): a voice for "voice". */
+static enum MHD_Result add_voice(struct MHD_Connection *c, request *rq)
+{
+	const char *name = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "name");
+	const char *text = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "transcript");
+	char msg[600];
+	int status = 0;
+
+	if (rq->too_large)
+		return fail(c, rq, 413, "invalid_request_error", NULL, NULL, NULL, "The recording "
+			    "is larger than %d bytes.", CLONES_MAX_BYTES);
+	if (name == NULL || text == NULL)
+		return fail(c, rq, 400, "invalid_request_error", name ? "transcript" : "name",
+			    "missing_required_parameter", NULL, "POST /v1/audio/voices?name=NAME&"
+			    "transcript=TEXT with the recording as the body: '%s' is missing.",
+			    name ? "transcript" : "name");
+	const clone_voice *v = clones_add(name, text, rq->body, rq->len, &status, msg, sizeof msg);
+	if (v == NULL)
+		return fail(c, rq, status, "invalid_request_error", status == 409 ? "name" : NULL,
+			    NULL, NULL, "%s", msg);
+	return reply_json(c, rq, 200, clones_json(v));
+}
+
 /* ---- routing ---- */
 
 static enum route route_of(const char *path, const char **allow)
@@ -389,8 +437,10 @@ static enum route route_of(const char *path, const char **allow)
 		return R_MODELS;
 	if (!strncmp(path, "/v1/models/", 11) && path[11])
 		return R_MODEL;
-	if (!strcmp(path, "/v1/voices") || !strcmp(path, "/v1/audio/voices"))
+	if (!strcmp(path, "/v1/voices") || !strcmp(path, "/v1/audio/voices")) {
+		*allow = "GET, HEAD, POST";
 		return R_VOICES;
+	}
 	if (!strcmp(path, "/health"))
 		return R_HEALTH;
 	return R_NONE;
@@ -466,24 +516,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		if (rq->route == R_NONE)
 			return fail(c, rq, 404, "invalid_request_error", NULL, NULL, NULL,
 				    "Invalid URL (%s %s): this server answers POST /v1/audio/speech, "
-				    "GET /v1/models, GET /v1/voices and GET /health.", method, url);
+				    "GET /v1/models, GET and POST /v1/voices and GET /health.", method,
+				    url);
 		const int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-		if (rq->route == R_SPEECH ? strcmp(method, "POST") : !is_get)
+		if (rq->route == R_VOICES && !strcmp(method, "POST"))
+			rq->route = R_VOICE_ADD; /* a recording to clone (clones.h) */
+		if (rq->route == R_SPEECH ? strcmp(method, "POST")
+					  : rq->route != R_VOICE_ADD && !is_get)
 			return fail(c, rq, 405, "invalid_request_error", NULL, NULL, allow,
 				    "Invalid method for URL (%s %s): use %s.", method, url,
 				    rq->route == R_SPEECH ? "POST" : "GET");
 		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 							     MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) > (unsigned long long)max_body)
+		if (cl && strtoull(cl, NULL, 10) > (unsigned long long)body_limit(rq))
 			return fail(c, rq, 413, "invalid_request_error", NULL, NULL, NULL,
 				    "The request body is larger than %lld bytes (pcg-httpd "
-				    "--max-body).", max_body);
+				    "--max-body; a recording: 32 MB).", body_limit(rq));
 		return MHD_YES;
 	}
 	if (rq->status) /* answered at the first call; the body is not read */
 		return MHD_YES;
 	if (*upload_size > 0) {
-		if (!rq->too_large && rq->len + *upload_size > (size_t)max_body)
+		if (!rq->too_large && rq->len + *upload_size > (size_t)body_limit(rq))
 			rq->too_large = 1;
 		if (!rq->too_large) {
 			if (rq->len + *upload_size + 1 > rq->cap) {
@@ -520,7 +574,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			    "The model '%.64s' does not exist: GET /v1/models lists them.",
 			    url + 11);
 	case R_VOICES:
-		return reply_fixed(c, rq, voices_json);
+		return list_voices(c, rq);
+	case R_VOICE_ADD:
+		return add_voice(c, rq);
 	case R_HEALTH:
 		return health(c, rq);
 	default:

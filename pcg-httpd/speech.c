@@ -15,6 +15,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "clones.h"
 #include "net.h"
 #include "proto.h"
 #include "split.h"
@@ -274,7 +275,12 @@ int speech_parse(const char *body, size_t len, const speech_cfg *cfg, speech_req
 		missing(e, "voice");
 		goto out;
 	}
-	if ((r->speaker = voice_lookup(cfg->voices, j)) < 0) {
+	{ /* a voice registered by a recording (clones.h), by its id or its name */
+		const json_t *id = json_is_object(j) ? json_object_get(j, "id") : j;
+		if (json_is_string(id))
+			r->clone = clones_find(json_string_value(id));
+	}
+	if (r->clone == NULL && (r->speaker = voice_lookup(cfg->voices, j)) < 0) {
 		const json_t *id = json_is_object(j) ? json_object_get(j, "id") : j;
 		const char *name = json_string_value(id);
 		char shown[80];
@@ -448,6 +454,11 @@ static int send_piece(speech *s, api_error *e)
 	q->seed = (uint64_t)r->seed;
 	q->max_tokens = s->cfg->max_tokens;
 	q->speaker = r->speaker;
+	if (r->clone) { /* the verifier encodes the recording once, then finds it cached */
+		q->prompt_audio = r->clone->audio;
+		q->prompt_audio_len = r->clone->len;
+		snprintf(q->prompt_text, sizeof q->prompt_text, "%s", r->clone->transcript);
+	}
 	q->stream = 1;
 	q->audio = 1;
 	q->chunk = s->cfg->chunk;

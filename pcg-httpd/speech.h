@@ -81,6 +81,7 @@ typedef struct speech_req {
 	int sse;                   /* stream_format "sse" */
 	double speed;
 	int speaker;
+	const struct clone_voice *clone; /* a registered recording (clones.h), or NULL */
 	char policy[16];
 	int seed, lookahead, top_k;
 	double temp, top_p, beta;

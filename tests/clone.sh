@@ -7,7 +7,10 @@
 # file's hash (the second request says "cached"), the same seed gives the
 # same tokens both times, and other tokens than without the prompt (the
 # prompt is in the context). A file that is not audio, a transcript without
-# audio, a verifier without an encoder: clear errors.
+# audio, a verifier without an encoder: clear errors. Through pcg-httpd: a
+# voice registered by its recording (POST /v1/audio/voices) is listed and
+# speaks (the same file: not encoded again); not audio, a name taken, no
+# transcript: 400 / 409.
 set -u
 T=${TEST_TMP:-$(mktemp -d)}
 ROOT=${PCG_ROOT:-$(pwd)}
@@ -20,8 +23,11 @@ trap cleanup EXIT
 pcg-mkmodel --out m --speech 65536 --std 0.3 --seed 3 --quiet || exit 1
 sox -t f32 -r 16000 -c 1 "$ENC/wav.f32" -b 16 voice.wav || exit 1
 V="ipc://$T/v.sock"
-verifier --local m --local-draft-layers 0 --encoder "$ENC" --listen "$V" 2>v.log &
+C="ipc://$T/c.sock"
+codec-decode --daemon --weights "$ROOT/tests/fixtures/xcodec2/tiny" --listen "$C" 2>c.log &
 pids=$!
+verifier --local m --local-draft-layers 0 --encoder "$ENC" --codec "$C" --listen "$V" 2>v.log &
+pids="$pids $!"
 S="pcg-synth --verifier $V --timeout-ms 60000 --policy sd --max-tokens 30 --seed 7 --tokens"
 
 expect 0 "cloned" $S --prompt-wav voice.wav --prompt-text "This is my voice. " "Something new."
@@ -36,6 +42,40 @@ same clone1 clone2 "the same prompt and seed: the same tokens"
 expect 0 "no prompt" $S "Something new."
 tail -n 1 out >plain
 if cmp -s plain clone1; then bad "the prompt changed nothing"; else ok "the prompt changes the tokens"; fi
+
+# --- the HTTP front end: a voice registered by its recording
+if command -v curl >/dev/null 2>&1; then
+	pcg-httpd --port 0 --verifier "$V" --policy sd 2>h.log &
+	pids="$pids $!"
+	i=0
+	until grep -q 'listening on' h.log || [ $i -ge 50 ]; do sleep 0.1; i=$((i + 1)); done
+	API=$(sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' h.log)
+	code=$(curl -s -o reg.json -w '%{http_code}' --data-binary @voice.wav \
+		"$API/audio/voices?name=me&transcript=This%20is%20my%20voice.%20")
+	[ "$code" = 200 ] && grep -q '"id": *"voice_' reg.json && ok "registered: $(cat reg.json)" ||
+		bad "register: $code $(cat reg.json)"
+	curl -s "$API/audio/voices" >list.json
+	grep -q '"name": *"me"' list.json && ok "GET /v1/audio/voices lists it" || bad "list: $(cat list.json)"
+	before=$(grep -c 'a cloning prompt of 66 codes (cached' v.log)
+	code=$(curl -s -o me.wav -w '%{http_code}' -H 'Content-Type: application/json' \
+		-d '{"model": "tts-1", "input": "Something new.", "voice": "me", "response_format": "wav"}' \
+		"$API/audio/speech")
+	[ "$code" = 200 ] && [ "$(head -c 4 me.wav)" = RIFF ] && ok "speech in the registered voice: WAV" ||
+		bad "speech: $code $(head -c 300 me.wav)"
+	[ "$(grep -c 'a cloning prompt of 66 codes (cached' v.log)" -gt "$before" ] &&
+		[ "$(grep -c 'a cloning prompt of 66 codes (encoded' v.log)" = 1 ] &&
+		ok "the recording pcg-synth sent was not encoded again" || bad "$(grep prompt v.log)"
+	printf 'not audio\n' >text.wav
+	code=$(curl -s -o r2.json -w '%{http_code}' --data-binary @text.wav "$API/audio/voices?name=x&transcript=x")
+	[ "$code" = 400 ] && ok "not audio: 400 $(cat r2.json)" || bad "not audio: $code $(cat r2.json)"
+	sox voice.wav -r 8000 other.wav
+	code=$(curl -s -o r3.json -w '%{http_code}' --data-binary @other.wav "$API/audio/voices?name=me&transcript=x")
+	[ "$code" = 409 ] && ok "a name taken: 409" || bad "name taken: $code $(cat r3.json)"
+	code=$(curl -s -o r4.json -w '%{http_code}' --data-binary @voice.wav "$API/audio/voices?name=y")
+	[ "$code" = 400 ] && grep -q transcript r4.json && ok "no transcript: 400" || bad "$code $(cat r4.json)"
+else
+	echo "curl missing: the HTTP part is not run (scripts/install-deps installs it)"
+fi
 
 printf 'not audio\n' >text.wav
 expect 1 "a prompt that is not audio" $S --prompt-wav text.wav --prompt-text "x" "Hi."
