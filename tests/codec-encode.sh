@@ -68,6 +68,12 @@ for spec in "flac:-r 16000" "ogg:-r 16000" "aiff:-r 16000" "wav:-r 8000" "wav:-r
 	[ "$(lines c.txt)" = 66 ] && ok "$name: 66 codes" || bad "$name: $(lines c.txt) codes"
 done
 
+if command -v opusenc >/dev/null; then # Ogg Opus (48 kHz inside): libsndfile decodes it
+	opusenc --quiet ref16.wav in.opus
+	expect 0 "opus" $CE in.opus -o c.txt
+	[ "$(lines c.txt)" = 66 ] && ok "in.opus: 66 codes" || bad "in.opus: $(lines c.txt) codes"
+fi
+
 # --- short, silent, long
 sox -n -r 16000 -c 1 short.wav synth 0.2 sine 220
 expect 0 "a 0.2 s prompt" $CE short.wav -o s.txt
