@@ -397,7 +397,13 @@ static enum MHD_Result list_voices(struct MHD_Connection *c, request *rq)
 		return reply_fixed(c, rq, voices_json);
 	}
 	clones_list(data);
-	return reply_json(c, rq, 200, j);
+	char *body = json_dumps(j, JSON_INDENT(2)); /* as the fixed list is written */
+	json_decref(j);
+	if (body == NULL)
+		return reply_fixed(c, rq, voices_json);
+	enum MHD_Result r = reply_fixed(c, rq, body);
+	free(body);
+	return r;
 }
 
 /* POST /v1/audio/voices?name=NAME&transcript=TEXT with the recording as the
