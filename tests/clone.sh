@@ -21,7 +21,7 @@ cleanup() { [ -n "${pids:-}" ] && kill $pids 2>/dev/null; wait 2>/dev/null; }
 trap cleanup EXIT
 
 pcg-mkmodel --out m --speech 65536 --std 0.3 --seed 3 --quiet || exit 1
-sox -t f32 -r 16000 -c 1 "$ENC/wav.f32" -b 16 voice.wav || exit 1
+sox -t f32 -r 16000 -c 1 "$ENC/wav.f32" -b 16 -D voice.wav || exit 1
 V="ipc://$T/v.sock"
 C="ipc://$T/c.sock"
 codec-decode --daemon --weights "$ROOT/tests/fixtures/xcodec2/tiny" --listen "$C" 2>c.log &
