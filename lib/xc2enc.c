@@ -18,6 +18,7 @@
 #include "dtype.h"
 #include "matmul.h"
 #include "safetensors.h"
+#include "xc2_ops.h"
 #include "xc2enc_act.h"
 
 #define N_FFT 512
@@ -29,8 +30,8 @@
 #define N_BLOCKS 5
 #define FILT 12     /* the anti-aliasing filters' taps */
 
-/* y = x W^T + b: W as f32 (w), or in the dtype of mat (mat.data set). */
-typedef struct lin { const float *w, *b; int out, in; pcg_mat mat; } lin;
+/* y = x W^T + b (xc2_linear): W f32 (held by the model) or bf16. */
+typedef struct lin { pcg_mat W; const float *b; } lin;
 typedef struct lnorm { const float *w, *b; int n; } lnorm;
 typedef struct conv { const float *w, *b; int out, in, k; } conv; /* w [out][in][k] */
 typedef struct snake { float *a, *ib; int c; } snake; /* exp(alpha), 1/(exp(beta) + 1e-9) */
@@ -139,16 +140,16 @@ static int get_lin(xc2e_model *m, const st_ckpt *ck, lin *l, int out, int in, in
 		   const char *prefix, pcg_err *err)
 {
 	int64_t s[3];
+	const float *w = load(m, ck, 0, s, err, "%s.weight", prefix);
 
-	if ((l->w = load(m, ck, 0, s, err, "%s.weight", prefix)) == NULL)
+	if (w == NULL)
 		return -1;
 	if ((out && s[0] != out) || (in && s[1] != in))
 		return pcg_fail(err, "tensor %s.weight: [%lld, %lld], want [%d, %d]", prefix,
 				(long long)s[0], (long long)s[1], out, in);
-	l->out = (int)s[0];
-	l->in = (int)s[1];
+	l->W = (pcg_mat){ w, PCG_F32, (int)s[0], (int)s[1] };
 	l->b = NULL;
-	if (bias && (l->b = load(m, ck, l->out, NULL, err, "%s.bias", prefix)) == NULL)
+	if (bias && (l->b = load(m, ck, l->W.rows, NULL, err, "%s.bias", prefix)) == NULL)
 		return -1;
 	return 0;
 }
@@ -157,11 +158,11 @@ static int get_lin(xc2e_model *m, const st_ckpt *ck, lin *l, int out, int in, in
 static int get_pw(xc2e_model *m, const st_ckpt *ck, lin *l, int out, int in, const char *prefix,
 		  pcg_err *err)
 {
-	l->out = out;
-	l->in = in;
+	const float *w = load(m, ck, (int64_t)out * in, NULL, err, "%s.weight", prefix);
+
+	l->W = (pcg_mat){ w, PCG_F32, out, in };
 	l->b = NULL;
-	l->w = load(m, ck, (int64_t)out * in, NULL, err, "%s.weight", prefix);
-	return l->w ? 0 : -1;
+	return w ? 0 : -1;
 }
 
 static int get_ln(xc2e_model *m, const st_ckpt *ck, lnorm *n, int dim, const char *prefix,
@@ -300,7 +301,7 @@ static int load_semantic(xc2e_model *m, const st_ckpt *ck, pcg_err *err)
 	    get_ln(m, ck, &m->fp_ln, XC2E_FEAT, "semantic_model.feature_projection.layer_norm",
 		   err) < 0)
 		return -1;
-	const int H = in->hidden = m->fp.out;
+	const int H = in->hidden = m->fp.W.rows;
 	while (in->layers < XC2E_LAYER) {
 		snprintf(p, sizeof p, "semantic_model.encoder.layers.%d.final_layer_norm.weight",
 			 in->layers);
@@ -317,7 +318,7 @@ static int load_semantic(xc2e_model *m, const st_ckpt *ck, pcg_err *err)
 #define PFX(s_) (snprintf(p, sizeof p, "semantic_model.encoder.layers.%d.%s", l, s_), p)
 		if (get_ln(m, ck, &L->ffn1_ln, H, PFX("ffn1_layer_norm"), err) < 0 ||
 		    get_lin(m, ck, &L->ffn1_up, 0, H, 1, PFX("ffn1.intermediate_dense"), err) < 0 ||
-		    get_lin(m, ck, &L->ffn1_down, H, L->ffn1_up.out, 1, PFX("ffn1.output_dense"),
+		    get_lin(m, ck, &L->ffn1_down, H, L->ffn1_up.W.rows, 1, PFX("ffn1.output_dense"),
 			    err) < 0 ||
 		    get_ln(m, ck, &L->att_ln, H, PFX("self_attn_layer_norm"), err) < 0 ||
 		    get_lin(m, ck, &L->q, H, H, 1, PFX("self_attn.linear_q"), err) < 0 ||
@@ -337,7 +338,7 @@ static int load_semantic(xc2e_model *m, const st_ckpt *ck, pcg_err *err)
 			m->n_pos = (int)s[0];
 			/* w2v-bert-2.0: left 64, right 8 */
 			m->left_max = m->n_pos - 1 - 8;
-			in->ffn = L->ffn1_up.out;
+			in->ffn = L->ffn1_up.W.rows;
 		} else if (s[0] != m->n_pos || s[1] != H / in->heads) {
 			return pcg_fail(err, "layer %d: distance_embedding differs from layer 0's", l);
 		}
@@ -440,20 +441,20 @@ static int layer_dtype(xc2e_model *m, wlayer *L, pcg_err *err)
 
 static int to_bf16(xc2e_model *m, lin *l, pcg_err *err)
 {
-	const size_t n = (size_t)l->out * l->in;
+	const size_t n = (size_t)l->W.rows * l->W.cols;
+	const float *w = l->W.data;
 	uint16_t *h = keep(m, malloc(n * sizeof *h + 1));
 
 	if (h == NULL)
 		return pcg_fail(err, "out of memory");
 	for (size_t i = 0; i < n; i++)
-		h[i] = pcg_f32_to_bf16(l->w[i]);
+		h[i] = pcg_f32_to_bf16(w[i]);
 	for (size_t i = 0; i < m->n_own; i++)
-		if (m->own[i] == l->w) {
+		if (m->own[i] == w) {
 			free(m->own[i]);
 			m->own[i] = NULL;
 		}
-	l->w = NULL;
-	l->mat = (pcg_mat){ h, PCG_BF16, l->out, l->in };
+	l->W = (pcg_mat){ h, PCG_BF16, l->W.rows, l->W.cols };
 	m->info.bf16_bytes += n * sizeof *h;
 	return 0;
 }
@@ -483,10 +484,10 @@ xc2e_model *xc2e_open_dtype(const char *path, pcg_dtype wdtype, pcg_err *err)
 		goto fail;
 	const int E = m->sem_final.out, C = m->info.codec_dim;
 	if (get_lin(m, ck, &m->prior, 0, E + C, 1, "fc_prior", err) < 0 ||
-	    get_lin(m, ck, &m->pin, 0, m->prior.out, 1, "generator.quantizer.project_in", err) < 0)
+	    get_lin(m, ck, &m->pin, 0, m->prior.W.rows, 1, "generator.quantizer.project_in", err) < 0)
 		goto fail;
-	m->info.prior_dim = m->prior.out;
-	m->info.levels = m->pin.out;
+	m->info.prior_dim = m->prior.W.rows;
+	m->info.levels = m->pin.W.rows;
 	if (m->info.levels != 8) {
 		pcg_fail(err, "generator.quantizer.project_in has %d outputs: X-codec2's FSQ has 8 "
 			 "digits of 4 levels", m->info.levels);
@@ -647,69 +648,41 @@ int xc2e_features(const float *wav, size_t n, float *feat, pcg_err *err)
 
 static void layer_norm(float *y, const float *x, int T, const lnorm *n)
 {
-	for (int t = 0; t < T; t++) {
-		const float *r = x + (size_t)t * n->n;
-		float *o = y + (size_t)t * n->n;
-		double mu = 0.0, var = 0.0;
-		for (int i = 0; i < n->n; i++)
-			mu += r[i];
-		mu /= n->n;
-		for (int i = 0; i < n->n; i++)
-			var += (r[i] - mu) * (r[i] - mu);
-		const float inv = (float)(1.0 / sqrt(var / n->n + LN_EPS));
-		for (int i = 0; i < n->n; i++)
-			o[i] = ((float)(r[i] - mu)) * inv * n->w[i] + n->b[i];
-	}
+	xc2_layer_norm(y, x, T, n->n, n->w, n->b, LN_EPS);
 }
 
-/* y[T][out] = x[T][in] W^T (+ b); ldy, ldx: row strides. */
-static void linear(float *y, int ldy, const float *x, int ldx, int T, const lin *l)
+static void linear(float *y, const float *x, int T, const lin *l)
 {
-	if (l->mat.data != NULL && ldx == l->in) /* the engine's products (lib/matmul) */
-		pcg_matmul(y, ldy, x, T, &l->mat, 0, l->out);
-	else
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, l->out, l->in, 1.0f, x,
-			    ldx, l->w, l->in, 0.0f, y, ldy);
-	if (l->b)
-		for (int t = 0; t < T; t++)
-			for (int o = 0; o < l->out; o++)
-				y[(size_t)t * ldy + o] += l->b[o];
+	xc2_linear(y, x, T, &l->W, l->b);
 }
 
-static float swish(float v) { return v / (1.0f + expf(-v)); }
 static float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
 
-/* x += scale * ffn(layer_norm(x)) with ffn = down(swish(up(.))). */
+/* x += scale * ffn(layer_norm(x)) with ffn = down(silu(up(.))). */
 static void ffn(float *x, int T, const lnorm *n, const lin *up, const lin *down, float scale,
 		float *t1, float *t2)
 {
 	layer_norm(t1, x, T, n);
-	linear(t2, up->out, t1, up->in, T, up);
-	for (size_t i = 0; i < (size_t)T * up->out; i++)
-		t2[i] = swish(t2[i]);
-	linear(t1, down->out, t2, down->in, T, down);
-	for (size_t i = 0; i < (size_t)T * down->out; i++)
+	linear(t2, t1, T, up);
+	for (size_t i = 0; i < (size_t)T * up->W.rows; i++)
+		t2[i] = xc2_silu(t2[i]);
+	linear(t1, t2, T, down);
+	for (size_t i = 0; i < (size_t)T * down->W.rows; i++)
 		x[i] += t1[i] * scale;
 }
 
 /* Self-attention with relative-key position scores: scores[i][j] = (q_i.k_j
  * + q_i.E[clamp(j - i, -left, right) + left]) / sqrt(d), softmax over j. */
-static int attention(const xc2e_model *m, const wlayer *L, float *x, int T, float *t1,
-		     float *q, float *k, float *v, float *ctx, pcg_err *err)
+static void attention(const xc2e_model *m, const wlayer *L, float *x, int T, float *t1,
+		      float *q, float *k, float *v, float *ctx, float *sc, float *pe)
 {
 	const int H = m->info.hidden, nh = m->info.heads, d = H / nh, np = m->n_pos;
 	const float s = 1.0f / sqrtf((float)d);
-	float *sc = malloc((size_t)T * T * sizeof *sc), *pe = malloc((size_t)T * np * sizeof *pe);
 
-	if (!sc || !pe) {
-		free(sc);
-		free(pe);
-		return pcg_fail(err, "out of memory for attention over %d frames", T);
-	}
 	layer_norm(t1, x, T, &L->att_ln);
-	linear(q, H, t1, H, T, &L->q);
-	linear(k, H, t1, H, T, &L->k);
-	linear(v, H, t1, H, T, &L->v);
+	linear(q, t1, T, &L->q);
+	linear(k, t1, T, &L->k);
+	linear(v, t1, T, &L->v);
 	for (int h = 0; h < nh; h++) {
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, d, 1.0f, q + h * d, H,
 			    k + h * d, H, 0.0f, sc, T);
@@ -733,12 +706,9 @@ static int attention(const xc2e_model *m, const wlayer *L, float *x, int T, floa
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, d, T, 1.0f, sc, T,
 			    v + h * d, H, 0.0f, ctx + h * d, H);
 	}
-	linear(t1, H, ctx, H, T, &L->o);
+	linear(t1, ctx, T, &L->o);
 	for (size_t i = 0; i < (size_t)T * H; i++)
 		x[i] += t1[i];
-	free(sc);
-	free(pe);
-	return 0;
 }
 
 /* The Conformer's convolution module, added to x. */
@@ -748,7 +718,7 @@ static void conv_module(const xc2e_model *m, const wlayer *L, float *x, int T, f
 	const int H = m->info.hidden, K = m->dw_k;
 
 	layer_norm(t1, x, T, &L->conv_ln);
-	linear(t2, 2 * H, t1, H, T, &L->pw1);
+	linear(t2, t1, T, &L->pw1);
 	for (int t = 0; t < T; t++) /* GLU over channels: a * sigmoid(b) */
 		for (int c = 0; c < H; c++)
 			g[(size_t)t * H + c] = t2[(size_t)t * 2 * H + c] *
@@ -765,36 +735,19 @@ static void conv_module(const xc2e_model *m, const wlayer *L, float *x, int T, f
 		}
 	layer_norm(t2, t1, T, &L->dw_ln);
 	for (size_t i = 0; i < (size_t)T * H; i++)
-		t2[i] = swish(t2[i]);
-	linear(t1, H, t2, H, T, &L->pw2);
+		t2[i] = xc2_silu(t2[i]);
+	linear(t1, t2, T, &L->pw2);
 	for (size_t i = 0; i < (size_t)T * H; i++)
 		x[i] += t1[i];
 }
 
 /* Conv1d over time-major x[T][in] -> y[T][out], stride 1, 'same' zero
- * padding (k odd). */
-static int conv_tm(float *y, const float *x, int T, const conv *c, pcg_err *err)
+ * padding (k odd); col: T * in * k floats. */
+static void conv_tm(float *y, const float *x, int T, const conv *c, float *col)
 {
-	const int K = c->k, pad = (K - 1) / 2, n = c->in * K;
-	float *col = calloc((size_t)T * n, sizeof *col);
+	const pcg_mat W = { c->w, PCG_F32, c->out, c->in * c->k };
 
-	if (col == NULL)
-		return pcg_fail(err, "out of memory for a convolution");
-	for (int t = 0; t < T; t++)
-		for (int i = 0; i < c->in; i++)
-			for (int j = 0; j < K; j++) {
-				const int ts = t + j - pad;
-				col[(size_t)t * n + (size_t)i * K + j] =
-					ts >= 0 && ts < T ? x[(size_t)ts * c->in + i] : 0.0f;
-			}
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, c->out, n, 1.0f, col, n, c->w, n,
-		    0.0f, y, c->out);
-	if (c->b)
-		for (int t = 0; t < T; t++)
-			for (int o = 0; o < c->out; o++)
-				y[(size_t)t * c->out + o] += c->b[o];
-	free(col);
-	return 0;
+	xc2_conv1d(y, x, T, c->in, c->k, &W, c->b, col);
 }
 
 static int semantic(const xc2e_model *m, const float *feat, int T, float *hidden_out,
@@ -803,45 +756,49 @@ static int semantic(const xc2e_model *m, const float *feat, int T, float *hidden
 	const int H = m->info.hidden, F = m->info.ffn, E = m->sem_init.out;
 	const int W = H > E ? H : E, W1 = F > 2 * W ? F : 2 * W;
 	const int W2 = W1 > XC2E_FEAT ? W1 : XC2E_FEAT;
+	const conv *sc_convs[] = { &m->sem_init, &m->sem_r1, &m->sem_r2, &m->sem_final };
+	size_t ncol = 0;
+	for (int i = 0; i < 4; i++) {
+		const size_t n = (size_t)sc_convs[i]->in * sc_convs[i]->k;
+		ncol = n > ncol ? n : ncol;
+	}
+	/* every buffer once for all layers: the attention's scores are T x T */
 	float *x = malloc((size_t)T * H * sizeof *x), *t1 = malloc((size_t)T * W2 * sizeof *t1);
 	float *t2 = malloc((size_t)T * W2 * sizeof *t2), *q = malloc((size_t)T * W * sizeof *q);
 	float *k = malloc((size_t)T * H * sizeof *k), *v = malloc((size_t)T * H * sizeof *v);
-	float *ctx = malloc((size_t)T * H * sizeof *ctx);
+	float *ctx = malloc((size_t)T * H * sizeof *ctx), *sc = malloc((size_t)T * T * sizeof *sc);
+	float *pe = malloc((size_t)T * m->n_pos * sizeof *pe), *col = malloc(T * ncol * sizeof *col);
 	int rc = -1;
 
-	if (!x || !t1 || !t2 || !q || !k || !v || !ctx) {
+	if (!x || !t1 || !t2 || !q || !k || !v || !ctx || !sc || !pe || !col) {
 		pcg_fail(err, "out of memory for %d frames", T);
 		goto out;
 	}
 	layer_norm(t1, feat, T, &m->fp_ln);
-	linear(x, H, t1, XC2E_FEAT, T, &m->fp);
+	linear(x, t1, T, &m->fp);
 	for (int l = 0; l < m->info.layers; l++) {
 		const wlayer *L = &m->L[l];
 		ffn(x, T, &L->ffn1_ln, &L->ffn1_up, &L->ffn1_down, 0.5f, t1, t2);
-		if (attention(m, L, x, T, t1, q, k, v, ctx, err) < 0)
-			goto out;
+		attention(m, L, x, T, t1, q, k, v, ctx, sc, pe);
 		conv_module(m, L, x, T, t1, t2, q);
 		ffn(x, T, &L->ffn2_ln, &L->ffn2_up, &L->ffn2_down, 0.5f, t1, t2);
-		layer_norm(t1, x, T, &L->final_ln);
-		memcpy(x, t1, (size_t)T * H * sizeof *x);
+		layer_norm(x, x, T, &L->final_ln);
 	}
 	if (hidden_out)
 		memcpy(hidden_out, x, (size_t)T * H * sizeof *x);
 	/* SemanticEncoder: y = init(x); the in-place ReLU makes the residual
 	 * relu(y): final(res(relu(y)) + relu(y)) */
-	if (conv_tm(t1, x, T, &m->sem_init, err) < 0)
-		goto out;
+	conv_tm(t1, x, T, &m->sem_init, col);
 	for (size_t i = 0; i < (size_t)T * E; i++)
 		t1[i] = fmaxf(t1[i], 0.0f);
-	if (conv_tm(t2, t1, T, &m->sem_r1, err) < 0)
-		goto out;
+	conv_tm(t2, t1, T, &m->sem_r1, col);
 	for (size_t i = 0; i < (size_t)T * E; i++)
 		t2[i] = fmaxf(t2[i], 0.0f);
-	if (conv_tm(q, t2, T, &m->sem_r2, err) < 0)
-		goto out;
+	conv_tm(q, t2, T, &m->sem_r2, col);
 	for (size_t i = 0; i < (size_t)T * E; i++)
 		q[i] += t1[i];
-	rc = conv_tm(sem, q, T, &m->sem_final, err);
+	conv_tm(sem, q, T, &m->sem_final, col);
+	rc = 0;
 out:
 	free(x);
 	free(t1);
@@ -850,6 +807,9 @@ out:
 	free(k);
 	free(v);
 	free(ctx);
+	free(sc);
+	free(pe);
+	free(col);
 	return rc;
 }
 
@@ -1024,8 +984,8 @@ int xc2e_encode(xc2e_model *m, const float *wav, size_t n, int32_t *codes, xc2e_
 		memcpy(cat + (size_t)t * (E + C), sem + (size_t)t * E, E * sizeof *cat);
 		memcpy(cat + (size_t)t * (E + C) + E, ac + (size_t)t * C, C * sizeof *cat);
 	}
-	linear(pri, P, cat, E + C, T, &m->prior);
-	linear(pre, in->levels, pri, P, T, &m->pin);
+	linear(pri, cat, T, &m->prior);
+	linear(pre, pri, T, &m->pin);
 	for (int t = 0; t < T; t++) {
 		int32_t idx = 0, base = 1;
 		for (int j = 0; j < in->levels; j++, base *= 4)

@@ -36,6 +36,7 @@
 
 #include "matmul.h"
 #include "safetensors.h"
+#include "xc2_ops.h"
 #include "weights.h"
 
 
@@ -349,70 +350,6 @@ const xc2_tensors *xc2_get_tensors(const xc2_model *m) { return &m->t; }
 
 /* ------------------------------------------------------------------ layers */
 
-/* nn.Linear: y[t] = W x[t] + b for the T rows of x; y is [T, W->rows].
- * f32 weights (the checkpoint's) and many rows: each thread one
- * single-threaded sgemm of all of x against its share of the rows of W, so
- * every weight is packed once and x once per thread, where pcg_matmul's
- * tiles of 128 weight rows (made for a few rows of x and for bf16 weights)
- * pack all of x once per tile (c_attn at 30 s: 37 M floats of packing
- * against 6 M). Other dtypes and few rows go to pcg_matmul. */
-static void linear(float *y, const float *x, int T, const pcg_mat *W, const float *b)
-{
-	const int R = W->rows, K = W->cols;
-
-	if (W->dtype == PCG_F32 && T >= 64) {
-#pragma omp parallel
-		{
-			const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-			const int r0 = R * id / nt / 16 * 16;
-			const int r1 = id == nt - 1 ? R : R * (id + 1) / nt / 16 * 16;
-			if (r1 > r0)
-				cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, r1 - r0, K, 1.0f,
-					    x, K, (const float *)W->data + (size_t)r0 * K, K, 0.0f, y + r0,
-					    R);
-		}
-	} else {
-		pcg_matmul(y, R, x, T, W, 0, R);
-	}
-	if (b == NULL)
-		return;
-#pragma omp parallel for schedule(static) if ((size_t)T * R > 65536)
-	for (int t = 0; t < T; t++)
-		for (int r = 0; r < R; r++)
-			y[(size_t)t * R + r] += b[r];
-}
-
-/* nn.Conv1d(C, C, k, padding=(k-1)/2) over time: col[t][i * k + j] =
- * x[t + j - pad][i] (zero outside), then y = col W^T + b with W [C, C * k]. */
-static void conv1d(float *y, const float *x, int T, int C, int k, const pcg_mat *W,
-		   const float *b, float *col)
-{
-	const int pad = (k - 1) / 2;
-
-#pragma omp parallel for schedule(static) if ((size_t)T * C > 65536)
-	for (int t = 0; t < T; t++) {
-		float *row = col + (size_t)t * C * k;
-		for (int j = 0; j < k; j++) {
-			const int s = t + j - pad;
-			if (s < 0 || s >= T) {
-				for (int i = 0; i < C; i++)
-					row[(size_t)i * k + j] = 0.0f;
-				continue;
-			}
-			const float *xs = x + (size_t)s * C;
-			for (int i = 0; i < C; i++)
-				row[(size_t)i * k + j] = xs[i];
-		}
-	}
-	linear(y, col, T, W, b);
-}
-
-/* x * sigmoid(x): the original's nonlinearity() (swish) and nn.SiLU. */
-static inline float silu(float x)
-{
-	return x / (1.0f + expf(-x));
-}
-
 /* nonlinearity(GroupNorm(32, C, eps=1e-6)(x)) into y. The statistics of a
  * group are over its C/32 channels and all T frames, biased variance; they
  * are summed in double, so they carry less rounding than PyTorch's. */
@@ -447,7 +384,7 @@ static void groupnorm_swish(float *y, const float *x, int T, int C, const float 
 		float *yt = y + (size_t)t * C;
 		for (int i = 0; i < C; i++) {
 			const int g = i / cg;
-			yt[i] = silu((xt[i] - mean[g]) * rstd[g] * w[i] + b[i]);
+			yt[i] = xc2_silu((xt[i] - mean[g]) * rstd[g] * w[i] + b[i]);
 		}
 	}
 }
@@ -458,9 +395,9 @@ static void resblock(float *x, int T, int C, const xc2_resblock *r, float *h, fl
 		     float *col)
 {
 	groupnorm_swish(h, x, T, C, r->norm1_w, r->norm1_b);     /* h = nonlinearity(norm1(x)) */
-	conv1d(h2, h, T, C, 3, &r->conv1, r->conv1_b, col);      /* h = conv1(h) */
+	xc2_conv1d(h2, h, T, C, 3, &r->conv1, r->conv1_b, col);      /* h = conv1(h) */
 	groupnorm_swish(h, h2, T, C, r->norm2_w, r->norm2_b);    /* h = nonlinearity(norm2(h)) */
-	conv1d(h2, h, T, C, 3, &r->conv2, r->conv2_b, col);      /* h = conv2(h) */
+	xc2_conv1d(h2, h, T, C, 3, &r->conv2, r->conv2_b, col);      /* h = conv2(h) */
 	for (size_t i = 0; i < (size_t)T * C; i++)               /* return x + h */
 		x[i] += h2[i];
 }
@@ -697,55 +634,43 @@ static int run(const xc2_model *m, const int32_t *codes, int T, float *out, floa
 
 	/* (1) get_output_from_indices: FSQ codes, then project_out */
 	xc2_fsq(c, codes, T, fsq);
-	linear(big, fsq, T, &w->project_out, w->project_out_b);  /* [T, vq_dim] */
+	xc2_linear(big, fsq, T, &w->project_out, w->project_out_b);  /* [T, vq_dim] */
 	/* (2) vq_post_emb = fc_post_a(vq_post_emb) */
-	linear(x, big, T, &w->fc_post_a, w->fc_post_a_b);        /* [T, C] */
+	xc2_linear(x, big, T, &w->fc_post_a, w->fc_post_a_b);        /* [T, C] */
 
 	/* (3) VocosBackbone */
 	memcpy(h, x, (size_t)T * C * sizeof *h);
-	conv1d(x, h, T, C, 7, &w->embed, w->embed_b, big);      /* x = self.embed(x) */
+	xc2_conv1d(x, h, T, C, 7, &w->embed, w->embed_b, big);      /* x = self.embed(x) */
 	for (int i = 0; i < 2; i++)                              /* x = self.prior_net(x) */
 		resblock(x, T, C, &w->prior[i], h, h2, big);
 	for (int l = 0; l < c->depth; l++) {                     /* x = self.transformers(x) */
 		const xc2_tblock *b = &w->tb[l];
 		rmsnorm(h, x, T, C, b->att_norm);                /* att_norm(x) */
-		linear(big, h, T, &b->c_attn, NULL);             /* q, k, v = c_attn(x) */
+		xc2_linear(big, h, T, &b->c_attn, NULL);             /* q, k, v = c_attn(x) */
 		attention(h, big, T, C, c->heads, scores);       /* sdpa (RoPE: no effect) */
-		linear(h2, h, T, &b->c_proj, NULL);              /* y = c_proj(y) */
+		xc2_linear(h2, h, T, &b->c_proj, NULL);              /* y = c_proj(y) */
 		for (size_t i = 0; i < (size_t)T * C; i++)       /* x = x + att(...) */
 			x[i] += h2[i];
 		rmsnorm(h, x, T, C, b->ffn_norm);                /* ffn_norm(x) */
-		linear(big, h, T, &b->fc1, NULL);                /* fc1 */
+		xc2_linear(big, h, T, &b->fc1, NULL);                /* fc1 */
 #pragma omp parallel for schedule(static) if ((size_t)T * c->ffn > 65536)
 		for (size_t i = 0; i < (size_t)T * c->ffn; i++)  /* silu */
-			big[i] = silu(big[i]);
-		linear(h2, big, T, &b->fc2, NULL);               /* fc2 */
+			big[i] = xc2_silu(big[i]);
+		xc2_linear(h2, big, T, &b->fc2, NULL);               /* fc2 */
 		for (size_t i = 0; i < (size_t)T * C; i++)       /* x = x + mlp(...) */
 			x[i] += h2[i];
 	}
 	for (int i = 0; i < 2; i++)                              /* x = self.post_net(x) */
 		resblock(x, T, C, &w->post[i], h, h2, big);
-	/* x = self.final_layer_norm(x): LayerNorm(C, eps=1e-6), biased variance */
-#pragma omp parallel for schedule(static) if ((size_t)T * C > 65536)
-	for (int t = 0; t < T; t++) {
-		float *xt = x + (size_t)t * C;
-		double s = 0, q = 0;
-		for (int i = 0; i < C; i++)
-			s += xt[i];
-		const double mu = s / C;
-		for (int i = 0; i < C; i++)
-			q += (xt[i] - mu) * (xt[i] - mu);
-		const float mean = (float)mu, rstd = (float)(1.0 / sqrt(q / C + 1e-6));
-		for (int i = 0; i < C; i++)
-			xt[i] = (xt[i] - mean) * rstd * w->ln_w[i] + w->ln_b[i];
-	}
+	/* x = self.final_layer_norm(x): LayerNorm(C, eps=1e-6) */
+	xc2_layer_norm(x, x, T, C, w->ln_w, w->ln_b, 1e-6f);
 
 	if (feat != NULL)
 		memcpy(feat, x, (size_t)T * C * sizeof *x);
 
 	/* (4) ISTFTHead: x_pred = self.out(x), then the inverse STFT */
 	if (out != NULL) {
-		linear(big, x, T, &w->head, w->head_b);          /* [T, N + 2] */
+		xc2_linear(big, x, T, &w->head, w->head_b);          /* [T, N + 2] */
 		istft(out, big, T, c->hop, w->window, m->plan, frames, spec);
 	}
 	rc = 0;
