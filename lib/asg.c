@@ -26,7 +26,8 @@
 #error "the ASG file is little-endian and is used in place: a little-endian host is assumed"
 #endif
 
-static const pcg_img_kind KIND = { { 'P', 'C', 'G', '-', 'A', 'S', 'G', '\n' }, "ASG", ASG_VERSION };
+static const pcg_img_kind KIND = { { 'P', 'C', 'G', '-', 'A', 'S', 'G', '\n' }, "ASG",
+				       "an ASG", ASG_VERSION };
 
 /* Header field offsets (man/asg.5). */
 enum {

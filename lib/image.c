@@ -21,12 +21,10 @@ int pcg_img_check(const unsigned char *b, uint64_t size, const pcg_img_kind *k,
 		  const char *name, pcg_err *err)
 {
 	if (size < PCG_IMG_HEADER)
-		return pcg_fail(err, "%s: %llu bytes: too short for %s %s file (the header is %d)",
-				name, U(size), k->what[0] == 'A' ? "an" : "a", k->what,
-				PCG_IMG_HEADER);
+		return pcg_fail(err, "%s: %llu bytes: too short for %s file (the header is %d)",
+				name, U(size), k->a_what, PCG_IMG_HEADER);
 	if (memcmp(b, k->magic, sizeof k->magic) != 0)
-		return pcg_fail(err, "%s: not %s %s file (bad magic)", name,
-				k->what[0] == 'A' ? "an" : "a", k->what);
+		return pcg_fail(err, "%s: not %s file (bad magic)", name, k->a_what);
 	if (pcg_get32(b, PCG_IMG_VERSION) != k->version)
 		return pcg_fail(err, "%s: %s version %u; this build reads version %u", name, k->what,
 				pcg_get32(b, PCG_IMG_VERSION), k->version);

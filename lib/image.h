@@ -27,11 +27,11 @@
 #define PCG_IMG_BYTES 48
 #define PCG_IMG_CHECKSUM 56
 
-/* A kind of file: its magic, its name in messages ("ASG"), the version this
- * build reads and writes. */
+/* A kind of file: its magic, its name in messages ("ASG", with its article:
+ * "an ASG"), the version this build reads and writes. */
 typedef struct pcg_img_kind {
 	char magic[8];
-	const char *what;
+	const char *what, *a_what;
 	uint32_t version;
 } pcg_img_kind;
 

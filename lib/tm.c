@@ -23,7 +23,8 @@
 #error "the TM file is little-endian and is used in place: a little-endian host is assumed"
 #endif
 
-static const pcg_img_kind KIND = { { 'P', 'C', 'G', '-', 'T', 'M', '\n', 0 }, "TM", TM_VERSION };
+static const pcg_img_kind KIND = { { 'P', 'C', 'G', '-', 'T', 'M', '\n', 0 }, "TM", "a TM",
+				       TM_VERSION };
 
 /* Header field offsets (man/tm.5). */
 enum {

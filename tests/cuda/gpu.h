@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "../unit/check.h"
+#include "../unit/fixture.h"
 #include "cuda/device.h"
 
 /* Per-op and per-forward limits on the normalised error, by weight dtype. */
@@ -55,16 +56,7 @@ static inline int gpu_require(const char *test)
  * everywhere and a equals it. NaN in a counts as infinitely wrong. */
 static inline double gpu_norm_err(const float *a, const float *b, size_t n)
 {
-	double num = 0.0, den = 0.0;
-
-	for (size_t i = 0; i < n; i++) {
-		double d = fabs((double)a[i] - (double)b[i]);
-		if (isnan(a[i]) || isnan(d))
-			return INFINITY;
-		num = d > num ? d : num;
-		den = fabs((double)b[i]) > den ? fabs((double)b[i]) : den;
-	}
-	return den > 0.0 ? num / den : num;
+	return norm_err(a, b, n); /* fixture.h */
 }
 
 #endif

@@ -74,6 +74,23 @@ static inline double max_diff(const float *a, const float *b, size_t n)
 	return m;
 }
 
+/* max |a - ref| / max |ref| over n values (the error relative to the
+ * reference's scale, so one limit serves arrays of any scale); 0 when ref is
+ * 0 everywhere and a equals it. NaN in a counts as infinitely wrong. */
+static inline double norm_err(const float *a, const float *ref, size_t n)
+{
+	double num = 0.0, den = 0.0;
+
+	for (size_t i = 0; i < n; i++) {
+		const double d = fabs((double)a[i] - (double)ref[i]);
+		if (isnan(a[i]) || isnan(d))
+			return INFINITY;
+		num = d > num ? d : num;
+		den = fabs((double)ref[i]) > den ? fabs((double)ref[i]) : den;
+	}
+	return den > 0.0 ? num / den : num;
+}
+
 /* A JSON file; exits with its error when it cannot be read. */
 static inline json_t *load_json(const char *path)
 {

@@ -40,18 +40,6 @@
 
 #define FX "tests/fixtures/xcodec2-enc/tiny"
 
-static double norm_err(const float *a, const float *ref, size_t n)
-{
-	double num = 0.0, den = 0.0;
-
-	for (size_t i = 0; i < n; i++) {
-		const double d = fabs((double)a[i] - ref[i]);
-		num = isnan(d) ? INFINITY : d > num ? d : num;
-		den = fabs(ref[i]) > den ? fabs(ref[i]) : den;
-	}
-	return den > 0 ? num / den : num;
-}
-
 static float *fx(const char *name, size_t want)
 {
 	char p[256];
