@@ -590,6 +590,22 @@ size_t st_mapped_bytes(const st_ckpt *c)
 	return c->mapped;
 }
 
+void st_drop(const st_ckpt *c, const st_tensor *t)
+{
+	const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), p = (uintptr_t)t->data;
+
+	for (int i = 0; i < c->nfiles; i++) {
+		const st_file *f = &c->files[i];
+		const uintptr_t m = (uintptr_t)f->map;
+		if (f->copied || p < m || p >= m + f->size)
+			continue;
+		/* the whole pages inside the tensor: a neighbour's partial page stays */
+		const uintptr_t a = (p + pg - 1) / pg * pg, b = (p + t->nbytes) / pg * pg;
+		if (b > a)
+			(void)madvise((void *)a, b - a, MADV_DONTNEED);
+	}
+}
+
 const char *st_metadata(const st_ckpt *c, const char *key)
 {
 	for (int i = 0; i < c->nfiles; i++) {

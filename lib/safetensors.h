@@ -64,6 +64,12 @@ const st_tensor *st_find(const st_ckpt *c, const char *name);
 /* Total bytes mapped (all shards). */
 size_t st_mapped_bytes(const st_ckpt *c);
 
+/* Drops the file pages under t once the caller has copied it out (a reader
+ * that converts every tensor would otherwise hold the copies and the mapped
+ * file at once). The mapping is read-only and private: a later read of t
+ * pages it in again. A copy in memory (st_from_memory) is left alone. */
+void st_drop(const st_ckpt *c, const st_tensor *t);
+
 /* The "__metadata__" value of key (validated as a string on open), from
  * the first file that has it; NULL when no file has it. The string lives as
  * long as c. */

@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "clock.h"
 #include "dtype.h"
@@ -85,19 +83,6 @@ static void *keep(xc2e_model *m, void *p)
 	return p;
 }
 
-/* The file pages under a tensor once it is copied: st_open maps the file
- * read-only and private, so dropping them costs only a re-read if they are
- * touched again, and the peak memory of loading is the copies, not the
- * copies plus the mapped checkpoint. */
-static void drop_pages(const void *p, size_t n)
-{
-	const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-	const uintptr_t a = ((uintptr_t)p + pg - 1) / pg * pg, b = ((uintptr_t)p + n) / pg * pg;
-
-	if (b > a)
-		(void)madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 /* Tensor name (printf format) as f32, owned by m; its shape into shape[]
  * (when not NULL). want: the element count required, or 0 for any. */
 static float *load(xc2e_model *m, const st_ckpt *ck, int64_t want, int64_t *shape,
@@ -128,7 +113,7 @@ static float *load(xc2e_model *m, const st_ckpt *ck, int64_t want, int64_t *shap
 		return NULL;
 	}
 	pcg_to_f32(f, t->data, t->dtype, (size_t)t->numel);
-	drop_pages(t->data, t->nbytes);
+	st_drop(ck, t); /* the copy, not the copy and the mapped file */
 	m->info.params += (size_t)t->numel;
 	if (shape)
 		for (int i = 0; i < 3; i++)
