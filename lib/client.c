@@ -18,6 +18,8 @@ struct pcg_client {
 	proto_buf req;   /* requests are packed here, reused */
 	zmq_msg_t last;  /* the last reply, as received: rep points into it */
 	int have_last;
+	uint64_t pending_id; /* the request client_wait waits for */
+	int pending, sent, wait_ms;
 	unsigned long resent, stale;
 };
 
@@ -115,29 +117,43 @@ static int deadline_ms(const pcg_client *c, const proto_msg *req)
 	return ms > 24LL * 3600 * 1000 ? 24 * 3600 * 1000 : (int)ms;
 }
 
-int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
+int client_send(pcg_client *c, proto_msg *req, pcg_err *err)
 {
-	const int wait_ms = deadline_ms(c, req);
-	int gone = 0;
-
 	req->id = c->next_id++;
+	c->pending = 0;
 	if (proto_pack_buf(req, &c->req, err) < 0)
 		return -1;
-	if (c->have_last) { /* the previous reply, which rep may still point into */
+	c->wait_ms = deadline_ms(c, req);
+	c->pending_id = req->id;
+	c->pending = 1;
+	if (c->have_last) { /* the previous reply, which a rep may still point into */
 		zmq_msg_close(&c->last);
 		c->have_last = 0;
 	}
+	/* a failed send is tried again by client_wait, on a fresh socket */
+	c->sent = net_send(c->sock, c->req.data, c->req.len, err) == 0;
+	return 0;
+}
+
+int client_wait(pcg_client *c, proto_msg *rep, pcg_err *err)
+{
+	const int wait_ms = c->wait_ms;
+	int gone = 0;
+
+	if (!c->pending)
+		return pcg_fail(err, "%s: no request to wait for", c->url);
+	c->pending = 0;
 	for (int t = 0; t < c->tries; t++) {
-		if (t > 0) {
+		if (t > 0 || !c->sent) {
 			/* Reopen: drops whatever the old socket still queues. */
-			c->resent++;
+			c->resent += t > 0;
 			net_close(&c->sock);
 			c->sock = net_client(c->ctx, c->url, err);
 			if (c->sock == NULL)
 				break;
+			if (net_send(c->sock, c->req.data, c->req.len, err) < 0)
+				continue;
 		}
-		if (net_send(c->sock, c->req.data, c->req.len, err) < 0)
-			continue;
 		double until = now_ms() + wait_ms;
 		for (;;) {
 			zmq_msg_t m;
@@ -153,7 +169,7 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 				pcg_err_prefix(err, c->url);
 				return -1;
 			}
-			if (rep->id != req->id) { /* a late reply to an abandoned request */
+			if (rep->id != c->pending_id) { /* a late reply to an abandoned request */
 				c->stale++;
 				zmq_msg_close(&m);
 				continue;
@@ -171,6 +187,13 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 		}
 	}
 	return pcg_fail(err, "%s: no reply after %d tries of %d ms", c->url, c->tries, wait_ms);
+}
+
+int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
+{
+	if (client_send(c, req, err) < 0)
+		return -1;
+	return client_wait(c, rep, err);
 }
 
 unsigned long client_resent(const pcg_client *c) { return c->resent; }

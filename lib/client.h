@@ -39,6 +39,16 @@ void client_set_alive(pcg_client *c, int (*alive)(void *ctx), void *ctx);
  * unknown-session). */
 int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err);
 
+/* client_call in two halves, so that a caller can have requests to
+ * several servers in flight at once: client_send packs and sends req (its
+ * id set here; req may be reused at once), client_wait waits for its
+ * reply, resending on a timeout as client_call does. Each returns 0 or -1
+ * with err; a send that failed is retried by client_wait. A client has at
+ * most one request in flight, and the previous reply is released by
+ * client_send. */
+int client_send(pcg_client *c, proto_msg *req, pcg_err *err);
+int client_wait(pcg_client *c, proto_msg *rep, pcg_err *err);
+
 /* Counters: requests resent after a timeout, stale replies dropped. */
 unsigned long client_resent(const pcg_client *c);
 unsigned long client_stale(const pcg_client *c);

@@ -79,12 +79,12 @@ enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F
        F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_STATS,
        F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_HEADS, F_VITERBI_K, F_NNZ, F_PAD, F_STREAM,
        F_AUDIO, F_CHUNK, F_LEFT, F_RIGHT, F_QUEUE, F_RATE, F_PCM, F_FORCED, F_ARGS,
-       F_PROMPT_TEXT, F_PROMPT_AUDIO, F_COUNT };
+       F_PROMPT_TEXT, F_PROMPT_AUDIO, F_SEQUENTIAL, F_COUNT };
 static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
 	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg", "text", "policy",
 	"beta", "max_tokens", "stats", "final", "tokens", "asg", "speaker", "heads",
 	"viterbi_k", "nnz", "pad", "stream", "audio", "chunk", "left", "right", "queue", "rate",
-	"pcm", "forced", "args", "prompt_text", "prompt_audio" };
+	"pcm", "forced", "args", "prompt_text", "prompt_audio", "sequential" };
 #define B(f) (1ull << (f))
 static const uint64_t schema[] = {
 	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
@@ -112,7 +112,7 @@ static const uint64_t schema[] = {
 /* Fields a type may carry beyond its schema: sent only when not empty. */
 static const uint64_t optional[] = {
 	[PROTO_PROPOSE] = B(F_FORCED),
-	[PROTO_SYNTH] = B(F_ARGS) | B(F_PROMPT_TEXT) | B(F_PROMPT_AUDIO),
+	[PROTO_SYNTH] = B(F_ARGS) | B(F_PROMPT_TEXT) | B(F_PROMPT_AUDIO) | B(F_SEQUENTIAL),
 	[PROTO_LAST_TYPE] = 0,
 };
 
@@ -129,6 +129,8 @@ static uint64_t fields_of(const proto_msg *m)
 		f |= B(F_PROMPT_TEXT);
 	if (m->type == PROTO_SYNTH && m->synth.prompt_audio_len > 0)
 		f |= B(F_PROMPT_AUDIO);
+	if (m->type == PROTO_SYNTH && m->synth.sequential)
+		f |= B(F_SEQUENTIAL);
 	return f;
 }
 
@@ -508,6 +510,7 @@ static void put_synth(msgpack_packer *pk, int f, const proto_synth *s)
 		msgpack_pack_bin(pk, s->prompt_audio_len);
 		msgpack_pack_bin_body(pk, s->prompt_audio, s->prompt_audio_len);
 		break;
+	case F_SEQUENTIAL: boolean(pk, s->sequential); break;
 	}
 }
 
@@ -1083,6 +1086,7 @@ static int get_synth(proto_synth *s, int f, const msgpack_object *v, pcg_err *er
 		return get_str(v, "prompt_text", s->prompt_text, sizeof s->prompt_text, err);
 	case F_PROMPT_AUDIO:
 		return get_bin(v, "prompt_audio", &s->prompt_audio, &s->prompt_audio_len, err);
+	case F_SEQUENTIAL: return get_bool(v, "sequential", &s->sequential, err);
 	}
 	return pcg_fail(err, "field %d: unknown", f);
 }

@@ -226,6 +226,8 @@ typedef struct proto_synth {
 				   * bytes (parse: in the received buffer) */
 	size_t prompt_audio_len;
 	char prompt_text[4096]; /* optional: what the prompt audio says */
+	int sequential;        /* optional: rounds one after the other, the draft
+				* waiting for each verdict (default: pipelined) */
 	char text[16384];
 } proto_synth;
 

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "costmodel.h"
 #include "policy.h"
 #include "rng.h"
 #include "sampling.h"
@@ -39,12 +40,22 @@ struct spec_session {
 	int *ctx, *sp;           /* context ids; committed speech ids */
 	int n, nsp, j, rounds, ended, d_sync, t_sync, resends;
 	int have_heads;
+	/* pipelined rounds: while the target verifies a block, the draft drafts
+	 * on from its last draft as if all were accepted. n_ahead drafts are
+	 * ready for the next round: ids ax, vectors in p from vector p_off */
+	int pipe, n_ahead, p_off, ax[PROTO_MAX_N];
+	/* the lookahead: the request's, or chosen each round (auto_l) from the
+	 * acceptance per position so far (tries, accepted) by lib/costmodel */
+	int auto_l, L_next;
+	double tries_pos[PROTO_MAX_N + 1], acc_pos[PROTO_MAX_N + 1], sum_l;
 	const float *hp[PROTO_MAX_HEADS + 1]; /* the heads at the last committed token */
 	int last[PROTO_MAX_N], last_groups[PROTO_MAX_N], n_last;
 	double st[PROTO_STAT_POS0], accept_pos[PROTO_MAX_N], t0, t_server;
 	/* buffers */
 	proto_msg *q, *r;        /* a request to a server, its reply */
-	float *p, *qv, *hv;      /* (L + 1) x width; hv: PROTO_MAX_VEC x width for MTP */
+	proto_msg *qd, *rd;      /* the draft's request ahead, its reply */
+	float *p, *ap;           /* PROTO_MAX_N x width: drafts' vectors, those ahead */
+	float *qv, *hv;          /* (L + 1) x width; hv: PROTO_MAX_VEC x width for MTP */
 };
 
 /* Row index of a model id in the output rows (speech codes, then end). */
@@ -59,6 +70,8 @@ static int row_id(const spec_session *s, int row)
 	return row == s->width - 1 && !s->env.voice ? s->env.voc->end_id
 						    : llasa_code_to_id(s->env.voc, row);
 }
+
+static int next_lookahead(const spec_session *s);
 
 static void forced_free(forced *f)
 {
@@ -154,6 +167,9 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 	s->env = *env;
 	s->id = id;
 	s->L = req->lookahead;
+	s->auto_l = s->L == 0;
+	if (s->auto_l) /* the longest lookahead auto considers */
+		s->L = SPEC_AUTO_MAX_L;
 	s->samp = req->samp;
 	s->seed = req->seed;
 	s->f16 = req->f16;
@@ -214,6 +230,12 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 	}
 	if (s->is_none && !s->mtp)
 		s->L = 0;
+	if (s->viterbi || s->is_none || s->mtp) /* the heads asked for are the lookahead */
+		s->auto_l = 0;
+	if (s->mtp && req->lookahead == 0)
+		s->L = SPEC_MTP_HEADS;
+	s->heads = s->mtp ? s->L : 0;
+	s->pipe = !req->sequential && !s->is_none && !s->mtp;
 	/* A phoneme voice: the rows are the speech tokens alone (the length is
 	 * espeak-ng's, so the end token is never drawn); else speech and end. */
 	const llasa_vocab *voc = env->voc;
@@ -245,23 +267,30 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 		pcg_err_prefix(err, "text");
 		goto fail;
 	}
-	const size_t nv = (size_t)(s->L + 1) * s->width;
+	const size_t nv = (size_t)PROTO_MAX_N * s->width;
 	s->ctx = malloc((np + (size_t)s->max_tokens + s->fc.n + PROTO_MAX_N) * sizeof *s->ctx);
 	s->sp = malloc(((size_t)s->max_tokens + PROTO_MAX_N) * sizeof *s->sp);
 	s->q = calloc(1, sizeof *s->q);
 	s->r = calloc(1, sizeof *s->r);
 	s->p = malloc(nv * sizeof *s->p);
+	s->ap = malloc(nv * sizeof *s->ap);
+	s->qd = calloc(1, sizeof *s->qd);
+	s->rd = calloc(1, sizeof *s->rd);
 	/* the target scores forced tokens inside a block too: a vector for each */
 	s->qv = malloc((env->voice ? (size_t)PROTO_MAX_N * s->width : nv) * sizeof *s->qv);
 	if (s->mtp)
 		s->hv = malloc((size_t)PROTO_MAX_VEC * s->width * sizeof *s->hv);
-	if (!s->ctx || !s->sp || !s->q || !s->r || !s->p || !s->qv || (s->mtp && !s->hv)) {
+	if (!s->ctx || !s->sp || !s->q || !s->r || !s->p || !s->qv || (s->mtp && !s->hv) ||
+	    !s->ap || !s->qd || !s->rd) {
 		pcg_fail(err, "out of memory");
 		goto fail;
 	}
 	memcpy(s->ctx, pids, np * sizeof *s->ctx);
 	s->n = (int)np;
 	free(pids);
+	if (s->env.costs.step <= 0)
+		cost_terms_parse(SPEC_COSTS, &s->env.costs, err);
+	s->L_next = next_lookahead(s);
 	s->t0 = pcg_now();
 	return s;
 fail:
@@ -283,66 +312,149 @@ void spec_free(spec_session **sp)
 	free(s->q);
 	free(s->r);
 	free(s->p);
+	free(s->ap);
+	free(s->qd);
+	free(s->rd);
 	free(s->qv);
 	free(s->hv);
 	free(s);
 	*sp = NULL;
 }
 
-/* One request to a model server, resending the whole context once if the
- * server lost the session. *sync is what it holds of the context; r is
- * the reply. */
-static int ask(spec_session *s, const spec_io *io, int stage, int *sync, const int *tail,
-	       int n_tail, proto_msg **rp, pcg_err *err)
-{
-	proto_msg *r = s->r;
-	proto_model_req *q = proto_model_mut(s->q);
-	const int heads = s->q->type == PROTO_SCORE ? s->q->score.heads : 0;
+static int check_reply(spec_session *s, const proto_msg *q, const proto_msg *r, int *sync,
+		       int attempt, int timed, pcg_err *err);
 
-	*rp = r;
-	for (int attempt = 0; attempt < 2; attempt++) {
-		q->pos = *sync;
-		q->n_append = 0;
-		if (s->n - *sync + n_tail > PROTO_MAX_APPEND)
-			return pcg_fail(err, "context of %d tokens exceeds %d", s->n + n_tail,
-					PROTO_MAX_APPEND);
-		for (int i = *sync; i < s->n; i++)
-			q->append[q->n_append++] = s->ctx[i];
-		for (int i = 0; i < n_tail; i++)
-			q->append[q->n_append++] = tail[i];
-		if (io->call(io->ctx, stage, s->q, r, err) < 0)
+/* Fills request q to extend from *sync: the context it lacks, then tail. */
+static int fill(spec_session *s, proto_msg *q, int sync, const int *tail, int n_tail,
+		pcg_err *err)
+{
+	proto_model_req *m = proto_model_mut(q);
+
+	m->pos = sync;
+	m->n_append = 0;
+	if (s->n - sync + n_tail > PROTO_MAX_APPEND)
+		return pcg_fail(err, "context of %d tokens exceeds %d", s->n + n_tail,
+				PROTO_MAX_APPEND);
+	for (int i = sync; i < s->n; i++)
+		m->append[m->n_append++] = s->ctx[i];
+	for (int i = 0; i < n_tail; i++)
+		m->append[m->n_append++] = tail[i];
+	return 0;
+}
+
+/* Checks the reply r to q: 0 probabilities (*sync now holds the context),
+ * 1 the server lost the session (*sync = 0: ask again with everything),
+ * -1 with err otherwise. */
+static int check(spec_session *s, const proto_msg *q, const proto_msg *r, int *sync,
+		 int attempt, pcg_err *err)
+{
+	return check_reply(s, q, r, sync, attempt, 1, err);
+}
+
+/* check, with timed: whether the server's compute counts in t_server
+ * (not for the draft's work ahead, which overlaps the target's). */
+static int check_reply(spec_session *s, const proto_msg *q, const proto_msg *r, int *sync,
+		       int attempt, int timed, pcg_err *err)
+{
+	const int heads = q->type == PROTO_SCORE ? q->score.heads : 0;
+	const proto_model_req *m = proto_model(q);
+
+	if (r->type == PROTO_PROBS) {
+		const proto_probs *p = &r->probs;
+		*sync = s->n;
+		s->t_server += timed && p->n_stats > 0 ? p->stats[0] : 0;
+		if (p->width != s->width || p->n_vec != m->n * (1 + heads))
+			return pcg_fail(err, "server answered %d x %d, asked %d x %d", p->n_vec,
+					p->width, m->n * (1 + heads), s->width);
+		return 0;
+	}
+	if (r->type == PROTO_ERROR && !strcmp(r->error.code, PROTO_E_UNKNOWN_SESSION) &&
+	    attempt == 0) {
+		*sync = 0; /* restarted or evicted: resend everything */
+		s->resends++;
+		return 1;
+	}
+	return pcg_fail(err, "%s: %s", r->type == PROTO_ERROR ? r->error.code : "reply",
+			r->type == PROTO_ERROR ? r->error.msg : "unexpected type");
+}
+
+/* One request q to a model server, resending the whole context once if the
+ * server lost the session. *sync is what it holds of the context; the
+ * reply is r. */
+static int ask(spec_session *s, const spec_io *io, int stage, int *sync, const int *tail,
+	       int n_tail, proto_msg *q, proto_msg *r, int attempt, pcg_err *err)
+{
+	for (; attempt < 2; attempt++) {
+		if (fill(s, q, *sync, tail, n_tail, err) < 0)
 			return -1;
-		if (r->type == PROTO_PROBS) {
-			const proto_probs *p = &r->probs;
-			*sync = s->n;
-			s->t_server += p->n_stats > 0 ? p->stats[0] : 0;
-			if (p->width != s->width || p->n_vec != q->n * (1 + heads))
-				return pcg_fail(err, "server answered %d x %d, asked %d x %d",
-						p->n_vec, p->width, q->n * (1 + heads), s->width);
-			return 0;
-		}
-		if (r->type == PROTO_ERROR && !strcmp(r->error.code, PROTO_E_UNKNOWN_SESSION) &&
-		    attempt == 0) {
-			*sync = 0; /* restarted or evicted: resend everything */
-			s->resends++;
-			continue;
-		}
-		return pcg_fail(err, "%s: %s", r->type == PROTO_ERROR ? r->error.code : "reply",
-				r->type == PROTO_ERROR ? r->error.msg : "unexpected type");
+		if (io->call(io->ctx, stage, q, r, err) < 0)
+			return -1;
+		const int c = check(s, q, r, sync, attempt, err);
+		if (c <= 0)
+			return c;
 	}
 	return pcg_fail(err, "server lost the session twice");
 }
 
-/* Makes s->q a propose or score with the fields both share. */
-static void request(spec_session *s, proto_type type, int n)
+/* The drafts ahead, out of the draft's reply (read before the next
+ * request: a reply may live in a buffer that the next one reuses). */
+static void take_ahead(spec_session *s, int A)
 {
-	proto_init(s->q, type, 0);
-	proto_model_req *q = proto_model_mut(s->q);
-	q->session = s->id;
-	q->n = n;
-	q->samp = s->samp;
-	q->rows = s->rows;
-	q->f16 = s->f16;
+	for (int i = 0; i < A; i++) {
+		s->ax[i] = s->rd->probs.x[i];
+		proto_vector(&s->rd->probs, i, s->ap + (size_t)i * s->width);
+	}
+}
+
+/* The target's score s->q and the draft's propose ahead s->qd (A tokens)
+ * at once, each on its own server, or one after the other when io cannot
+ * overlap them; the results are the same either way. *t_wait: the seconds
+ * spent waiting for the draft after the target answered. */
+static int ask_both(spec_session *s, const spec_io *io, const int *tail, int n_tail, int A,
+		    double *t_wait, pcg_err *err)
+{
+	*t_wait = 0;
+	if (io->start == NULL || io->finish == NULL) {
+		if (ask(s, io, SPEC_DRAFT, &s->d_sync, tail, n_tail, s->qd, s->rd, 0, err) < 0)
+			return -1;
+		take_ahead(s, A);
+		return ask(s, io, SPEC_TARGET, &s->t_sync, tail, n_tail, s->q, s->r, 0, err);
+	}
+	if (fill(s, s->qd, s->d_sync, tail, n_tail, err) < 0 ||
+	    io->start(io->ctx, SPEC_DRAFT, s->qd, err) < 0)
+		return -1;
+	/* the draft's sync moves on only when its reply is checked */
+	int d_sync = s->d_sync;
+	const int rt = ask(s, io, SPEC_TARGET, &s->t_sync, tail, n_tail, s->q, s->r, 0, err);
+	const double t = pcg_now();
+	pcg_err e2 = { "" };
+	const int rd = io->finish(io->ctx, SPEC_DRAFT, s->qd, s->rd, &e2);
+	*t_wait = pcg_now() - t;
+	if (rt < 0)
+		return -1;
+	if (rd < 0) {
+		*err = e2;
+		return -1;
+	}
+	int c = check_reply(s, s->qd, s->rd, &d_sync, 0, 0, err);
+	s->d_sync = d_sync;
+	if (c == 1) /* the draft lost the session: once more, with everything */
+		c = ask(s, io, SPEC_DRAFT, &s->d_sync, tail, n_tail, s->qd, s->rd, 1, err);
+	if (c == 0)
+		take_ahead(s, A);
+	return c;
+}
+
+/* Makes q a propose or score with the fields both share. */
+static void request(spec_session *s, proto_msg *q, proto_type type, int n)
+{
+	proto_init(q, type, 0);
+	proto_model_req *m = proto_model_mut(q);
+	m->session = s->id;
+	m->n = n;
+	m->samp = s->samp;
+	m->rows = s->rows;
+	m->f16 = s->f16;
 }
 
 /* The forced tokens of a phoneme voice inside a round's block: fb[k] is the
@@ -365,17 +477,76 @@ static int forced_in_block(const spec_session *s, int Lr, int fb[PROTO_MAX_N + 1
 	return Lr;
 }
 
+/* The acceptance of each draft position given the ones before it, from the
+ * rounds so far with a prior of AUTO_PRIOR worth two rounds; a position
+ * never tried takes the estimate of the one before it. */
+#define AUTO_PRIOR 0.5
+static void acceptance(const spec_session *s, double *a, int n)
+{
+	double last = AUTO_PRIOR;
+
+	for (int i = 0; i < n; i++) {
+		if (s->tries_pos[i] > 0)
+			last = (s->acc_pos[i] + 2 * AUTO_PRIOR) / (s->tries_pos[i] + 2);
+		a[i] = last;
+	}
+}
+
+/* The lookahead of the next round: the request's, or (auto) the one the
+ * cost model predicts the most tokens per second for, from the acceptance
+ * measured so far. It depends on the tokens alone, never on timing. */
+static int next_lookahead(const spec_session *s)
+{
+	double a[PROTO_MAX_N];
+
+	if (!s->auto_l)
+		return s->L;
+	acceptance(s, a, s->L + 1);
+	return cost_best_lookahead(&s->env.costs, s->mtp ? COST_MTP : s->pipe ? COST_PIPELINED
+								 : COST_SEQUENTIAL, a, s->L);
+}
+
+/* The draft's propose ahead: while the target verifies [x_1..x_Lr], the
+ * draft appends what it has not seen of the block (x_Lr and the forced
+ * tokens before speech token Lr) and drafts A tokens on, as if all were
+ * accepted: speech tokens Lr..Lr + A - 1 of the round, each after the
+ * forced tokens due at its frame. Fills s->qd; returns A (0: nothing to
+ * draft ahead). */
+static int propose_ahead(spec_session *s, int Lr, const int *fb)
+{
+	int A = next_lookahead(s) + 1, f = fb[Lr + 1];
+
+	if (A > s->max_tokens - s->nsp - Lr)
+		A = s->max_tokens - s->nsp - Lr;
+	if (A > PROTO_MAX_N - 1)
+		A = PROTO_MAX_N - 1;
+	if (A < 1)
+		return 0;
+	request(s, s->qd, PROTO_PROPOSE, A);
+	proto_propose *pq = &s->qd->propose;
+	pq->seed = (s->seed ^ 0x61686561642d6472ull) * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds;
+	for (int k = 1; k < A; k++)
+		for (; s->env.voice && f < s->fc.n && s->fc.frame[f] < s->nsp + Lr + k + 1; f++) {
+			if (pq->n_forced == PROTO_MAX_N)
+				return k; /* more phonemes than a propose carries: draft less */
+			pq->forced_at[pq->n_forced] = k;
+			pq->forced[pq->n_forced++] = s->fc.id[f];
+		}
+	return A;
+}
+
 int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 {
-	int out[PROTO_MAX_N], n_emit = 0, x[PROTO_MAX_N], accepted = 0, Lr = s->L;
+	int out[PROTO_MAX_N], n_emit = 0, x[PROTO_MAX_N], accepted = 0;
 	int groups[PROTO_MAX_N], fb[PROTO_MAX_N + 1];
 	int tail[PROTO_MAX_N], n_tail = 0, qat[PROTO_MAX_N];
+	const float *pv[PROTO_MAX_N]; /* the drafts' vectors */
 	const int W = s->width;
-	proto_msg *r;
 	double t;
 
 	if (s->ended || s->nsp >= s->max_tokens)
 		return 1;
+	int Lr = s->L_next;
 	s->n_last = 0;
 	/* 0. a phoneme voice: the phoneme tokens due at this frame go in. Those
 	 * due later run inside the round's block (below), except for MTP
@@ -400,22 +571,29 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 		Lr = forced_in_block(s, Lr, fb);
 	const int target_only = s->is_none || Lr < 1 || (s->mtp && !s->have_heads);
 
-	/* 1. draft: x_1..x_Lr and p_1..p_Lr, from the draft server or from the
-	 * target's heads at the last committed token */
+	/* 1. draft: x_1..x_Lr and p_1..p_Lr: drafted ahead last round, or from
+	 * the draft server now, or from the target's heads at the last
+	 * committed token */
 	if (!target_only && s->mtp) {
 		pcg_rng drng;
 		pcg_rng_init(&drng, s->seed ^ 0x6d74702d64726166ull, 1 + (uint64_t)s->rounds);
 		for (int i = 0; i < Lr; i++) {
 			float *pi = s->p + (size_t)i * W;
 			memcpy(pi, s->hp[i], (size_t)W * sizeof *pi);
+			pv[i] = pi;
 			int row = pcg_sample(pi, W, pcg_rng_uniform(&drng));
 			x[i] = row_id(s, row < 0 ? 0 : row);
+		}
+	} else if (!target_only && s->n_ahead >= Lr) {
+		for (int i = 0; i < Lr; i++) {
+			x[i] = s->ax[i];
+			pv[i] = s->p + (size_t)(s->p_off + i) * W;
 		}
 	} else if (!target_only) {
 		/* the forced tokens due inside the block go with the request, so
 		 * that the draft conditions on them (before drafting token k, the
 		 * ones due at frame nsp + k) */
-		request(s, PROTO_PROPOSE, Lr);
+		request(s, s->q, PROTO_PROPOSE, Lr);
 		proto_propose *pq = &s->q->propose;
 		pq->seed = s->seed * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds;
 		for (int k = 1; k < Lr; k++)
@@ -424,19 +602,22 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 				pq->forced[pq->n_forced++] = s->fc.id[f];
 			}
 		t = pcg_now();
-		if (ask(s, io, SPEC_DRAFT, &s->d_sync, NULL, 0, &r, err) < 0)
+		if (ask(s, io, SPEC_DRAFT, &s->d_sync, NULL, 0, s->q, s->r, 0, err) < 0)
 			return -1;
 		s->st[PROTO_STAT_T_DRAFT] += pcg_now() - t;
 		for (int i = 0; i < Lr; i++) {
-			x[i] = r->probs.x[i];
-			proto_vector(&r->probs, i, s->p + (size_t)i * W);
+			x[i] = s->r->probs.x[i];
+			proto_vector(&s->r->probs, i, s->p + (size_t)i * W);
+			pv[i] = s->p + (size_t)i * W;
 		}
 	}
+	s->n_ahead = 0;
 	/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1, the
 	 * forced tokens before x_2, x_2, ..., x_Lr, the forced tokens before
 	 * the bonus token]: the distribution of speech token k of the round is
 	 * the vector qat[k], at the token right before it (mtp-*: with the
-	 * heads' distributions at each position) */
+	 * heads' distributions at each position). Pipelined, the draft drafts
+	 * on meanwhile (propose_ahead). */
 	qat[0] = 0;
 	for (int k = 1; !target_only && k <= Lr; k++) {
 		tail[n_tail++] = x[k - 1];
@@ -444,18 +625,27 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 			tail[n_tail++] = s->fc.id[f];
 		qat[k] = n_tail;
 	}
-	request(s, PROTO_SCORE, target_only ? 1 : n_tail + 1);
+	const int A = !target_only && !s->mtp && s->pipe ? propose_ahead(s, Lr, fb) : 0;
+	request(s, s->q, PROTO_SCORE, target_only ? 1 : n_tail + 1);
 	s->q->score.heads = s->heads;
 	const int nq = s->q->score.req.n, heads = s->heads;
 	t = pcg_now();
-	if (ask(s, io, SPEC_TARGET, &s->t_sync, tail, n_tail, &r, err) < 0)
-		return -1;
-	s->st[PROTO_STAT_T_TARGET] += pcg_now() - t;
+	if (A > 0) {
+		double t_wait;
+		if (ask_both(s, io, tail, n_tail, A, &t_wait, err) < 0)
+			return -1;
+		s->st[PROTO_STAT_T_TARGET] += pcg_now() - t - t_wait;
+		s->st[PROTO_STAT_T_DRAFT] += t_wait;
+	} else {
+		if (ask(s, io, SPEC_TARGET, &s->t_sync, tail, n_tail, s->q, s->r, 0, err) < 0)
+			return -1;
+		s->st[PROTO_STAT_T_TARGET] += pcg_now() - t;
+	}
 	for (int i = 0; i < nq; i++) {
-		proto_vector(&r->probs, i * (1 + heads), s->qv + (size_t)i * W);
+		proto_vector(&s->r->probs, i * (1 + heads), s->qv + (size_t)i * W);
 		for (int k = 0; k < heads; k++) {
 			int vi = i * (1 + heads) + 1 + k;
-			proto_vector(&r->probs, vi, s->hv + (size_t)vi * W);
+			proto_vector(&s->r->probs, vi, s->hv + (size_t)vi * W);
 		}
 	}
 
@@ -465,6 +655,7 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	pcg_rng_init(&rng, s->seed, 1 + (uint64_t)s->rounds);
 	for (int i = 0; i < PROTO_MAX_N; i++)
 		groups[i] = -1;
+	int kept_ahead = 0;
 	if (s->viterbi) {
 		/* the target's q and the heads: 1 + heads positions */
 		const int V = s->env.voice ? W : W - 1;
@@ -487,32 +678,59 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 		int row = pcg_sample(s->qv, W, pcg_rng_uniform(&rng));
 		out[n_emit++] = row_id(s, row < 0 ? W - 1 : row);
 	} else {
-		int xr[PROTO_MAX_N];
-		const float *pp[PROTO_MAX_N], *qq[PROTO_MAX_N];
+		/* Pipelined, the first draft ahead stands where the bonus token
+		 * would: when x_1..x_Lr are all accepted it is verified against
+		 * q_{Lr+1} like any draft (accepted, or corrected from the
+		 * rule's residual), so every position still follows the rule. */
+		int xr[PROTO_MAX_N + 1];
+		const float *pp[PROTO_MAX_N + 1], *qq[PROTO_MAX_N + 1];
+		const int Ld = Lr + (A > 0);
 		for (int i = 0; i < Lr; i++) {
 			xr[i] = id_row(s, x[i]);
-			pp[i] = s->p + (size_t)i * W;
+			pp[i] = pv[i];
 		}
 		for (int i = 0; i <= Lr; i++)
 			qq[i] = s->qv + (size_t)qat[i] * W;
-		if (policy_run(s->pol, Lr, xr, pp, qq, &rng, &s->res, err) < 0)
+		if (A > 0) {
+			xr[Lr] = id_row(s, s->ax[0]);
+			pp[Lr] = s->ap;
+			qq[Lr + 1] = NULL;
+			if (xr[Lr] < 0)
+				return pcg_fail(err, "draft: token %d is not a speech token", s->ax[0]);
+		}
+		if (policy_run(s->pol, Ld, xr, pp, qq, &rng, &s->res, err) < 0)
 			return -1;
 		n_emit = s->res.n_tokens;
-		accepted = s->res.n_accepted;
+		accepted = s->res.n_accepted < Lr ? s->res.n_accepted : Lr;
 		for (int i = 0; i < n_emit; i++) {
 			out[i] = row_id(s, s->res.tokens[i]);
 			groups[i] = s->res.groups[i];
 		}
+		const int tried = s->res.n_accepted + s->res.rejected;
+		for (int i = 0; i < tried && i < PROTO_MAX_N; i++) {
+			s->tries_pos[i]++;
+			s->acc_pos[i] += i < s->res.n_accepted;
+		}
+		kept_ahead = A > 1 && s->res.n_accepted == Ld && !s->res.ended;
 	}
 	for (int i = 0; i < accepted; i++)
 		s->accept_pos[i] += 1;
 	/* the next drafts: the heads at the last accepted position, whose q
-	 * gave the token that ends this round */
+	 * gave the token that ends this round; or the drafts ahead after the
+	 * one just accepted (their vectors become s->p, from vector 1) */
 	if (s->mtp && !s->viterbi) {
 		const int a = target_only ? 0 : accepted;
 		for (int k = 0; k < heads; k++)
 			s->hp[k] = s->hv + ((size_t)a * (1 + heads) + 1 + k) * W;
 		s->have_heads = 1;
+	}
+	if (kept_ahead) {
+		float *tp = s->p;
+		s->p = s->ap;
+		s->ap = tp;
+		s->p_off = 1;
+		s->n_ahead = A - 1;
+		memmove(s->ax, s->ax + 1, (size_t)(A - 1) * sizeof *s->ax);
 	}
 	s->st[PROTO_STAT_T_POLICY] += pcg_now() - t;
 
@@ -535,6 +753,8 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	s->rounds++;
 	s->st[PROTO_STAT_DRAFTED] += s->viterbi ? heads : target_only ? 0 : Lr;
 	s->st[PROTO_STAT_ACCEPTED] += accepted;
+	s->sum_l += target_only ? 0 : Lr;
+	s->L_next = kept_ahead ? A - 1 : next_lookahead(s);
 	return s->ended || s->nsp >= s->max_tokens;
 }
 

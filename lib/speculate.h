@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "asg.h"
+#include "costmodel.h"
 #include "err.h"
 #include "llasa.h"
 #include "proto.h"
@@ -51,7 +52,19 @@ typedef struct spec_env {
 	int unk_next;            /* and for a next phoneme it does not know (<|n__|>) */
 	const tmat *tm;          /* mtp-viterbi's transition matrix, or NULL */
 	const asg *knn;          /* lantern's neighbour file (asg-build --knn), or NULL */
+	cost_terms costs;        /* what a step, a draft step, a block and a trip cost
+				  * (lib/costmodel): --lookahead auto chooses by them;
+				  * all 0: SPEC_COSTS */
 } spec_env;
+
+/* The lookahead auto considers 1..SPEC_AUTO_MAX_L (a block of at most 8
+ * positions: the batched small products); MTP rounds with n = 0 ask for
+ * SPEC_MTP_HEADS heads. */
+#define SPEC_AUTO_MAX_L 7
+#define SPEC_MTP_HEADS 3
+/* The cost terms auto assumes when none were measured (ms, ms, share, ms):
+ * a draft a quarter of the target's step, a block of 4 at 2x a step. */
+#define SPEC_COSTS "1,0.25,0.33,0.2"
 
 enum { SPEC_DRAFT, SPEC_TARGET };
 
@@ -60,6 +73,13 @@ enum { SPEC_DRAFT, SPEC_TARGET };
  * read before the next call. Returns -1 with err when no reply came. */
 typedef struct spec_io {
 	int (*call)(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err);
+	/* Optional (NULL: call them one after the other): a request in two
+	 * halves, so that the draft drafts ahead while the target verifies.
+	 * start sends q to stage (q may be reused at once); finish waits for
+	 * its reply into r (q is the request again, for a retry). Each returns
+	 * 0 or -1 with err; a stage has at most one request started. */
+	int (*start)(void *ctx, int stage, proto_msg *q, pcg_err *err);
+	int (*finish)(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err);
 	void *ctx;
 } spec_io;
 
@@ -67,7 +87,8 @@ typedef struct spec_io {
 typedef struct spec_session spec_session;
 
 /* A session for the synth request req (its text, policy, beta, lookahead,
- * sampling, seed, max_tokens, speaker, viterbi_k, f16, args) with the ASG
+ * sampling, seed, max_tokens, speaker, viterbi_k, f16, args, sequential; a
+ * lookahead of 0 is auto: chosen each round by the cost model) with the ASG
  * groups (for pcg; borrowed until spec_free), named id at the servers.
  * Returns NULL with err saying what in the request is wrong (a bad request)
  * or out of memory. */

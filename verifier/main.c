@@ -286,6 +286,7 @@ typedef struct worker {
 	int started;
 	pcg_client *cl[2][MAX_REPLICAS]; /* per stage, per replica */
 	int cur[2];           /* the replica holding the job's session, or -1 */
+	int inflight[2];      /* a request sent by io_start, its reply not yet taken */
 	pcg_client *codec;
 	int rate;             /* the codec's sample rate, once it answered */
 	void *out;
@@ -318,6 +319,43 @@ static int io_call(void *ctx, int sg, proto_msg *q, proto_msg *r, pcg_err *err)
 		w->cur[sg] = stage_pick(st, k);
 	}
 	return -1;
+}
+
+/* spec_io's start and finish: the draft's request ahead goes out before
+ * the target's score, so both servers work at once. A replica that fails
+ * in between is left to io_call, which moves the session (a resend of an
+ * idempotent request). */
+static int io_start(void *ctx, int sg, proto_msg *q, pcg_err *err)
+{
+	worker *w = ctx;
+	stage *st = &w->v->stages[sg];
+
+	if (w->cur[sg] < 0)
+		w->cur[sg] = stage_pick(st, -1);
+	w->inflight[sg] = client_send(w->cl[sg][w->cur[sg]], q, err) == 0;
+	return 0;
+}
+
+static int io_finish(void *ctx, int sg, proto_msg *q, proto_msg *r, pcg_err *err)
+{
+	worker *w = ctx;
+
+	stage *st = &w->v->stages[sg];
+
+	if (w->inflight[sg]) {
+		const int k = w->cur[sg];
+		w->inflight[sg] = 0;
+		if (client_wait(w->cl[sg][k], r, err) == 0)
+			return 0;
+		if (st->n == 1)
+			return -1;
+		atomic_store(&st->dead_until[k], mono() + 10);
+		atomic_fetch_sub(&st->load[k], 1);
+		fprintf(stderr, "%s: %s: %s; session %llu moves to another replica\n", prog,
+			st->name, err->msg, (unsigned long long)proto_model(q)->session);
+		w->cur[sg] = stage_pick(st, k);
+	}
+	return io_call(ctx, sg, q, r, err);
 }
 
 /* The job is over: its sessions leave their replicas' load. */
@@ -420,7 +458,7 @@ static void run_job(worker *w, job *j)
 	verifier *v = w->v;
 	const proto_synth *req = &j->req->synth;
 	proto_msg *rep = w->m;
-	spec_io io = { io_call, w };
+	spec_io io = { .call = io_call, .start = io_start, .finish = io_finish, .ctx = w };
 	pcg_err err = { "" };
 	sent_asg *sa = NULL;
 	spec_session *s = NULL;

@@ -107,6 +107,10 @@
 static const pcg_sampling SAMP = { 1.0f, 20, 1.0f };
 static const int NEAR_LAYERS[] = { 0, 2, 3 };
 
+/* PCG_TEST_SEQUENTIAL=1: every statistic through the sequential rounds
+ * (the draft waits for each verdict) instead of the pipelined ones. */
+static int sequential;
+
 /* The servers: the drafts and the target under test, and a second copy of
  * the target that computes the expected distributions. */
 typedef struct rig {
@@ -124,8 +128,9 @@ typedef struct rig {
 	size_t n_prompt;
 } rig;
 
-/* Serves q into r, through the wire format. */
-static int serve(rig *g, ms_local *m, const proto_msg *q, proto_msg *r, pcg_err *err)
+/* Serves q into r, through the wire format (r reads its vectors in buf). */
+static int serve_in(rig *g, proto_buf *buf, ms_local *m, const proto_msg *q, proto_msg *r,
+		    pcg_err *err)
 {
 	proto_msg *rep = calloc(1, sizeof *rep);
 
@@ -133,11 +138,16 @@ static int serve(rig *g, ms_local *m, const proto_msg *q, proto_msg *r, pcg_err 
 		return pcg_fail(err, "out of memory");
 	g->calls++;
 	modelserver_handle(m, q, rep);
-	int rc = proto_pack_buf(rep, &g->buf, err);
+	int rc = proto_pack_buf(rep, buf, err);
 	free(rep);
 	if (rc < 0)
 		return -1;
-	return proto_parse(g->buf.data, g->buf.len, r, err);
+	return proto_parse(buf->data, buf->len, r, err);
+}
+
+static int serve(rig *g, ms_local *m, const proto_msg *q, proto_msg *r, pcg_err *err)
+{
+	return serve_in(g, &g->buf, m, q, r, err);
 }
 
 /* Where a session's requests go: its draft, and the target (or, for the
@@ -145,6 +155,9 @@ static int serve(rig *g, ms_local *m, const proto_msg *q, proto_msg *r, pcg_err 
 typedef struct route {
 	rig *g;
 	ms_local *draft, *scorer;
+	proto_msg held;   /* a request started (spec_io's start), served at finish */
+	int n_held;
+	proto_buf buf;    /* its reply */
 } route;
 
 static int call(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err)
@@ -152,6 +165,30 @@ static int call(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err)
 	route *to = ctx;
 
 	return serve(to->g, stage == SPEC_DRAFT ? to->draft : to->scorer, q, r, err);
+}
+
+/* A pipelined round's two halves: the draft's request ahead is kept at
+ * start and served at finish, after the target's score (the order a round
+ * over sockets sees when the draft is the slower), its reply in a buffer
+ * of its own. */
+static int start(void *ctx, int stage, proto_msg *q, pcg_err *err)
+{
+	route *to = ctx;
+
+	(void)stage;
+	(void)err;
+	to->held = *q;
+	to->n_held++;
+	return 0;
+}
+
+static int finish(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err)
+{
+	route *to = ctx;
+
+	(void)q;
+	return serve_in(to->g, &to->buf, stage == SPEC_DRAFT ? to->draft : to->scorer,
+			&to->held, r, err);
 }
 
 /* A synth request (the caller frees it). */
@@ -169,6 +206,7 @@ static proto_synth *synth(const char *policy, uint64_t seed, int max_tokens)
 	q->samp = SAMP;
 	q->seed = seed;
 	q->max_tokens = max_tokens;
+	q->sequential = sequential;
 	return q;
 }
 
@@ -182,7 +220,7 @@ typedef struct run {
 static int run_session(route *to, const proto_synth *req, uint64_t id, run *out)
 {
 	rig *g = to->g;
-	spec_io io = { call, to };
+	spec_io io = { .call = call, .start = start, .finish = finish, .ctx = to };
 	pcg_err err = { "" };
 	spec_session *s = spec_new(&g->env, req, g->groups, id, &err);
 	int rc = 0, n;
@@ -445,7 +483,7 @@ static void collect_voice(route *to, const spec_env *env, const char *policy, in
 			  uint64_t base, hist *h_all, hist *h_in, hist *hg_all, hist *hg_in)
 {
 	rig *g = to->g;
-	spec_io io = { call, to };
+	spec_io io = { .call = call, .ctx = to };
 	proto_synth *req = synth(policy, 0, TV);
 	proto_msg *sq = calloc(1, sizeof *sq), *rep = calloc(1, sizeof *rep);
 	double *d = malloc((size_t)(g->W > g->G ? g->W : g->G) * sizeof *d);
@@ -590,8 +628,8 @@ static void test_determinism(rig *g, route *to_sd, route *to_pcg)
 {
 	enum { NS = 4, MAXT = 24 };
 	static const char *pol[NS] = { "sd", "sd", "pcg", "pcg" };
-	const spec_io io[NS] = { { call, to_sd }, { call, to_sd }, { call, to_pcg },
-				 { call, to_pcg } };
+	const spec_io io[NS] = { { .call = call, .ctx = to_sd }, { .call = call, .ctx = to_sd },
+				 { .call = call, .ctx = to_pcg }, { .call = call, .ctx = to_pcg } };
 	pcg_err err = { "" };
 	spec_session *s[NS];
 	proto_msg *rr[NS], *ra = calloc(1, sizeof *ra);
@@ -625,12 +663,20 @@ static void test_determinism(rig *g, route *to_sd, route *to_pcg)
 	/* alone, on fresh server sessions; the same seeds again on those
 	 * sessions (their caches hold the whole previous run); once more with
 	 * the servers dropping the session after every round, so that each
-	 * round resends the context from position 0 to both */
-	for (int pass = 0; pass < 3; pass++)
+	 * round resends the context from position 0 to both; and with the
+	 * draft's work ahead started before the target's score and served
+	 * after it (spec_io's start and finish, as over sockets) */
+	const spec_io io2[NS] = {
+		{ .call = call, .start = start, .finish = finish, .ctx = to_sd },
+		{ .call = call, .start = start, .finish = finish, .ctx = to_sd },
+		{ .call = call, .start = start, .finish = finish, .ctx = to_pcg },
+		{ .call = call, .start = start, .finish = finish, .ctx = to_pcg } };
+	for (int pass = 0; pass < 4; pass++)
 		for (int i = 0; i < NS; i++) {
 			proto_synth *req = synth(pol[i], 11 + (uint64_t)i, MAXT);
 			spec_session *a = spec_new(&g->env, req, g->groups,
-						   (pass < 2 ? 201 : 301) + (uint64_t)i, &err);
+						   (pass < 2 ? 201 : 301 + 100 * pass) + (uint64_t)i,
+						   &err);
 			int rc = 0, rounds = 0, want = 0;
 			free(req);
 			CHECKF(a != NULL, "%s", err.msg);
@@ -644,7 +690,7 @@ static void test_determinism(rig *g, route *to_sd, route *to_pcg)
 				spec_tokens(a, &have);
 				if (rounds > 0)
 					want += 1 + (MAXT - have - 1 >= 1);
-				rc = spec_round(a, &io[i], &err);
+				rc = spec_round(a, pass == 3 ? &io2[i] : &io[i], &err);
 				rounds++;
 				if (pass == 2)
 					spec_drop(a, &io[i]);
@@ -695,13 +741,20 @@ static void bad_request(rig *g, const char *policy, int n, const asg *groups, co
 
 static void test_edges(rig *g, route *to)
 {
-	spec_io io = { call, to };
+	spec_io io = { .call = call, .ctx = to };
 	pcg_err err = { "" };
 
 	bad_request(g, "best", LOOKAHEAD, g->groups, "'policy'");
 	bad_request(g, "mtp-best", LOOKAHEAD, g->groups, "'policy'");
 	bad_request(g, "pcg", LOOKAHEAD, NULL, "pcg needs an ASG");
-	bad_request(g, "sd", 0, NULL, "'n'");
+	{ /* n = 0: the lookahead is auto (the cost model's, each round) */
+		proto_synth *req = synth("sd", 1, 10);
+		req->lookahead = 0;
+		spec_session *s = spec_new(&g->env, req, NULL, 901, &err);
+		CHECKF(s != NULL, "sd with n 0 (auto): %s", err.msg);
+		spec_free(&s);
+		free(req);
+	}
 	bad_request(g, "sd", PROTO_MAX_N, NULL, "'n'");
 	bad_request(g, "pcg", -1, g->groups, "'n'");
 	bad_request(g, "lantern", LOOKAHEAD, g->groups, "needs a neighbour file");
@@ -765,6 +818,8 @@ int main(int argc, char **argv)
 	pcg_err err = { "" };
 	rig g = { 0 };
 
+	sequential = getenv("PCG_TEST_SEQUENTIAL") && !strcmp(getenv("PCG_TEST_SEQUENTIAL"), "1");
+	printf("rounds: %s\n", sequential ? "sequential" : "pipelined (the draft drafts ahead)");
 	/* The models are tiny: one thread. (A second one mostly waits, and on
 	 * a busy machine its spinning makes the run many times slower.) */
 	pcg_set_threads(1);
@@ -805,8 +860,11 @@ int main(int argc, char **argv)
 	g.G = (int)(g.g->M + (g.W - g.g->n));
 	CHECK(g.g->token_offset == (uint32_t)g.voc.speech_first && (int)g.g->n <= g.W);
 
-	route to_sd = { &g, g.near, g.target }, to_pcg = { &g, g.far, g.target };
-	route near_alone = { &g, g.near, g.near }, far_alone = { &g, g.far, g.far };
+	static route to_sd, to_pcg, near_alone, far_alone; /* too large for the stack */
+	to_sd = (route){ .g = &g, .draft = g.near, .scorer = g.target };
+	to_pcg = (route){ .g = &g, .draft = g.far, .scorer = g.target };
+	near_alone = (route){ .g = &g, .draft = g.near, .scorer = g.near };
+	far_alone = (route){ .g = &g, .draft = g.far, .scorer = g.far };
 	double t0 = pcg_now();
 	printf("edge cases\n");
 	test_edges(&g, &to_sd);
@@ -865,7 +923,7 @@ int main(int argc, char **argv)
 					      : tok_token_id(g.tok, "<|s_0|>", 7) - 1;
 		proto_synth *rq = synth("sd", 5, TV);
 		snprintf(rq->text, sizeof rq->text, "%s", VOICE_TEXT);
-		spec_io io = { call, &to_sd };
+		spec_io io = { .call = call, .ctx = &to_sd };
 		spec_session *ss = spec_new(&ne, rq, NULL, 9, &err);
 		int rc = ss ? 0 : -1, nc, pairs = 0, lone = 0, speech = 0;
 		while (rc == 0)
@@ -909,6 +967,8 @@ int main(int argc, char **argv)
 		free(h[i]);
 	free(g.prompt);
 	proto_buf_free(&g.buf);
+	proto_buf_free(&to_sd.buf);
+	proto_buf_free(&to_pcg.buf);
 	asg_close(&g.groups);
 	tok_free(&g.tok);
 	modelserver_local_free(&g.near);

@@ -1,0 +1,92 @@
+/* costmodel.c: what a round should cost (see costmodel.h). */
+#include "costmodel.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+double cost_tokens_per_round(const double *a, int L)
+{
+	double e = 1, run = 1;
+
+	for (int i = 0; i < L; i++) {
+		run *= a[i];
+		e += run;
+	}
+	return e;
+}
+
+static double block(const cost_terms *c, int n)
+{
+	return c->step * (1 + c->slope * (n - 1));
+}
+
+double cost_round_seconds(const cost_terms *c, cost_kind kind, const double *a, int L)
+{
+	switch (kind) {
+	case COST_NONE:
+		return c->trip + c->step;
+	case COST_MTP:
+		return c->trip + block(c, L + 1);
+	case COST_SEQUENTIAL:
+		return 2 * c->trip + L * c->draft + block(c, L + 1);
+	case COST_PIPELINED: {
+		double full = 1;
+		for (int i = 0; i <= L; i++)
+			full *= a[i];
+		const double both = fmax(block(c, L + 1), (L + 1) * c->draft);
+		return c->trip + both + (1 - full) * (c->trip + L * c->draft);
+	}
+	}
+	return c->trip + c->step;
+}
+
+double cost_tokens_per_second(const cost_terms *c, cost_kind kind, const double *a, int L)
+{
+	const double t = cost_round_seconds(c, kind, a, L);
+	const double e = kind == COST_NONE ? 1 : cost_tokens_per_round(a, L);
+
+	return t > 0 ? e / t : 0;
+}
+
+int cost_best_lookahead(const cost_terms *c, cost_kind kind, const double *a, int max_l)
+{
+	int best = 1;
+	double best_r = -1;
+
+	for (int L = 1; L <= max_l; L++) {
+		const double r = cost_tokens_per_second(c, kind, a, L);
+		if (r > best_r * (1 + 1e-9)) { /* ties: the shorter block */
+			best_r = r;
+			best = L;
+		}
+	}
+	return best;
+}
+
+int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err)
+{
+	static const char *name[4] = { "target step (ms)", "draft step (ms)", "block slope",
+				       "trip (ms)" };
+	double v[4];
+	const char *p = s;
+
+	for (int i = 0; i < 4; i++) {
+		char *end;
+		errno = 0;
+		v[i] = strtod(p, &end);
+		if (end == p || errno != 0 || !isfinite(v[i]) || v[i] < 0 || v[i] > 1e6)
+			return pcg_fail(err, "costs '%s': the %s is not a number >= 0 (the form is "
+					"STEP_MS,DRAFT_MS,SLOPE,TRIP_MS)", s, name[i]);
+		if (i < 3 && *end != ',')
+			return pcg_fail(err, "costs '%s': 4 numbers separated by commas: "
+					"STEP_MS,DRAFT_MS,SLOPE,TRIP_MS", s);
+		if (i == 3 && *end != '\0')
+			return pcg_fail(err, "costs '%s': trailing '%s'", s, end);
+		p = end + 1;
+	}
+	if (v[0] <= 0)
+		return pcg_fail(err, "costs '%s': the target step must be > 0 ms", s);
+	*c = (cost_terms){ v[0] * 1e-3, v[1] * 1e-3, v[2], v[3] * 1e-3 };
+	return 0;
+}

@@ -1,0 +1,62 @@
+/* costmodel.h: what a round of speculative decoding should cost, and the
+ * lookahead that makes it pay.
+ *
+ * A round verifies L drafts in one pass of the target over a block of L + 1
+ * positions. With a the acceptance of each draft position given that the
+ * ones before it were accepted (a[0] the first), a round emits
+ *
+ *   E(L) = 1 + a1 + a1 a2 + ... + a1..aL          tokens
+ *
+ * (the accepted drafts, then one corrected or bonus token). What it costs:
+ *
+ *   sequential:  2 trips + L draft steps + block(L + 1)
+ *   pipelined:   1 trip + max(block(L + 1), (L + 1) draft steps)
+ *                + (1 - F) (1 trip + L draft steps)
+ *
+ * where block(n) = step (1 + slope (n - 1)) is the target's pass over n
+ * positions, a trip is the fixed cost of one request to a server and back
+ * beyond its compute, and F = a1..a(L+1) the share of rounds whose drafts
+ * and first draft ahead were all accepted: only then are the next round's
+ * drafts ready when the verdict comes (lib/speculate.c); after a rejection
+ * the draft drafts again while the target waits. The target alone costs a
+ * trip and a step per token; MTP heads cost nothing beyond the target's
+ * block (their products are a few % of it) and no trip of their own.
+ */
+#ifndef PCG_COSTMODEL_H
+#define PCG_COSTMODEL_H
+
+#include "err.h"
+
+/* The measured terms, in seconds (slope: each further position of a block
+ * as a share of a step). */
+typedef struct cost_terms {
+	double step;   /* the target's decode step */
+	double draft;  /* the draft's decode step (0: MTP heads) */
+	double slope;  /* block(n) = step (1 + slope (n - 1)) */
+	double trip;   /* a request to a server and back, beyond its compute */
+} cost_terms;
+
+/* Which round: the target alone, drafts from a draft server (one after the
+ * other, or pipelined), or the target's MTP heads. */
+typedef enum { COST_NONE, COST_SEQUENTIAL, COST_PIPELINED, COST_MTP } cost_kind;
+
+/* E(L) from the conditional acceptances a[0..L) (a[i] in [0, 1]). */
+double cost_tokens_per_round(const double *a, int L);
+
+/* The expected seconds of a round of L drafts; a must hold L + 1 values
+ * for COST_PIPELINED (a[L]: the first draft ahead, checked against the
+ * block's last vector). */
+double cost_round_seconds(const cost_terms *c, cost_kind kind, const double *a, int L);
+
+/* Predicted tokens per second: E(L) / the round's seconds. */
+double cost_tokens_per_second(const cost_terms *c, cost_kind kind, const double *a, int L);
+
+/* The L in [1, max_l] with the most tokens per second; a[0..max_l] (one
+ * more than max_l for COST_PIPELINED's draft ahead). */
+int cost_best_lookahead(const cost_terms *c, cost_kind kind, const double *a, int max_l);
+
+/* Parses "STEP_MS,DRAFT_MS,SLOPE,TRIP_MS" (milliseconds; the form of
+ * verifier --costs) into c. Returns 0, or -1 with err naming the field. */
+int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err);
+
+#endif
