@@ -5,6 +5,9 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "clock.h"
+#include "model.h"
+
 double cost_tokens_per_round(const double *a, int L)
 {
 	double e = 1, run = 1;
@@ -89,4 +92,53 @@ int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err)
 		return pcg_fail(err, "costs '%s': the target step must be > 0 ms", s);
 	*c = (cost_terms){ v[0] * 1e-3, v[1] * 1e-3, v[2], v[3] * 1e-3 };
 	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	const double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+int cost_measure(llama_model *m, const llama_rows *rows, double *step, double *slope,
+		 pcg_err *err)
+{
+	enum { CTX = 16, REPS = 7, BLOCK = 4 };
+	const int V = llama_get_config(m)->vocab, count = llama_rows_count(m, rows);
+	int tok[CTX];
+	double t1[REPS], t4[REPS];
+	llama_kv *kv = llama_kv_new(m);
+	float *logits = malloc((size_t)BLOCK * count * sizeof *logits);
+	int rc = -1;
+
+	if (kv == NULL || logits == NULL) {
+		pcg_fail(err, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < CTX; i++)
+		tok[i] = (i * 7919) % V;
+	if (llama_forward(m, kv, tok, CTX, 0, rows, NULL, err) < 0)
+		goto out;
+	/* one step, then a block, REPS times each, rolled back every time */
+	for (int r = 0; r <= REPS; r++)
+		for (int n = 1; n <= BLOCK; n += BLOCK - 1) {
+			const double t = pcg_now();
+			if (llama_forward(m, kv, tok, n, n, rows, logits, err) < 0 ||
+			    llama_kv_truncate(kv, CTX, err) < 0)
+				goto out;
+			if (r > 0) /* the first of each warms the caches */
+				(n == 1 ? t1 : t4)[r - 1] = pcg_now() - t;
+		}
+	/* the fastest of each: what another process's burst adds is noise */
+	qsort(t1, REPS, sizeof *t1, cmp_double);
+	qsort(t4, REPS, sizeof *t4, cmp_double);
+	*step = t1[0];
+	*slope = *step > 0 ? (t4[0] / *step - 1) / (BLOCK - 1) : 0;
+	if (*slope < 0)
+		*slope = 0;
+	rc = 0;
+out:
+	free(logits);
+	llama_kv_free(&kv);
+	return rc;
 }

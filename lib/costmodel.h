@@ -59,4 +59,14 @@ int cost_best_lookahead(const cost_terms *c, cost_kind kind, const double *a, in
  * verifier --costs) into c. Returns 0, or -1 with err naming the field. */
 int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err);
 
+/* Measures a model's terms where it runs, as a server does once (at its
+ * first ping): the fastest of a few decode steps and of a few blocks of 4 positions
+ * after 16 positions of context, over the output rows rows (NULL: the
+ * whole vocabulary). step in seconds, slope as in cost_terms. Returns 0,
+ * or -1 with err. */
+struct llama_model;
+struct llama_rows;
+int cost_measure(struct llama_model *m, const struct llama_rows *rows, double *step,
+		 double *slope, pcg_err *err);
+
 #endif

@@ -14,6 +14,7 @@
 #include <zmq.h>
 
 #include "clock.h"
+#include "costmodel.h"
 #include "model.h"
 #include "net.h"
 #include "device.h"
@@ -45,6 +46,8 @@ typedef struct server {
 	mtp_heads *heads;      /* the model directory's mtp.safetensors, or NULL */
 	float *hidden;         /* PROTO_MAX_N x hidden: final states of a score */
 	float *hprobs;         /* PROTO_MAX_N x (1 + heads) x vocab, with heads */
+	double step, slope;    /* measured at the first ping (lib/costmodel): told in pongs */
+	int measured;
 } server;
 
 
@@ -236,11 +239,22 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 
 	switch (q->type) {
 	case PROTO_PING:
+		if (!sv->measured) {
+			/* what a step and a block cost here, for the verifier's cost
+			 * model, over as many rows as LLaSA's speech tokens and end
+			 * token; at the first ping (pcg-up's, once every server is
+			 * up) rather than at load, where the others still load */
+			const int V = c->vocab, nr = V < 65537 ? V : 65537;
+			const llama_rows top = { 1, { V - nr }, { V } };
+			if (cost_measure(sv->model, &top, &sv->step, &sv->slope, &err) < 0)
+				sv->step = sv->slope = 0;
+			sv->measured = 1;
+		}
 		proto_init(rep, PROTO_PONG, q->id);
 		snprintf(rep->pong.msg, sizeof rep->pong.msg,
-			 "%s layers=%d vocab=%d hidden=%d heads=%d sessions=%d", sv->prog,
-			 llama_n_layers(sv->model), c->vocab, c->hidden,
-			 sv->heads ? mtp_n_heads(sv->heads) : 0, sv->n);
+			 "%s layers=%d vocab=%d hidden=%d heads=%d sessions=%d step_ms=%.4f "
+			 "slope=%.4f", sv->prog, llama_n_layers(sv->model), c->vocab, c->hidden,
+			 sv->heads ? mtp_n_heads(sv->heads) : 0, sv->n, sv->step * 1e3, sv->slope);
 		return;
 	case PROTO_DROP:
 		if ((x = find(sv, q->drop.session)) != NULL)
@@ -851,6 +865,7 @@ static int server_open(server *sv, const ms_config *cfg, pcg_err *err)
 		return -1;
 	sv->kv_mem = cfg->kv_mem;
 	const int V = llama_get_config(sv->model)->vocab;
+
 	sv->logits = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
 	sv->probs = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
 	if (!sv->logits || !sv->probs)

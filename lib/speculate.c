@@ -48,6 +48,7 @@ struct spec_session {
 	 * acceptance per position so far (tries, accepted) by lib/costmodel */
 	int auto_l, L_next;
 	double tries_pos[PROTO_MAX_N + 1], acc_pos[PROTO_MAX_N + 1], sum_l;
+	int n_drafting;          /* rounds that drafted (sum_l: their drafts) */
 	const float *hp[PROTO_MAX_HEADS + 1]; /* the heads at the last committed token */
 	int last[PROTO_MAX_N], last_groups[PROTO_MAX_N], n_last;
 	double st[PROTO_STAT_POS0], accept_pos[PROTO_MAX_N], t0, t_server;
@@ -754,6 +755,7 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	s->st[PROTO_STAT_DRAFTED] += s->viterbi ? heads : target_only ? 0 : Lr;
 	s->st[PROTO_STAT_ACCEPTED] += accepted;
 	s->sum_l += target_only ? 0 : Lr;
+	s->n_drafting += !target_only;
 	s->L_next = kept_ahead ? A - 1 : next_lookahead(s);
 	return s->ended || s->nsp >= s->max_tokens;
 }
@@ -778,6 +780,25 @@ int spec_last_round(const spec_session *s, const int **tokens, const int **group
 	return s->n_last;
 }
 
+/* What the cost model predicts for the session's rounds: the acceptance
+ * measured per position (no prior), at the mean lookahead. */
+static double spec_predict(const spec_session *s)
+{
+	double a[PROTO_MAX_N + 1];
+	const cost_kind kind = s->is_none && !s->viterbi ? COST_NONE
+			       : s->mtp ? COST_MTP : s->pipe ? COST_PIPELINED : COST_SEQUENTIAL;
+	int L = s->n_drafting > 0 ? (int)(s->sum_l / s->n_drafting + 0.5) : 1;
+
+	if (L < 1)
+		L = 1;
+	for (int i = 0; i <= PROTO_MAX_N; i++)
+		a[i] = s->tries_pos[i] > 0 ? s->acc_pos[i] / s->tries_pos[i] : i > 0 ? a[i - 1] : 0;
+	if (s->viterbi) /* every head's token is kept */
+		for (int i = 0; i <= PROTO_MAX_N; i++)
+			a[i] = 1;
+	return cost_tokens_per_second(&s->env.costs, kind, a, L);
+}
+
 void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 {
 	double st[PROTO_MAX_STATS] = { 0 };
@@ -798,6 +819,9 @@ void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 	/* messaging: time in calls minus the servers' own compute */
 	st[PROTO_STAT_T_MSG] = st[PROTO_STAT_T_DRAFT] + st[PROTO_STAT_T_TARGET] - s->t_server;
 	st[PROTO_STAT_RESENDS] = s->resends;
+	st[PROTO_STAT_LOOKAHEAD] = s->n_drafting > 0 ? s->sum_l / s->n_drafting : 0;
+	st[PROTO_STAT_PIPELINED] = s->pipe;
+	st[PROTO_STAT_PREDICTED] = spec_predict(s);
 	const int per_pos = !s->is_none || s->viterbi;
 	res->n_stats = PROTO_STAT_POS0 + (per_pos ? s->L : 0);
 	for (int i = 0; i < PROTO_STAT_POS0; i++)

@@ -25,13 +25,14 @@
 
 static const char *prog = "pcg-synth";
 static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--policy-args NAME=X,...] "
-			      "[--lookahead L] [-o FILE|-] "
+			      "[--lookahead L|auto] [--sequential] [-o FILE|-] "
 			      "[--chunk N] [options] TEXT | -\n"
 			      "       pcg-synth --output-dir DIR [options] < LINES";
 
 static const char *url, *policy_name, *out, *curve_key, *curve_server, *asg_path;
 static double beta, temp, top_p;
-static int lookahead, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
+static const char *lookahead_s;
+static int lookahead, sequential, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
 static int viterbi_k, chunk, chunk_left, chunk_right, raw, quiet;
 static const char *outdir, *policy_args, *prompt_wav, *prompt_text;
 static char policy_opt_help[512]; /* from lib/policy's table, at the start of main */
@@ -44,8 +45,13 @@ static const pcg_opt opts[] = {
 	{ "policy-args", PCG_OPT_STR, &policy_args, NULL, 1, 0, "NAME=X,...",
 	  "the policy's parameters (typical: epsilon, alpha; topk: k; lantern: delta, k); "
 	  "--policy help lists them with their ranges and defaults" },
-	{ "lookahead", PCG_OPT_INT, &lookahead, "3", 1, PROTO_MAX_N - 1, "L",
-	  "tokens drafted per round (mtp-*: the MTP heads used)" },
+	{ "lookahead", PCG_OPT_STR, &lookahead_s, "auto", 1, 0, "L|auto",
+	  "tokens drafted per round, 1 to 15, or auto: chosen each round by the "
+	  "verifier's cost model from the acceptance so far (mtp-*: the MTP heads "
+	  "used; auto: 3)" },
+	{ "sequential", PCG_OPT_FLAG, &sequential, NULL, 1, 0, NULL,
+	  "rounds one after the other: the draft waits for each verdict instead of "
+	  "drafting the next block while the target verifies" },
 	{ "viterbi-k", PCG_OPT_INT, &viterbi_k, "8", 1, 1 << 20, "K",
 	  "mtp-viterbi: top-k tokens of each head in the search" },
 	{ "temp", PCG_OPT_FLOAT, &temp, "0.8", 0, 100, "T", "temperature (0: greedy)" },
@@ -239,7 +245,13 @@ static void print_result(const proto_result *r, const char *path, double t_first
 	FILE *o = stderr;
 
 	if (!quiet) {
-		fprintf(o, "policy %s, lookahead %d, seed %d\n", policy_name, lookahead, seed);
+		if (lookahead > 0)
+			fprintf(o, "policy %s, lookahead %d, %s rounds, seed %d\n", policy_name,
+				lookahead, s[PROTO_STAT_PIPELINED] ? "pipelined" : "sequential", seed);
+		else
+			fprintf(o, "policy %s, lookahead auto (%.2f a round), %s rounds, seed %d\n",
+				policy_name, s[PROTO_STAT_LOOKAHEAD],
+				s[PROTO_STAT_PIPELINED] ? "pipelined" : "sequential", seed);
 		fprintf(o, "tokens %.0f (%.2f s of audio) in %.3f s: %.1f tokens/s\n",
 			s[PROTO_STAT_TOKENS], s[PROTO_STAT_TOKENS] / 50, s[PROTO_STAT_T_TOTAL],
 			s[PROTO_STAT_TOK_S]);
@@ -255,6 +267,10 @@ static void print_result(const proto_result *r, const char *path, double t_first
 		fprintf(o, "time: draft %.3f s, target %.3f s, policy %.3f s, messaging %.3f s; "
 			"resends %.0f\n", s[PROTO_STAT_T_DRAFT], s[PROTO_STAT_T_TARGET],
 			s[PROTO_STAT_T_POLICY], s[PROTO_STAT_T_MSG], s[PROTO_STAT_RESENDS]);
+		if (s[PROTO_STAT_PREDICTED] > 0)
+			fprintf(o, "cost model: %.1f tokens/s predicted, %.1f measured (%.2f)\n",
+				s[PROTO_STAT_PREDICTED], s[PROTO_STAT_TOK_S],
+				s[PROTO_STAT_TOK_S] / s[PROTO_STAT_PREDICTED]);
 		if (path && strcmp(path, "-"))
 			fprintf(o, "audio: %s\n", path);
 		if (t_first >= 0)
@@ -612,6 +628,16 @@ int main(int argc, char **argv)
 		policy_help();
 		return 0;
 	}
+	if (first >= 0 && strcmp(lookahead_s, "auto")) {
+		char *end;
+		long l = strtol(lookahead_s, &end, 10);
+		if (end == lookahead_s || *end != '\0' || l < 1 || l > PROTO_MAX_N - 1) {
+			snprintf(err.msg, sizeof err.msg, "--lookahead '%s': a number of drafts "
+				 "from 1 to %d, or auto", lookahead_s, PROTO_MAX_N - 1);
+			return pcg_usage_error(prog, SYNOPSIS, opts, err.msg);
+		}
+		lookahead = (int)l;
+	}
 	static proto_synth args_msg; /* --policy-args, checked before anything runs */
 	if (first >= 0 && parse_policy_args(policy_args, policy_name, &args_msg, &err) < 0)
 		return pcg_usage_error(prog, SYNOPSIS, opts, err.msg);
@@ -711,6 +737,7 @@ int main(int argc, char **argv)
 		memcpy(y->arg_name, args_msg.arg_name, sizeof y->arg_name);
 		memcpy(y->arg_val, args_msg.arg_val, sizeof y->arg_val);
 		y->lookahead = lookahead;
+		y->sequential = sequential;
 		y->samp = (pcg_sampling){ (float)temp, top_k, (float)top_p };
 		y->seed = (uint64_t)seed;
 		y->max_tokens = max_tokens;

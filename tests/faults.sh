@@ -29,7 +29,8 @@ start_draft
 verifier --tokenizer m/tokenizer.json --listen "$V" --draft "$D" --target "$TG" \
 	--timeout-ms 1000 --tries 2 2>v.log & vpid=$!
 pids="$pids $vpid"
-synth() { pcg-synth --verifier "$V" --timeout-ms 30000 "$@" "A longer sentence to speak."; }
+# (lookahead 3: on this random model its tokens run past the kills below)
+synth() { pcg-synth --verifier "$V" --timeout-ms 30000 --lookahead 3 "$@" "A longer sentence to speak."; }
 i=0
 until pcg-synth --verifier "$V" --ping >/dev/null 2>&1; do i=$((i + 1)); [ $i -lt 50 ] || { bad "not up"; exit 1; }; sleep 0.2; done
 

@@ -80,7 +80,7 @@ grep -q "ignored SIGTERM" err && bad "pcg-down had to kill: $(cat err)" || ok "n
 pcg-mkmodel --out slow --hidden 256 --heads 8 --kv-heads 4 --ffn 768 --layers 4 --std 0.3 \
 	>/dev/null 2>&1 || bad "pcg-mkmodel slow"
 expect 0 "pcg-up a slower model" pcg-up --target slow --draft-layers 0 --no-warmup
-pcg-synth --policy sd --max-tokens 4000 "A longer sentence to speak." >long.out 2>long.err &
+pcg-synth --policy sd --lookahead 3 --max-tokens 4000 "A longer sentence to speak." >long.out 2>long.err &
 c=$!
 sleep 1.5
 kill -9 "$(cat "$T/rt/verifier.pid")"

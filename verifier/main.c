@@ -53,6 +53,7 @@ static const char *voice_path, *tm_path, *encoder_path;
 static const char *local_dir, *local_draft, *local_layers, *local_device, *curve_key, *curve_allow,
 	*curve_peers;
 static int timeout_ms, tries, ms_per_pos, n_sessions, max_queue;
+static const char *costs;
 
 static const pcg_opt opts[] = {
 	{ "tokenizer", PCG_OPT_STR, &tok_path, NULL, 1, 0, "FILE",
@@ -90,6 +91,10 @@ static const pcg_opt opts[] = {
 	{ "tries", PCG_OPT_INT, &tries, "2", 1, 100, "N", "tries per request before giving up" },
 	{ "ms-per-position", PCG_OPT_INT, &ms_per_pos, "250", 0, 600000, "N",
 	  "more wait per position a request makes a model server compute (a prompt's prefill)" },
+	{ "costs", PCG_OPT_STR, &costs, NULL, 1, 0, "STEP_MS,DRAFT_MS,SLOPE,TRIP_MS",
+	  "the cost model's terms (the target's step, the draft's step, a block's "
+	  "slope, a trip to a server); default: the servers' own measures from their "
+	  "load and a ping's round trip, learnt before the first session" },
 	{ "local", PCG_OPT_STR, &local_dir, NULL, 1, 0, "DIR",
 	  "run the target (DIR) and the draft as threads of this process, on inproc:// "
 	  "endpoints, instead of connecting to --draft and --target" },
@@ -204,6 +209,8 @@ typedef struct verifier {
 	/* the queue of jobs waiting for a worker, and the sent ASGs */
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
+	pthread_mutex_t costs_lock; /* learn_costs, once */
+	int costs_known;
 	job *q_head, *q_tail;
 	int n_queued, n_workers, idle;
 	sent_asg *sent;
@@ -407,9 +414,11 @@ static void progress(worker *w, job *j, int queue, int pos, const int *tok, int 
 	to_client(w, j, w->m, 0);
 }
 
-/* Appends the codes of tok to the job's utterance at codec-decode; the
- * reply (w->r) carries the audio of the chunks they complete. */
-static int codec_send(worker *w, job *j, const int *tok, int n, int final, pcg_err *err)
+/* Appends the codes of tok to the job's utterance at codec-decode, in two
+ * halves: codec_start sends them, codec_wait takes the reply (w->r), which
+ * carries the audio of the chunks they complete. The next round runs in
+ * between, so the round loop never waits for the codec's decoding. */
+static int codec_start(worker *w, job *j, const int *tok, int n, int final, pcg_err *err)
 {
 	const proto_synth *req = &j->req->synth;
 	proto_audio *q = &w->m->audio;
@@ -423,7 +432,12 @@ static int codec_send(worker *w, job *j, const int *tok, int n, int final, pcg_e
 	q->chunk = req->chunk;
 	q->left = req->left;
 	q->right = req->right;
-	if (client_call(w->codec, w->m, w->r, err) < 0)
+	return client_send(w->codec, w->m, err);
+}
+
+static int codec_wait(worker *w, pcg_err *err)
+{
+	if (client_wait(w->codec, w->r, err) < 0)
 		return -1;
 	if (w->r->type != PROTO_PCM)
 		return pcg_fail(err, "codec-decode: %s: %s", w->r->type == PROTO_ERROR
@@ -453,6 +467,106 @@ static int prompt_codes(verifier *v, const job *j, int32_t **codes, size_t *n, p
 	return 0;
 }
 
+/* A number after "key=" in a pong's summary, or 0. */
+static double pong_value(const char *msg, const char *key)
+{
+	const char *p = strstr(msg, key);
+
+	return p ? strtod(p + strlen(key), NULL) : 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	const double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* The round trip of a one-position score to targetd beyond its compute
+ * (what a round pays for a request: the sockets, the server's parse,
+ * schedule and reply), the median of a few, on a session of its own that
+ * is dropped after. Returns seconds, or 0 when the server did not answer. */
+static double score_trip(verifier *v, pcg_client *cl, proto_msg *q, proto_msg *r)
+{
+	enum { N = 7 };
+	pcg_err err = { "" };
+	double dt[N];
+	int n = 0;
+	const uint64_t session = atomic_fetch_add(&v->next_session, 1);
+	const llasa_vocab *voc = &v->voc;
+
+	for (int i = 0; i < N + 1; i++) {
+		proto_init(q, PROTO_SCORE, 0);
+		proto_model_req *m = &q->score.req;
+		m->session = session;
+		m->pos = i == 0 ? 0 : 7 + i;
+		m->n_append = i == 0 ? 8 : 1;
+		for (int k = 0; k < m->n_append; k++)
+			m->append[k] = voc->speech_first + (i * 8 + k) % voc->speech_count;
+		m->n = 1;
+		m->samp = (pcg_sampling){ 0.8f, 50, 1.0f };
+		m->rows = (llama_rows){ 1, { voc->speech_first },
+					{ voc->speech_first + voc->speech_count } };
+		const double t = pcg_now();
+		if (client_call(cl, q, r, &err) < 0 || r->type != PROTO_PROBS)
+			break;
+		const double compute = r->probs.n_stats > 0 ? r->probs.stats[0] : 0;
+		if (i > 0) /* the first is a prefill */
+			dt[n++] = pcg_now() - t - compute;
+	}
+	proto_init(q, PROTO_DROP, 0);
+	q->drop.session = session;
+	client_call(cl, q, r, &err);
+	qsort(dt, (size_t)n, sizeof *dt, cmp_double);
+	return n > 0 ? dt[n / 2] : 0;
+}
+
+/* The cost model's terms (lib/costmodel), once, before the first session:
+ * the step and block slope targetd measured at its first ping, the draft's
+ * step, and the round trip of a score beyond its compute. They stay fixed,
+ * so that --lookahead auto chooses the same lookahead for the same tokens
+ * in every session (--costs gives them instead). A stage that does not
+ * answer leaves the defaults (SPEC_COSTS). */
+static void learn_costs(worker *w)
+{
+	verifier *v = w->v;
+	pcg_err err = { "" };
+	cost_terms c = { 0 };
+
+	pthread_mutex_lock(&v->costs_lock);
+	if (v->costs_known)
+		goto out;
+	for (int sg = SPEC_TARGET; sg >= SPEC_DRAFT; sg--) {
+		/* a client of its own, quick to give up: a pipeline without a
+		 * draft server must not wait for one */
+		const char *u = v->stages[sg].urls[0];
+		pcg_client *cl = client_new(v->ctx, u, 1000, 1, &err);
+		if (cl != NULL && !strncmp(u, "ipc://", 6))
+			client_set_alive(cl, listening, (void *)u);
+		proto_init(w->m, PROTO_PING, 0);
+		if (cl != NULL && client_call(cl, w->m, w->r, &err) == 0 &&
+		    w->r->type == PROTO_PONG) {
+			const double step = pong_value(w->r->pong.msg, "step_ms=") * 1e-3;
+			if (sg == SPEC_TARGET) {
+				c.step = step;
+				c.slope = pong_value(w->r->pong.msg, "slope=");
+				c.trip = score_trip(v, cl, w->m, w->r);
+			} else {
+				c.draft = step;
+			}
+		}
+		client_free(&cl);
+	}
+	if (c.step > 0 && c.trip > 0) {
+		v->env.costs = c;
+		fprintf(stderr, "%s: cost model: target step %.3f ms, block slope %.2f, draft step "
+			"%.3f ms, trip %.3f ms\n", prog, c.step * 1e3, c.slope, c.draft * 1e3,
+			c.trip * 1e3);
+	}
+	v->costs_known = 1;
+out:
+	pthread_mutex_unlock(&v->costs_lock);
+}
+
 static void run_job(worker *w, job *j)
 {
 	verifier *v = w->v;
@@ -465,7 +579,7 @@ static void run_job(worker *w, job *j)
 	int32_t *pc = NULL;
 	size_t npc = 0;
 	const char *code = PROTO_E_BAD_REQUEST;
-	int rc = 0, codec_open = 0;
+	int rc = 0, codec_open = 0, codec_busy = 0;
 
 	if (req->stream)
 		progress(w, j, 0, 0, NULL, 0, NULL, 0);
@@ -489,6 +603,7 @@ static void run_job(worker *w, job *j)
 			 "transcribes");
 		goto fail;
 	}
+	learn_costs(w);
 	s = spec_new_prompt(&v->env, req, sa ? sa->a : v->groups, j->session, pc, npc, &err);
 	free(pc);
 	pc = NULL;
@@ -508,15 +623,32 @@ static void run_job(worker *w, job *j)
 		spec_tokens(s, &pos);
 		const void *pcm = NULL;
 		size_t n_pcm = 0;
-		if (req->audio) {
-			if (codec_send(w, j, tok, n_tok, rc == 1, &err) < 0)
+		/* the audio of the previous round's tokens, while this round's go
+		 * to the codec: it decodes while the next round runs */
+		if (codec_busy) {
+			codec_busy = 0;
+			if (codec_wait(w, &err) < 0)
 				goto fail;
-			codec_open = rc == 0;
 			pcm = w->r->pcm.samples;
 			n_pcm = w->r->pcm.n_samples;
 		}
 		if (req->stream && (n_tok > 0 || n_pcm > 0))
 			progress(w, j, 0, pos, tok, n_tok, pcm, n_pcm);
+		if (req->audio) {
+			if (codec_start(w, j, tok, n_tok, rc == 1, &err) < 0)
+				goto fail;
+			codec_busy = 1;
+			codec_open = rc == 0;
+		}
+	}
+	if (codec_busy) { /* the last audio */
+		codec_busy = 0;
+		if (codec_wait(w, &err) < 0)
+			goto fail;
+		int pos;
+		spec_tokens(s, &pos);
+		if (req->stream && w->r->pcm.n_samples > 0)
+			progress(w, j, 0, pos, NULL, 0, w->r->pcm.samples, w->r->pcm.n_samples);
 	}
 	spec_drop(s, &io);
 	spec_result(s, j->req->id, rep);
@@ -532,6 +664,10 @@ fail:
 			(unsigned long long)j->session, n,
 			pcg_daemon_stop ? "stopping" : "the client went away or asked");
 		spec_drop(s, &io);
+	}
+	if (codec_busy) { /* its reply, so that the codec's client is free again */
+		pcg_err e2 = { "" };
+		codec_wait(w, &e2);
 	}
 	if (codec_open) { /* the codec may forget the utterance */
 		proto_init(w->m, PROTO_DROP, 0);
@@ -1059,6 +1195,12 @@ int main(int argc, char **argv)
 	v.codec_url = codec_url;
 	v.n_workers = n_sessions;
 	pthread_mutex_init(&v.lock, NULL);
+	pthread_mutex_init(&v.costs_lock, NULL);
+	if (costs) {
+		if (cost_terms_parse(costs, &v.env.costs, &err) < 0)
+			goto fail;
+		v.costs_known = 1;
+	}
 	pthread_cond_init(&v.wake, NULL);
 	ctx = zmq_ctx_new();
 	v.ctx = ctx;
