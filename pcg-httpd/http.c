@@ -183,8 +183,11 @@ static void conn_close(http_conn *c)
 /* Back to reading the next request. */
 static void conn_reset_request(http_conn *c)
 {
+	char peer[sizeof c->rq.peer];
+	memcpy(peer, c->rq.peer, sizeof peer);
 	free(c->rq.body);
 	memset(&c->rq, 0, sizeof c->rq);
+	memcpy(c->rq.peer, peer, sizeof peer);
 	c->rq.conn = c;
 	c->rq.fd = c->fd;
 	c->n_headers = 0;
@@ -246,6 +249,8 @@ static int head_line(http_req *rq, char *buf, size_t n, int status, const char *
 			extra ? extra : "");
 }
 
+static int send_v(http_conn *c, struct iovec *v, int n_v);
+
 static int send_all(http_conn *c, const void *p, size_t n)
 {
 	const char *b = p;
@@ -292,9 +297,8 @@ int http_reply(http_req *rq, int status, const char *type, const char *extra, co
 		c->out_off = 0;
 		return 0;
 	}
-	if (send_all(c, head, (size_t)h) < 0 || (len && send_all(c, body, len) < 0))
-		return -1;
-	return 0;
+	struct iovec v[2] = { { head, (size_t)h }, { (void *)body, len } };
+	return send_v(c, v, len ? 2 : 1);
 }
 
 int http_stream_begin(http_req *rq, int status, const char *type, const char *extra)
@@ -311,20 +315,16 @@ int http_stream_begin(http_req *rq, int status, const char *type, const char *ex
 	return send_all(c, head, (size_t)h);
 }
 
-int http_stream_write(http_req *rq, const void *p, size_t n)
+/* Writes the n_v pieces of v whole, in one system call where they fit
+ * (one segment, not one per piece). */
+static int send_v(http_conn *c, struct iovec *v, int n_v)
 {
-	http_conn *c = rq->conn;
-	char size[24];
-	if (n == 0 || rq->head_only)
-		return 0;
-	if (rq->minor < 1)
-		return send_all(c, p, n);
-	int k = snprintf(size, sizeof size, "%zx\r\n", n);
-	struct iovec v[3] = { { size, (size_t)k }, { (void *)p, n }, { "\r\n", 2 } };
-	size_t total = (size_t)k + n + 2;
+	size_t total = 0;
 	int i = 0;
-	while (total > 0) { /* sendmsg, so that a chunk leaves in one piece where it fits */
-		struct msghdr m = { .msg_iov = v + i, .msg_iovlen = (size_t)(3 - i) };
+	for (int k = 0; k < n_v; k++)
+		total += v[k].iov_len;
+	while (total > 0) {
+		struct msghdr m = { .msg_iov = v + i, .msg_iovlen = (size_t)(n_v - i) };
 		ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
 		if (w < 0 && errno == EINTR)
 			continue;
@@ -346,6 +346,19 @@ int http_stream_write(http_req *rq, const void *p, size_t n)
 		}
 	}
 	return 0;
+}
+
+int http_stream_write(http_req *rq, const void *p, size_t n)
+{
+	http_conn *c = rq->conn;
+	char size[24];
+	if (n == 0 || rq->head_only)
+		return 0;
+	if (rq->minor < 1)
+		return send_all(c, p, n);
+	int k = snprintf(size, sizeof size, "%zx\r\n", n);
+	struct iovec v[3] = { { size, (size_t)k }, { (void *)p, n }, { "\r\n", 2 } };
+	return send_v(c, v, 3);
 }
 
 int http_stream_end(http_req *rq, int complete)
@@ -794,6 +807,14 @@ static void advance(http_conn *c)
 			skip++;
 		memmove(c->in, c->in + skip, c->in_len - skip);
 		c->in_len -= skip;
+		/* a request line starts with a method: bytes that cannot (a TLS
+		 * hello, a stray protocol) are refused now, not at the deadline */
+		for (size_t i = 0; i < c->in_len && c->in[i] != ' '; i++)
+			if (!tchar((unsigned char)c->in[i])) {
+				refuse(c, 400, "Bad request: this is not an HTTP/1.1 request (its "
+				       "first line must be 'METHOD TARGET HTTP/1.1').");
+				return;
+			}
 		if (c->in_len && !c->started) {
 			c->started = 1;
 			rq->t0 = now_s();
