@@ -5,8 +5,8 @@
 # needed) for SECONDS with CONNS connections from 127.0.0.1, first alone,
 # then while ATTACKERS slow clients (default 200) hold connections: each
 # sends an unfinished request head and one more header byte every
-# TRICKLE_S seconds, and opens a new connection whenever the server
-# closes one. ADDRS (default 200) is how many loopback source addresses
+# TRICKLE_S seconds, and opens a new connection at its next tick whenever
+# the server closes one. ADDRS (default 200) is how many loopback source addresses
 # they spread over (127.0.0.2 upwards; 200: one each, so --max-per-client
 # does not help and only the head deadline and the loop's cheap waiting
 # do; 1: all from 127.0.0.2, the per-client cap refuses all but 64). The
@@ -67,7 +67,9 @@ next_t = time.monotonic()
 while not stop:
     now = time.monotonic()
     if now >= next_t:
-        for c in conns:
+        for i, c in enumerate(conns):
+            if c is None:   # closed by the server: a new one at the next tick, as a slow client would
+                conns[i] = c = open_one(i)
             try:
                 c[0].send(b"GET / HTTP/1.1\r\nHost: a\r\nX-Slow: " if c[1] == 0 else b"x")
                 c[1] += 1
@@ -75,11 +77,11 @@ while not stop:
                 pass
         next_t = now + trickle
     try:
-        r, _, _ = select.select([c[0] for c in conns], [], [], 0.2)
+        r, _, _ = select.select([c[0] for c in conns if c], [], [], 0.2)
     except InterruptedError:
         continue
     for i, c in enumerate(conns):
-        if c[0] not in r:
+        if c is None or c[0] not in r:
             continue
         try:
             b = c[0].recv(4096)
@@ -90,7 +92,7 @@ while not stop:
             st = c[2].split(b" ", 2)[1].decode() if c[2].startswith(b"HTTP/") else "other"
             tally[st if st in tally else "other"] += 1
             c[0].close()
-            conns[i] = open_one(i)
+            conns[i] = None
 print("attackers: %d slow clients from %d addresses: %d connections opened, %d cut off with 408, "
       "%d refused with 429, %d with 503, %d closed otherwise" % (n, addrs, tally["opened"],
       tally["408"], tally["429"], tally["503"], tally["other"]))
