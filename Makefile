@@ -99,9 +99,9 @@ bin/$(1): $(patsubst %.c,build/%.o,$(wildcard $(1)/*.c)) build/libpcg.a $(CUDA_L
 endef
 $(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
 
-# pcg-httpd alone links libmicrohttpd, libsamplerate and librubberband.
-HTTPD_PKGS := libmicrohttpd samplerate rubberband
-bin/pcg-httpd: LDLIBS_ALL += $(shell pkg-config --libs $(HTTPD_PKGS) 2>/dev/null || echo -lmicrohttpd -lsamplerate -lrubberband)
+# pcg-httpd alone links libsamplerate and librubberband (its HTTP is its own, http.c).
+HTTPD_PKGS := samplerate rubberband
+bin/pcg-httpd: LDLIBS_ALL += $(shell pkg-config --libs $(HTTPD_PKGS) 2>/dev/null || echo -lsamplerate -lrubberband)
 
 bin/bench-%: build/bench/%.o build/libpcg.a $(CUDA_LIB)
 	@mkdir -p bin

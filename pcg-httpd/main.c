@@ -7,18 +7,19 @@
  * clients ask before. Errors are OpenAI's: a status and
  * {"error": {"message", "type", "param", "code"}}.
  *
- * libmicrohttpd runs each connection in its own thread
- * (MHD_USE_THREAD_PER_CONNECTION), and a speech opens its own DEALER
- * socket there, so every ZeroMQ socket stays in one thread. That thread
- * blocks in the content reader until the pipeline sends audio, watching
- * the client's socket meanwhile: a client that goes away cancels its
- * generation within a round. Signals are blocked in every thread but
- * waited for by main, which then stops the daemon.
+ * HTTP itself is http.h's: one loop reads every request under deadlines
+ * and refuses malformed ones; the token is checked there, as soon as the
+ * head is in (on_head), before anything is allocated for the request. A
+ * complete request runs in a thread of its own, and a speech opens its own
+ * DEALER socket there, so every ZeroMQ socket stays in one thread. That
+ * thread waits for the pipeline's audio and writes it, watching the
+ * client's socket meanwhile: a client that goes away cancels its
+ * generation. Registered voices are clones.h's. Signals are blocked in
+ * every thread but waited for by main, which then stops the server.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
-#include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -35,20 +36,23 @@
 
 #include "client.h"
 #include "clones.h"
+#include "http.h"
 #include "net.h"
 #include "opts.h"
 #include "proto.h"
 #include "speech.h"
 
 #define VERSION "1.0"
-#define IDLE_S 60 /* a connection that neither sends nor reads this long is closed */
+#define IDLE_MS 60000 /* a kept-alive connection idle this long, a client reading nothing */
 
 static const char *prog = "pcg-httpd";
 static const char *SYNOPSIS = "[--listen ADDR] [--port N] [--token-file FILE] [--voice FILE] "
 			      "[--verifier URL] [options]";
 
 static const char *listen_addr, *token_file, *voice_path, *verifier_url, *policy, *resampler;
+static const char *voices_dir, *voices_evict;
 static int port, max_requests, timeout_ms, piece_chars, chunk, chunk_left, chunk_right;
+static int max_conns, max_per_client, head_timeout_ms, body_timeout_ms, voices_max;
 static int max_tokens, seed, lookahead, top_k, quiet, show_version;
 static long long max_body;
 static double temp, top_p, beta;
@@ -67,6 +71,20 @@ static const pcg_opt opts[] = {
 	  "speech requests at once; beyond, 429" },
 	{ "max-body", PCG_OPT_SIZE, &max_body, "64K", 1024, 1 << 24, "SIZE",
 	  "request bodies larger are refused with 413" },
+	{ "max-connections", PCG_OPT_INT, &max_conns, "1024", 4, 65536, "N",
+	  "connections at once (reading, speaking or idle); beyond, 503" },
+	{ "max-per-client", PCG_OPT_INT, &max_per_client, "64", 1, 65536, "N",
+	  "connections at once from one client address; beyond, 429" },
+	{ "head-timeout-ms", PCG_OPT_INT, &head_timeout_ms, "10000", 50, 600000, "N",
+	  "a request's head must arrive whole within N ms of its first byte; else 408" },
+	{ "body-timeout-ms", PCG_OPT_INT, &body_timeout_ms, "60000", 50, 3600000, "N",
+	  "a request's body must arrive whole within N ms of its head; else 408" },
+	{ "voices", PCG_OPT_STR, &voices_dir, NULL, 1, 0, "DIR",
+	  "keep registered voices there, one file each, read back at start (none: in memory)" },
+	{ "voices-max", PCG_OPT_INT, &voices_max, "64", 1, 4096, "N",
+	  "registered voices at most" },
+	{ "voices-evict", PCG_OPT_STR, &voices_evict, "refuse", 1, 0, "RULE",
+	  "a registration beyond --voices-max: refuse (409) or oldest (the oldest goes)" },
 	{ "timeout-ms", PCG_OPT_INT, &timeout_ms, "30000", 100, 86400000, "N",
 	  "a running request whose pipeline sends nothing this long is given up (503)" },
 	{ "piece-chars", PCG_OPT_INT, &piece_chars, "300", 20, 4000, "N",
@@ -103,24 +121,17 @@ static char token[512];
 static size_t token_len;
 static char *models_json, *voices_json; /* fixed answers, made at start */
 
-enum route { R_NONE, R_SPEECH, R_MODELS, R_MODEL, R_VOICES, R_VOICE_ADD, R_HEALTH };
+enum route { R_NONE, R_SPEECH, R_MODELS, R_MODEL, R_VOICES, R_VOICE_ADD, R_VOICE_ONE,
+	     R_HEALTH };
 
-/* One HTTP request, from its first call to the completion callback. */
+/* What a request's thread knows of it besides http_req. */
 typedef struct request {
-	enum route route;
-	char method[16], path[96], peer[64];
-	char *body;
-	size_t len, cap;
-	int too_large;
+	http_req *h;
 	int counted;           /* holds one of --max-requests */
-	int status;
 	speech *sp;
-	struct MHD_Connection *conn;
 	enc_format format;
 	int sse;
-	double t0;
 	char fmt[8];           /* its name, for the log */
-	char why[600];         /* for the log: what went wrong */
 } request;
 
 static double now_s(void)
@@ -132,29 +143,20 @@ static double now_s(void)
 
 /* ---- responses ---- */
 
-static enum MHD_Result reply(struct MHD_Connection *c, request *rq, int status, char *body,
-			     const char *type, const char *allow)
+/* Answers body (malloc'd; NULL: out of memory), which it frees. */
+static int reply(http_req *h, int status, char *body, const char *type, const char *allow)
 {
-	struct MHD_Response *r;
-	enum MHD_Result ok;
-
+	char extra[64] = "";
 	if (body == NULL)
-		return MHD_NO;
-	r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-	if (r == NULL) {
-		free(body);
-		return MHD_NO;
-	}
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+		return http_reply(h, 500, NULL, NULL, NULL, 0);
 	if (allow)
-		MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-	ok = MHD_queue_response(c, (unsigned)status, r);
-	MHD_destroy_response(r);
-	rq->status = status;
-	return ok;
+		snprintf(extra, sizeof extra, "Allow: %s\r\n", allow);
+	int rc = http_reply(h, status, type, extra, body, strlen(body));
+	free(body);
+	return rc;
 }
 
-static enum MHD_Result reply_json(struct MHD_Connection *c, request *rq, int status, json_t *j)
+static int reply_json(http_req *h, int status, json_t *j)
 {
 	char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	json_decref(j);
@@ -163,7 +165,7 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, request *rq, int sta
 		if (t)
 			strcat(s = t, "\n");
 	}
-	return reply(c, rq, status, s, "application/json", NULL);
+	return reply(h, status, s, "application/json", NULL);
 }
 
 static json_t *error_json(const api_error *e)
@@ -173,27 +175,24 @@ static json_t *error_json(const api_error *e)
 			 *e->code ? json_string(e->code) : json_null());
 }
 
-static enum MHD_Result reply_error(struct MHD_Connection *c, request *rq, const api_error *e,
-				   const char *allow)
+static int reply_error(http_req *h, const api_error *e, const char *allow)
 {
 	json_t *j = error_json(e);
 	char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
 	json_decref(j);
-	snprintf(rq->why, sizeof rq->why, "%s", e->message);
+	snprintf(h->why, sizeof h->why, "%s", e->message);
 	if (s) {
 		char *t = realloc(s, strlen(s) + 2);
 		if (t)
 			strcat(s = t, "\n");
 	}
-	return reply(c, rq, e->status, s, "application/json", allow);
+	return reply(h, e->status, s, "application/json", allow);
 }
 
-static enum MHD_Result fail(struct MHD_Connection *c, request *rq, int status, const char *type,
-			    const char *param, const char *code, const char *allow,
-			    const char *fmt, ...) __attribute__((format(printf, 8, 9)));
-static enum MHD_Result fail(struct MHD_Connection *c, request *rq, int status, const char *type,
-			    const char *param, const char *code, const char *allow,
-			    const char *fmt, ...)
+static int fail(http_req *h, int status, const char *type, const char *param, const char *code,
+		const char *allow, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static int fail(http_req *h, int status, const char *type, const char *param, const char *code,
+		const char *allow, const char *fmt, ...)
 {
 	api_error e;
 	va_list ap;
@@ -201,7 +200,7 @@ static enum MHD_Result fail(struct MHD_Connection *c, request *rq, int status, c
 	va_start(ap, fmt);
 	vsnprintf(e.message, sizeof e.message, fmt, ap);
 	va_end(ap);
-	return reply_error(c, rq, &e, allow);
+	return reply_error(h, &e, allow);
 }
 
 /* ---- fixed answers ---- */
@@ -241,7 +240,7 @@ static char *make_voices(void)
 	return s;
 }
 
-static enum MHD_Result reply_fixed(struct MHD_Connection *c, request *rq, const char *body)
+static int reply_fixed(http_req *h, const char *body)
 {
 	size_t n = strlen(body);
 	char *s = malloc(n + 2);
@@ -249,11 +248,11 @@ static enum MHD_Result reply_fixed(struct MHD_Connection *c, request *rq, const 
 		memcpy(s, body, n);
 		memcpy(s + n, "\n", 2);
 	}
-	return reply(c, rq, 200, s, "application/json", NULL);
+	return reply(h, 200, s, "application/json", NULL);
 }
 
 /* GET /health: the verifier answers a ping through every stage. */
-static enum MHD_Result health(struct MHD_Connection *c, request *rq)
+static int health(http_req *h)
 {
 	pcg_err err = { "" };
 	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
@@ -282,111 +281,90 @@ static enum MHD_Result health(struct MHD_Connection *c, request *rq)
 			      "server_error", "param", "code");
 	free(q);
 	free(r);
-	return reply_json(c, rq, up ? 200 : 503, j);
+	return reply_json(h, up ? 200 : 503, j);
 }
 
 /* ---- speech ---- */
 
-/* Restarts libmicrohttpd's idle clock of a connection. It counts the time
- * our callbacks wait for the pipeline as idle time, so a speech that
- * waited longer than the connection timeout (a queue, a slow first chunk)
- * would be closed as it is about to send; only the time the client takes
- * to read should count. Setting the timeout from 0 to a value restarts the
- * clock. */
-static void touch(struct MHD_Connection *c)
+static void speech_request(request *rq)
 {
-	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-	MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)IDLE_S);
-}
-
-static ssize_t read_audio(void *cls, uint64_t pos, char *buf, size_t max)
-{
-	request *rq = cls;
-	api_error e;
-	size_t n;
-
-	(void)pos;
-	int rc = speech_pump(rq->sp, 0, &e);
-	if (rc == 0)
-		return MHD_CONTENT_READER_END_OF_STREAM;
-	if (rc < 0) {
-		snprintf(rq->why, sizeof rq->why, "%s", e.status == 499 ? "the client went away: "
-			 "generation cancelled" : e.message);
-		return MHD_CONTENT_READER_END_WITH_ERROR;
-	}
-	const unsigned char *p = speech_bytes(rq->sp, &n);
-	if (n > max)
-		n = max;
-	memcpy(buf, p, n);
-	speech_take(rq->sp, n);
-	touch(rq->conn);
-	return (ssize_t)n;
-}
-
-static enum MHD_Result speech_request(struct MHD_Connection *c, request *rq)
-{
+	http_req *h = rq->h;
 	api_error e;
 	speech_req sr;
 
-	if (rq->too_large)
-		return fail(c, rq, 413, "invalid_request_error", NULL, NULL, NULL, "The request "
-			    "body is larger than %lld bytes (pcg-httpd --max-body).", max_body);
-	if (speech_parse(rq->body ? rq->body : "", rq->len, &cfg, &sr, &e) < 0)
-		return reply_error(c, rq, &e, NULL);
+	if (speech_parse(h->body ? h->body : "", h->len, &cfg, &sr, &e) < 0) {
+		reply_error(h, &e, NULL);
+		return;
+	}
 	rq->format = sr.fmt;
 	rq->sse = sr.sse;
 	snprintf(rq->fmt, sizeof rq->fmt, "%s", enc_format_name(sr.fmt));
 	if (atomic_fetch_add(&active, 1) >= max_requests) {
 		atomic_fetch_sub(&active, 1);
 		speech_req_free(&sr);
-		return fail(c, rq, 429, "requests", NULL, "rate_limit_exceeded", NULL, "Too many "
-			    "requests at once: this server speaks %d at a time (pcg-httpd "
-			    "--max-requests). Try again when one has finished.", max_requests);
+		fail(h, 429, "requests", NULL, "rate_limit_exceeded", NULL, "Too many requests at "
+		     "once: this server speaks %d at a time (pcg-httpd --max-requests). Try again "
+		     "when one has finished.", max_requests);
+		return;
 	}
 	rq->counted = 1;
-	rq->conn = c;
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	rq->sp = speech_start(&cfg, &sr, ci ? ci->connect_fd : -1, &e);
+	rq->sp = speech_start(&cfg, &sr, h->fd, &e);
 	speech_req_free(&sr);
-	if (rq->sp == NULL)
-		return reply_error(c, rq, &e, NULL);
+	if (rq->sp == NULL) {
+		reply_error(h, &e, NULL);
+		return;
+	}
 	/* the status waits for the first audio: until then an error is still
 	 * an error status, not a broken stream */
 	if (speech_pump(rq->sp, 1, &e) < 0) {
 		if (e.status == 499) { /* nobody to answer */
-			rq->status = 499;
-			snprintf(rq->why, sizeof rq->why, "%s", "the client went away: generation "
+			h->status = 499;
+			snprintf(h->why, sizeof h->why, "%s", "the client went away: generation "
 				 "cancelled");
-			return MHD_NO;
+			return;
 		}
-		touch(c);
-		return reply_error(c, rq, &e, NULL);
+		reply_error(h, &e, NULL);
+		return;
 	}
-	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
-								   read_audio, rq, NULL);
-	if (r == NULL)
-		return MHD_NO;
 	const char *type = rq->sse ? "text/event-stream" : enc_content_type(rq->format);
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-	touch(c);
-	enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
-	MHD_destroy_response(r);
-	rq->status = 200;
-	return ok;
+	if (http_stream_begin(h, 200, type, "Cache-Control: no-cache\r\n") < 0) {
+		snprintf(h->why, sizeof h->why, "%s", "the client went away: generation cancelled");
+		return;
+	}
+	for (;;) {
+		int rc = speech_pump(rq->sp, 0, &e);
+		if (rc == 0) {
+			http_stream_end(h, 1);
+			return;
+		}
+		if (rc < 0) {
+			snprintf(h->why, sizeof h->why, "%s", e.status == 499 ? "the client went "
+				 "away: generation cancelled" : e.message);
+			http_stream_end(h, 0);
+			return;
+		}
+		size_t n;
+		const unsigned char *p = speech_bytes(rq->sp, &n);
+		if (http_stream_write(h, p, n) < 0) {
+			snprintf(h->why, sizeof h->why, "%s", "the client went away: generation "
+				 "cancelled");
+			http_stream_end(h, 0);
+			return;
+		}
+		speech_take(rq->sp, n);
+	}
 }
 
 /* ---- cloned voices ---- */
 
 /* A request's body may hold this many bytes: a recording more than JSON. */
-static long long body_limit(const request *rq)
+static long long body_limit(enum route r)
 {
-	return rq->route == R_VOICE_ADD ? CLONES_MAX_BYTES : max_body;
+	return r == R_VOICE_ADD ? CLONES_MAX_BYTES : r == R_VOICE_ONE ? 0 : max_body;
 }
 
 /* GET /v1/audio/voices: the model's voices, then those registered. */
-static enum MHD_Result list_voices(struct MHD_Connection *c, request *rq)
+static int list_voices(http_req *h)
 {
 	json_error_t je;
 	json_t *j = json_loads(voices_json, 0, &je);
@@ -394,43 +372,74 @@ static enum MHD_Result list_voices(struct MHD_Connection *c, request *rq)
 
 	if (data == NULL) {
 		json_decref(j);
-		return reply_fixed(c, rq, voices_json);
+		return reply_fixed(h, voices_json);
 	}
 	clones_list(data);
 	char *body = json_dumps(j, JSON_INDENT(2)); /* as the fixed list is written */
 	json_decref(j);
 	if (body == NULL)
-		return reply_fixed(c, rq, voices_json);
-	enum MHD_Result r = reply_fixed(c, rq, body);
+		return reply_fixed(h, voices_json);
+	int r = reply_fixed(h, body);
 	free(body);
 	return r;
 }
 
 /* POST /v1/audio/voices?name=NAME&transcript=TEXT with the recording as the
  * body (any audio file libsndfile reads, up to 30 s): a voice for "voice". */
-static enum MHD_Result add_voice(struct MHD_Connection *c, request *rq)
+static int add_voice(http_req *h)
 {
-	const char *name = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "name");
-	const char *text = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "transcript");
-	char msg[600];
+	char name[256], text[8192], msg[600];
 	int status = 0;
+	const char *code = NULL;
+	const int nl = http_query(h, "name", name, sizeof name);
+	const int tl = http_query(h, "transcript", text, sizeof text);
 
-	if (rq->too_large)
-		return fail(c, rq, 413, "invalid_request_error", NULL, NULL, NULL, "The recording "
-			    "is larger than %d bytes.", CLONES_MAX_BYTES);
-	if (name == NULL || text == NULL)
-		return fail(c, rq, 400, "invalid_request_error", name ? "transcript" : "name",
+	if (nl == -1 || tl == -1)
+		return fail(h, 400, "invalid_request_error", nl == -1 ? "name" : "transcript",
 			    "missing_required_parameter", NULL, "POST /v1/audio/voices?name=NAME&"
 			    "transcript=TEXT with the recording as the body: '%s' is missing.",
-			    name ? "transcript" : "name");
-	const clone_voice *v = clones_add(name, text, rq->body, rq->len, &status, msg, sizeof msg);
-	if (v == NULL)
-		return fail(c, rq, status, "invalid_request_error", status == 409 ? "name" : NULL,
-			    NULL, NULL, "%s", msg);
-	return reply_json(c, rq, 200, clones_json(v));
+			    nl == -1 ? "name" : "transcript");
+	if (nl < 0 || tl < 0)
+		return fail(h, 400, "invalid_request_error", nl < 0 ? "name" : "transcript",
+			    "invalid_value", NULL, "Invalid '%s': too long or badly %%-encoded.",
+			    nl < 0 ? "name" : "transcript");
+	if (strlen(text) != (size_t)tl)
+		return fail(h, 400, "invalid_request_error", "transcript", "invalid_value", NULL,
+			    "Invalid 'transcript': it holds a NUL byte.");
+	json_t *j = clones_add(name, (size_t)nl, text, h->body, h->len, &status, &code, msg,
+			       sizeof msg);
+	if (j == NULL)
+		return fail(h, status, status >= 500 ? "server_error" : "invalid_request_error",
+			    status == 400 || status == 409 ? "name" : NULL, code, NULL, "%s", msg);
+	return reply_json(h, 200, j);
+}
+
+/* GET or DELETE /v1/audio/voices/ID: one registered voice. */
+static int one_voice(http_req *h, const char *id)
+{
+	char msg[300];
+	int status = 404;
+	if (!strcmp(h->method, "DELETE")) {
+		json_t *j = clones_delete(id, &status, msg, sizeof msg);
+		return j ? reply_json(h, 200, j)
+			 : fail(h, status, "invalid_request_error", "voice_id", "voice_not_found",
+				NULL, "%s", msg);
+	}
+	json_t *j = clones_get(id);
+	return j ? reply_json(h, 200, j)
+		 : fail(h, 404, "invalid_request_error", "voice_id", "voice_not_found", NULL,
+			"No registered voice '%.64s': GET /v1/audio/voices lists them.", id);
 }
 
 /* ---- routing ---- */
+
+/* The ID of /v1/audio/voices/ID (or /v1/voices/ID), or NULL. */
+static const char *voice_id_of(const char *path)
+{
+	const char *p = !strncmp(path, "/v1/audio/voices/", 17) ? path + 17
+			: !strncmp(path, "/v1/voices/", 11) ? path + 11 : NULL;
+	return p && *p && !strchr(p, '/') ? p : NULL;
+}
 
 static enum route route_of(const char *path, const char **allow)
 {
@@ -446,6 +455,10 @@ static enum route route_of(const char *path, const char **allow)
 	if (!strcmp(path, "/v1/voices") || !strcmp(path, "/v1/audio/voices")) {
 		*allow = "GET, HEAD, POST";
 		return R_VOICES;
+	}
+	if (voice_id_of(path)) {
+		*allow = "GET, HEAD, DELETE";
+		return R_VOICE_ONE;
 	}
 	if (!strcmp(path, "/health"))
 		return R_HEALTH;
@@ -463,12 +476,11 @@ static int token_ok(const char *got)
 }
 
 /* Answers 401 unless the request carries the token; 1: it does. */
-static int authorised(struct MHD_Connection *c, request *rq, enum MHD_Result *ok)
+static int authorised(http_req *rq)
 {
-	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-						    MHD_HTTP_HEADER_AUTHORIZATION);
+	const char *h = http_header(rq, "Authorization");
 	if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) {
-		*ok = fail(c, rq, 401, "invalid_request_error", NULL, NULL, NULL, "You didn't "
+		fail(rq, 401, "invalid_request_error", NULL, NULL, NULL, "You didn't "
 			    "provide an API key. You need to provide your API key in an "
 			    "Authorization header using Bearer auth (i.e. Authorization: Bearer "
 			    "YOUR_KEY): this server's key is in the file given to pcg-httpd "
@@ -479,7 +491,7 @@ static int authorised(struct MHD_Connection *c, request *rq, enum MHD_Result *ok
 	while (*h == ' ')
 		h++;
 	if (!token_ok(h)) {
-		*ok = fail(c, rq, 401, "invalid_request_error", NULL, "invalid_api_key", NULL,
+		fail(rq, 401, "invalid_request_error", NULL, "invalid_api_key", NULL,
 			   "Incorrect API key provided. This server's key is in the file given "
 			   "to pcg-httpd --token-file.");
 		return 0;
@@ -487,163 +499,131 @@ static int authorised(struct MHD_Connection *c, request *rq, enum MHD_Result *ok
 	return 1;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-				  const char *method, const char *version, const char *upload,
-				  size_t *upload_size, void **con_cls)
+/* After the head, in the loop: the token first, then the route and the
+ * method; the body's limit, or -1 having answered. */
+static long long on_head(http_req *h, void *arg)
 {
-	request *rq = *con_cls;
-	const char *allow;
+	const char *allow, *method = h->method, *url = h->path;
 
-	(void)cls;
-	(void)version;
-	if (rq == NULL) {
-		if ((rq = calloc(1, sizeof *rq)) == NULL)
-			return MHD_NO;
-		*con_cls = rq;
-		rq->t0 = now_s();
-		snprintf(rq->method, sizeof rq->method, "%s", method);
-		snprintf(rq->path, sizeof rq->path, "%s", url);
-		const union MHD_ConnectionInfo *ci =
-			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-		if (ci && ci->client_addr) {
-			const struct sockaddr *a = ci->client_addr;
-			if (a->sa_family == AF_INET)
-				inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr,
-					  rq->peer, sizeof rq->peer);
-			else if (a->sa_family == AF_INET6)
-				inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr,
-					  rq->peer, sizeof rq->peer);
-		}
-		/* refused before the body is read: the connection closes after */
-		enum MHD_Result ok;
-		if (token_len && !authorised(c, rq, &ok))
-			return ok;
-		rq->route = route_of(url, &allow);
-		if (rq->route == R_NONE)
-			return fail(c, rq, 404, "invalid_request_error", NULL, NULL, NULL,
-				    "Invalid URL (%s %s): this server answers POST /v1/audio/speech, "
-				    "GET /v1/models, GET and POST /v1/voices and GET /health.", method,
-				    url);
-		const int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-		if (rq->route == R_VOICES && !strcmp(method, "POST"))
-			rq->route = R_VOICE_ADD; /* a recording to clone (clones.h) */
-		if (rq->route == R_SPEECH ? strcmp(method, "POST")
-					  : rq->route != R_VOICE_ADD && !is_get)
-			return fail(c, rq, 405, "invalid_request_error", NULL, NULL, allow,
-				    "Invalid method for URL (%s %s): use %s.", method, url,
-				    rq->route == R_SPEECH ? "POST" : "GET");
-		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-							     MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) > (unsigned long long)body_limit(rq))
-			return fail(c, rq, 413, "invalid_request_error", NULL, NULL, NULL,
-				    "The request body is larger than %lld bytes (pcg-httpd "
-				    "--max-body; a recording: 32 MB).", body_limit(rq));
-		return MHD_YES;
+	(void)arg;
+	if (token_len && !authorised(h))
+		return -1;
+	enum route route = route_of(url, &allow);
+	if (route == R_NONE) {
+		fail(h, 404, "invalid_request_error", NULL, NULL, NULL, "Invalid URL (%s %.200s): "
+		     "this server answers POST /v1/audio/speech, GET /v1/models, GET and POST "
+		     "/v1/audio/voices, GET and DELETE /v1/audio/voices/ID and GET /health.",
+		     method, url);
+		return -1;
 	}
-	if (rq->status) /* answered at the first call; the body is not read */
-		return MHD_YES;
-	if (*upload_size > 0) {
-		if (!rq->too_large && rq->len + *upload_size > (size_t)body_limit(rq))
-			rq->too_large = 1;
-		if (!rq->too_large) {
-			if (rq->len + *upload_size + 1 > rq->cap) {
-				size_t cap = rq->cap ? rq->cap * 2 : 4096;
-				while (cap < rq->len + *upload_size + 1)
-					cap *= 2;
-				char *b = realloc(rq->body, cap);
-				if (b == NULL)
-					return MHD_NO;
-				rq->body = b;
-				rq->cap = cap;
-			}
-			memcpy(rq->body + rq->len, upload, *upload_size);
-			rq->len += *upload_size;
-			rq->body[rq->len] = '\0';
-		}
-		*upload_size = 0;
-		return MHD_YES;
+	const int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+	if (route == R_VOICES && !strcmp(method, "POST"))
+		route = R_VOICE_ADD; /* a recording to clone (clones.h) */
+	const int ok = route == R_SPEECH ? !strcmp(method, "POST")
+		       : route == R_VOICE_ONE ? is_get || !strcmp(method, "DELETE")
+		       : route == R_VOICE_ADD || is_get;
+	if (!ok) {
+		fail(h, 405, "invalid_request_error", NULL, NULL, allow, "Invalid method for URL "
+		     "(%s %.200s): use %s.", method, url, allow);
+		return -1;
 	}
-	switch (rq->route) {
-	case R_SPEECH:
-		return speech_request(c, rq);
-	case R_MODELS:
-		return reply_fixed(c, rq, models_json);
-	case R_MODEL:
-		for (int i = 0; speech_models[i]; i++)
-			if (!strcmp(url + 11, speech_models[i])) {
-				json_t *j = json_pack("{s:s,s:s,s:i,s:s}", "id", speech_models[i],
-						      "object", "model", "created", 0,
-						      "owned_by", "pcg-tts");
-				return reply_json(c, rq, 200, j);
-			}
-		return fail(c, rq, 404, "invalid_request_error", "model", "model_not_found", NULL,
-			    "The model '%.64s' does not exist: GET /v1/models lists them.",
-			    url + 11);
-	case R_VOICES:
-		return list_voices(c, rq);
-	case R_VOICE_ADD:
-		return add_voice(c, rq);
-	case R_HEALTH:
-		return health(c, rq);
-	default:
-		return MHD_NO;
+	if (h->content_length > body_limit(route)) {
+		fail(h, 413, "invalid_request_error", NULL, NULL, NULL, "The request body is "
+		     "larger than %lld bytes (%s).", body_limit(route), route == R_VOICE_ADD ?
+		     "a recording: 32 MB" : route == R_VOICE_ONE ? "this request has none" :
+		     "pcg-httpd --max-body");
+		return -1;
 	}
+	h->tag = (int)route;
+	return body_limit(route);
 }
 
-/* The end of a request, however it ended: a speech still running is
- * cancelled (the client went away), and one line goes to the log. */
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-			 enum MHD_RequestTerminationCode toe)
+static void log_line(const http_req *h, const request *rq)
 {
-	request *rq = *con_cls;
-
-	(void)cls;
-	(void)c;
-	if (rq == NULL)
-		return;
-	*con_cls = NULL;
-	if (rq->sp && rq->status == 200) {
+	if (rq && rq->sp && h->status == 200) {
 		speech_stats st;
 		speech_get_stats(rq->sp, &st);
-		if (st.done && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+		if (st.done && !*h->why) {
 			if (!quiet)
 				fprintf(stderr, "%s: %s %s %s 200 %s%s: %.2f s of audio in %.2f s "
 					"(first audio after %.3f s, %d piece%s, %ld tokens)\n", prog,
-					rq->peer, rq->method, rq->path, rq->fmt, rq->sse ? " sse" : "",
+					h->peer, h->method, h->path, rq->fmt, rq->sse ? " sse" : "",
 					st.audio_s, st.elapsed_s, st.first_audio_s, st.pieces,
 					st.pieces == 1 ? "" : "s", st.speech_tokens);
 		} else {
 			fprintf(stderr, "%s: %s %s %s 200 %s%s: the stream ended after %.2f s of "
-				"audio in %.2f s: %s\n", prog, rq->peer, rq->method, rq->path,
+				"audio in %.2f s: %s\n", prog, h->peer, h->method, h->path,
 				rq->fmt, rq->sse ? " sse" : "", st.audio_s, st.elapsed_s,
-				*rq->why ? rq->why : atomic_load(&stopping) ? "the server is stopping: "
+				*h->why ? h->why : atomic_load(&stopping) ? "the server is stopping: "
 				"generation cancelled" : "the client went away: generation cancelled");
 		}
-	} else if (!quiet || rq->status >= 500 || rq->status == 499) {
-		fprintf(stderr, "%s: %s %s %s %d (%.3f s)%s%s\n", prog, rq->peer, rq->method,
-			rq->path, rq->status, now_s() - rq->t0, *rq->why ? ": " : "", rq->why);
+	} else if (!quiet || h->status >= 500 || h->status == 499) {
+		fprintf(stderr, "%s: %s %s %.200s %d (%.3f s)%s%s\n", prog, h->peer, h->method,
+			h->path, h->status, h->t0 > 0 ? now_s() - h->t0 : 0.0, *h->why ? ": " : "",
+			h->why);
 	}
-	speech_free(&rq->sp);
-	if (rq->counted)
+}
+
+static void on_refused(const http_req *h, void *arg)
+{
+	(void)arg;
+	log_line(h, NULL);
+}
+
+/* A complete request, in its own thread. */
+static void on_request(http_req *h, void *arg)
+{
+	request rq = { .h = h };
+
+	(void)arg;
+	switch ((enum route)h->tag) {
+	case R_SPEECH:
+		speech_request(&rq);
+		break;
+	case R_MODELS:
+		reply_fixed(h, models_json);
+		break;
+	case R_MODEL: {
+		const char *id = h->path + 11;
+		for (int i = 0; speech_models[i]; i++)
+			if (!strcmp(id, speech_models[i])) {
+				json_t *j = json_pack("{s:s,s:s,s:i,s:s}", "id", speech_models[i],
+						      "object", "model", "created", 0,
+						      "owned_by", "pcg-tts");
+				reply_json(h, 200, j);
+				goto done;
+			}
+		fail(h, 404, "invalid_request_error", "model", "model_not_found", NULL, "The model "
+		     "'%.64s' does not exist: GET /v1/models lists them.", id);
+		break;
+	}
+	case R_VOICES:
+		list_voices(h);
+		break;
+	case R_VOICE_ADD:
+		add_voice(h);
+		break;
+	case R_VOICE_ONE:
+		one_voice(h, voice_id_of(h->path));
+		break;
+	case R_HEALTH:
+		health(h);
+		break;
+	default:
+		break;
+	}
+done:
+	log_line(h, &rq);
+	speech_free(&rq.sp);
+	if (rq.counted)
 		atomic_fetch_sub(&active, 1);
-	free(rq->body);
-	free(rq);
 }
 
 /* ---- start ---- */
 
-/* libmicrohttpd's messages, as ours; the two that follow a client that
- * went away (or a stream that broke) are logged by on_completed already. */
-static void mhd_log(void *cls, const char *fmt, va_list ap)
+static int reserved(const char *name)
 {
-	char msg[512];
-	(void)cls;
-	vsnprintf(msg, sizeof msg, fmt, ap);
-	if (!strncmp(msg, "Application reported internal error", 35) ||
-	    !strncmp(msg, "Closing connection (application error", 37))
-		return;
-	msg[strcspn(msg, "\n")] = '\0';
-	fprintf(stderr, "%s: libmicrohttpd: %s\n", prog, msg);
+	return speech_voice_reserved(&voices, name);
 }
 
 static int read_token(const char *path, pcg_err *err)
@@ -662,6 +642,12 @@ static int read_token(const char *path, pcg_err *err)
 		return pcg_fail(err, "--token-file %s: the first line is empty (want the token)",
 				path);
 	return 0;
+}
+
+static void *run_server(void *d)
+{
+	http_run(d);
+	return NULL;
 }
 
 int main(int argc, char **argv)
@@ -735,6 +721,20 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: --voice %s\n", prog, err.msg);
 		return 1;
 	}
+	enum clones_evict evict;
+	if (!strcmp(voices_evict, "refuse")) {
+		evict = CLONES_REFUSE;
+	} else if (!strcmp(voices_evict, "oldest")) {
+		evict = CLONES_OLDEST;
+	} else {
+		fprintf(stderr, "%s: --voices-evict %s: unknown (refuse, oldest)\n", prog,
+			voices_evict);
+		return 2;
+	}
+	if (clones_open(voices_dir, voices_max, evict, reserved, prog, &err) < 0) {
+		pcg_die(prog, &err);
+		return 1;
+	}
 	if ((models_json = make_models()) == NULL || (voices_json = make_voices()) == NULL) {
 		fprintf(stderr, "%s: out of memory\n", prog);
 		return 1;
@@ -759,7 +759,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	/* signals: blocked in every thread (libmicrohttpd's inherit the mask),
+	/* signals: blocked in every thread (the server's inherit the mask),
 	 * taken by sigwait below */
 	sigset_t sigs;
 	sigemptyset(&sigs);
@@ -768,25 +768,25 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-			 MHD_USE_AUTO | MHD_USE_ITC | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
-	struct MHD_Daemon *d = MHD_start_daemon(
-		flags, (uint16_t)port, NULL, NULL, on_request, NULL,
-		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-		MHD_OPTION_SOCK_ADDR, &addr.sa,
-		MHD_OPTION_CONNECTION_LIMIT, (unsigned)(max_requests + 64),
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_S,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
-		MHD_OPTION_END);
+	const http_cfg hc = {
+		.max_conns = max_conns, .max_per_client = max_per_client,
+		.head_ms = head_timeout_ms, .body_ms = body_timeout_ms, .idle_ms = IDLE_MS,
+		.on_head = on_head, .on_request = on_request, .on_refused = on_refused,
+	};
+	http_server *d = http_new(&addr.sa, v6 ? sizeof addr.v6 : sizeof addr.v4, &hc, &err);
 	if (d == NULL) {
 		fprintf(stderr, "%s: cannot listen on %s port %d: %s\n", prog, listen_addr, port,
-			errno ? strerror(errno) : "libmicrohttpd refused");
+			err.msg);
 		zmq_ctx_term(ctx);
 		return 1;
 	}
-	const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-	fprintf(stderr, "%s: listening on http://%s%s%s:%u/v1 (verifier %s, %d speaker%s)\n", prog,
-		v6 ? "[" : "", a, v6 ? "]" : "", di ? di->port : (unsigned)port, cfg.verifier,
+	pthread_t loop;
+	if (pthread_create(&loop, NULL, run_server, d) != 0) {
+		fprintf(stderr, "%s: cannot start the server's thread\n", prog);
+		return 1;
+	}
+	fprintf(stderr, "%s: listening on http://%s%s%s:%d/v1 (verifier %s, %d speaker%s)\n", prog,
+		v6 ? "[" : "", a, v6 ? "]" : "", http_port(d), cfg.verifier,
 		voices.n, voices.n == 1 ? "" : "s");
 
 	int sig = 0;
@@ -795,7 +795,9 @@ int main(int argc, char **argv)
 	atomic_store(&stopping, 1);
 	if (!quiet)
 		fprintf(stderr, "%s: %s: stopping\n", prog, strsignal(sig));
-	MHD_stop_daemon(d);
+	http_stop(d);
+	pthread_join(loop, NULL);
+	http_free(&d);
 	zmq_ctx_term(ctx);
 	free(models_json);
 	free(voices_json);

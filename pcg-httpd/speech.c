@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <zmq.h>
@@ -119,6 +120,22 @@ static int voice_lookup(const speech_voices *v, const json_t *j)
 		if (!strcmp(s, v->name[i]))
 			return i;
 	return -1;
+}
+
+int speech_voice_reserved(const speech_voices *v, const char *s)
+{
+	for (int i = 0; speech_openai_voices[i]; i++)
+		if (!strcasecmp(s, speech_openai_voices[i]))
+			return 1;
+	for (int i = 0; i < v->n; i++)
+		if (!strcasecmp(s, v->name[i]))
+			return 1;
+	if (*s == '\0')
+		return 0;
+	for (const char *p = s; *p; p++) /* a speaker's number, any number of them */
+		if (*p < '0' || *p > '9')
+			return 0;
+	return 1;
 }
 
 /* "a, b, c or d" of a NULL-terminated list, into buf. */
@@ -275,12 +292,16 @@ int speech_parse(const char *body, size_t len, const speech_cfg *cfg, speech_req
 		missing(e, "voice");
 		goto out;
 	}
-	{ /* a voice registered by a recording (clones.h), by its id or its name */
+	/* the model's own voices first; then one registered by a recording
+	 * (clones.h), by its id or its name (none can take a built-in name) */
+	if ((r->speaker = voice_lookup(cfg->voices, j)) < 0) {
 		const json_t *id = json_is_object(j) ? json_object_get(j, "id") : j;
 		if (json_is_string(id))
 			r->clone = clones_find(json_string_value(id));
+		if (r->clone)
+			r->speaker = 0;
 	}
-	if (r->clone == NULL && (r->speaker = voice_lookup(cfg->voices, j)) < 0) {
+	if (r->clone == NULL && r->speaker < 0) {
 		const json_t *id = json_is_object(j) ? json_object_get(j, "id") : j;
 		const char *name = json_string_value(id);
 		char shown[80];
@@ -383,6 +404,8 @@ int speech_parse(const char *body, size_t len, const speech_cfg *cfg, speech_req
 	rc = 0;
 out:
 	json_decref(root);
+	if (rc < 0)
+		speech_req_free(r);
 	return rc < 0 ? -1 : 0;
 }
 
@@ -390,6 +413,8 @@ void speech_req_free(speech_req *r)
 {
 	free(r->input);
 	r->input = NULL;
+	clones_release(r->clone);
+	r->clone = NULL;
 }
 
 /* ---- the speech ---- */
@@ -498,6 +523,7 @@ speech *speech_start(const speech_cfg *cfg, speech_req *r, int client_fd, api_er
 	s->cfg = cfg;
 	s->req = *r;
 	r->input = NULL;
+	r->clone = NULL;
 	s->client_fd = client_fd;
 	s->watch_fd = client_fd >= 0;
 	s->t0 = s->t_probe = now_s();
@@ -701,11 +727,15 @@ static int client_gone(speech *s)
 {
 	char c;
 	ssize_t n = recv(s->client_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n > 0) {
-		s->watch_fd = 0; /* a next request waits: no way to look further */
+	if (n >= 0) {
+		/* n > 0: a next request waits, no way to look further; n == 0:
+		 * the client shut down its sending side, which HTTP allows after
+		 * a request (a client that closed altogether is found when a
+		 * write of the response fails) */
+		s->watch_fd = 0;
 		return 0;
 	}
-	return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+	return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 /* One wait of at most POLL_MS for the pipeline and the client. */

@@ -10,7 +10,7 @@
  * (encode.h), so the response is one continuous file with one header.
  *
  * A speech belongs to one thread at a time (its socket is a ZeroMQ
- * socket): libmicrohttpd calls it from the connection's thread only.
+ * socket): pcg-httpd calls it from the request's thread only.
  */
 #ifndef PCG_HTTPD_SPEECH_H
 #define PCG_HTTPD_SPEECH_H
@@ -47,6 +47,10 @@ typedef struct speech_voices {
 /* Reads the speakers of a phoneme voice's voice.json; path NULL: a model
  * with one speaker ("default"). Returns 0 or -1 with err. */
 int speech_voices_load(const char *path, speech_voices *v, pcg_err *err);
+
+/* Whether s (case aside) names one of the model's own voices: an OpenAI
+ * name, a speaker's name or a number. */
+int speech_voice_reserved(const speech_voices *v, const char *s);
 
 /* OpenAI's voice names, in the order they map onto the speakers (modulo
  * their number); NULL-terminated. */

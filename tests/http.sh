@@ -8,7 +8,8 @@
 # duration and 0.5 doubles it; a long input spoken in pieces is one stream
 # with one header and the pieces' lengths; OpenAI's error JSON for bad
 # bodies, fields, methods and paths, 413, 429 and 401; a curl killed
-# mid-stream cancels its generation (the verifier says so); SIGTERM stops
+# mid-stream cancels its generation (the verifier says so), one that only
+# shuts down its sending side gets the whole stream; SIGTERM stops
 # an idle server within 0.5 s. Then the official openai Python client
 # (pip package openai), when it is installed: create(), the streaming
 # response, and its error classes. About 20 s.
@@ -64,6 +65,28 @@ curl -s "$API/voices" >voices
 grep -A3 '"id": "alloy"' voices | grep -q '"speaker": 0' &&
 	grep -A3 '"id": "verse"' voices | grep -q '"speaker": 2' && grep -q '"name": "en-us+m3"' voices &&
 	ok "GET /v1/voices: alloy is speaker 0, verse speaker 2 of 8" || bad "voices: $(head -c 400 voices)"
+
+# half-close: a client that shuts down its sending side after its request
+# still gets the whole speech (HTTP allows it; it used to be cancelled, 499)
+python3 - "${API#http://}" >halfclose.out 2>&1 <<'EOF2'
+import socket, sys
+host, port = sys.argv[1].split("/")[0].split(":")
+body = b'{"model": "tts-1", "input": "Hello there.", "voice": "alloy", "response_format": "pcm"}'
+s = socket.create_connection((host, int(port)))
+s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+s.shutdown(socket.SHUT_WR)
+s.settimeout(30)
+data = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    data += b
+print(data.split(b"\r\n", 1)[0].decode(), "ends", data.endswith(b"\r\n0\r\n\r\n"), len(data))
+EOF2
+grep -q '^HTTP/1.1 200 OK ends True' halfclose.out && ok "half-close after a speech request: 200, the whole stream" ||
+	bad "half-close: $(cat halfclose.out)"
 
 # the reference: pcg-synth, speaker 0, seed 1, at the codec's 16 kHz
 t="These are the beasts which ye shall eat: the ox, the sheep, and the goat."
