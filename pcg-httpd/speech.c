@@ -381,7 +381,7 @@ int speech_parse(const char *body, size_t len, const speech_cfg *cfg, speech_req
 		goto out;
 	if (rc)
 		r->seed = (int)d;
-	if ((rc = get_number(root, "lookahead", 1, PROTO_MAX_N - 1, 1, &d, e)) < 0)
+	if ((rc = get_number(root, "lookahead", 0, PROTO_MAX_N - 1, 1, &d, e)) < 0)
 		goto out;
 	if (rc)
 		r->lookahead = (int)d;
