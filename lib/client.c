@@ -189,6 +189,13 @@ int client_wait(pcg_client *c, proto_msg *rep, pcg_err *err)
 	return pcg_fail(err, "%s: no reply after %d tries of %d ms", c->url, c->tries, wait_ms);
 }
 
+int client_ready(pcg_client *c)
+{
+	zmq_pollitem_t it = { c->sock, 0, ZMQ_POLLIN, 0 };
+
+	return c->pending && c->sent && zmq_poll(&it, 1, 0) == 1 && (it.revents & ZMQ_POLLIN);
+}
+
 int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 {
 	if (client_send(c, req, err) < 0)

@@ -48,6 +48,9 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err);
  * client_send. */
 int client_send(pcg_client *c, proto_msg *req, pcg_err *err);
 int client_wait(pcg_client *c, proto_msg *rep, pcg_err *err);
+/* Whether a message waits for client_wait (a reply, or a late one that it
+ * will drop): 1 or 0, without waiting. */
+int client_ready(pcg_client *c);
 
 /* Counters: requests resent after a timeout, stale replies dropped. */
 unsigned long client_resent(const pcg_client *c);

@@ -754,8 +754,8 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	s->rounds++;
 	s->st[PROTO_STAT_DRAFTED] += s->viterbi ? heads : target_only ? 0 : Lr;
 	s->st[PROTO_STAT_ACCEPTED] += accepted;
-	s->sum_l += target_only ? 0 : Lr;
-	s->n_drafting += !target_only;
+	s->sum_l += s->viterbi ? heads : target_only ? 0 : Lr;
+	s->n_drafting += s->viterbi || !target_only;
 	s->L_next = kept_ahead ? A - 1 : next_lookahead(s);
 	return s->ended || s->nsp >= s->max_tokens;
 }

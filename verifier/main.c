@@ -580,6 +580,9 @@ static void run_job(worker *w, job *j)
 	size_t npc = 0;
 	const char *code = PROTO_E_BAD_REQUEST;
 	int rc = 0, codec_open = 0, codec_busy = 0;
+	int sent = 0, cnext = 0, shown = 0; /* codes at the codec; its next chunk; at the client */
+	const int chunk = req->chunk, right = req->right;
+	double t_shown = 0;
 
 	if (req->stream)
 		progress(w, j, 0, 0, NULL, 0, NULL, 0);
@@ -618,38 +621,55 @@ static void run_job(worker *w, job *j)
 		}
 		if ((rc = spec_round(s, &io, &err)) < 0)
 			goto fail;
-		const int *tok;
-		int n_tok = spec_last_round(s, &tok, NULL), pos;
-		spec_tokens(s, &pos);
+		const int *all;
+		int pos;
+		all = spec_tokens(s, &pos);
 		const void *pcm = NULL;
 		size_t n_pcm = 0;
-		/* the audio of the previous round's tokens, while this round's go
-		 * to the codec: it decodes while the next round runs */
-		if (codec_busy) {
+		/* The codec gets the codes when they complete a chunk (its chunk
+		 * [next, next + chunk) needs the codes up to next + chunk + right)
+		 * or at the end, one request at a time, and decodes while the
+		 * next rounds run; its reply is taken as soon as it is there. */
+		const int send = req->audio && (rc == 1 || (pos > sent && chunk > 0 &&
+							       pos >= cnext + chunk + right));
+		if (codec_busy && (send || client_ready(w->codec))) {
 			codec_busy = 0;
 			if (codec_wait(w, &err) < 0)
 				goto fail;
 			pcm = w->r->pcm.samples;
 			n_pcm = w->r->pcm.n_samples;
 		}
-		if (req->stream && (n_tok > 0 || n_pcm > 0))
-			progress(w, j, 0, pos, tok, n_tok, pcm, n_pcm);
-		if (req->audio) {
-			if (codec_start(w, j, tok, n_tok, rc == 1, &err) < 0)
+		/* Progress: the tokens with each piece of audio, or when 20 ms
+		 * went by without a message (the client sees them as they come,
+		 * not one message a round) */
+		if (req->stream && (n_pcm > 0 || (pos > shown && pcg_now() - t_shown >= 0.02))) {
+			progress(w, j, 0, pos, all + shown, pos - shown, pcm, n_pcm);
+			shown = pos;
+			t_shown = pcg_now();
+		}
+		if (send) {
+			if (codec_start(w, j, all + sent, pos - sent, rc == 1, &err) < 0)
 				goto fail;
 			codec_busy = 1;
 			codec_open = rc == 0;
+			sent = pos;
+			while (chunk > 0 && sent >= cnext + chunk + right)
+				cnext += chunk;
 		}
 	}
+	int pos;
+	const int *all = spec_tokens(s, &pos);
+	const void *pcm = NULL;
+	size_t n_pcm = 0;
 	if (codec_busy) { /* the last audio */
 		codec_busy = 0;
 		if (codec_wait(w, &err) < 0)
 			goto fail;
-		int pos;
-		spec_tokens(s, &pos);
-		if (req->stream && w->r->pcm.n_samples > 0)
-			progress(w, j, 0, pos, NULL, 0, w->r->pcm.samples, w->r->pcm.n_samples);
+		pcm = w->r->pcm.samples;
+		n_pcm = w->r->pcm.n_samples;
 	}
+	if (req->stream && (pos > shown || n_pcm > 0))
+		progress(w, j, 0, pos, all + shown, pos - shown, pcm, n_pcm);
 	spec_drop(s, &io);
 	spec_result(s, j->req->id, rep);
 	to_client(w, j, rep, 1);

@@ -1,0 +1,87 @@
+/* bench/costmodel.c: lib/costmodel's prediction for measured terms, so
+ * that a bench can print it beside what it measured (bench/speedup.sh):
+ * tokens per second of a round of L drafts, from the target's step, the
+ * draft's step, a block's slope, the fixed cost of a trip and the
+ * acceptance per draft position (the share of rounds that accepted it, as
+ * pcg-synth's "acceptance per position" prints it). With --lookahead 0 it
+ * also prints the lookahead the model finds best and what it predicts.
+ * Usage: bench-costmodel --costs STEP_MS,DRAFT_MS,SLOPE,TRIP_MS
+ *          --kind none|sequential|pipelined|mtp [--accept A1,A2,...] [--lookahead L]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "costmodel.h"
+#include "opts.h"
+
+static const char *costs, *kind_s, *accept_s;
+static double lookahead;
+
+static const pcg_opt opts[] = {
+	{ "costs", PCG_OPT_STR | PCG_OPT_REQUIRED, &costs, NULL, 1, 0, "S,D,B,T",
+	  "the target's step (ms), the draft's step (ms), a block's slope, a trip (ms)" },
+	{ "kind", PCG_OPT_STR, &kind_s, "pipelined", 1, 0, "KIND",
+	  "none, sequential, pipelined or mtp" },
+	{ "accept", PCG_OPT_STR, &accept_s, "", 0, 0, "A1,A2,...",
+	  "the share of rounds that accepted draft position 1, 2, ..." },
+	{ "lookahead", PCG_OPT_FLOAT, &lookahead, "0", 0, 15, "L",
+	  "drafts a round (a mean is rounded; 0: the best, as auto chooses)" },
+	{ NULL },
+};
+
+int main(int argc, char **argv)
+{
+	static const char *kinds[] = { "none", "sequential", "pipelined", "mtp" };
+	pcg_err err = { "" };
+	cost_terms c;
+	double u[16] = { 0 }, a[17];
+	int n = 0, kind = -1;
+
+	int first = pcg_opts_parse(opts, argc, argv, &err);
+	if (first == PCG_OPTS_HELP) {
+		pcg_opts_usage(stdout, "bench-costmodel", "--costs S,D,B,T [options]", opts);
+		return 0;
+	}
+	if (first < 0 || first != argc)
+		return pcg_usage_error("bench-costmodel", "--costs S,D,B,T [options]", opts,
+				       first < 0 ? err.msg : "no operands");
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(kind_s, kinds[i]))
+			kind = i;
+	if (kind < 0)
+		return pcg_usage_error("bench-costmodel", "--costs S,D,B,T [options]", opts,
+				       "--kind: none, sequential, pipelined or mtp");
+	if (cost_terms_parse(costs, &c, &err) < 0) {
+		fprintf(stderr, "bench-costmodel: %s\n", err.msg);
+		return 2;
+	}
+	for (const char *p = accept_s; *p && n < 16;) {
+		char *end;
+		u[n++] = strtod(p, &end);
+		if (end == p) {
+			fprintf(stderr, "bench-costmodel: --accept '%s': numbers separated by commas\n",
+				accept_s);
+			return 2;
+		}
+		p = *end == ',' ? end + 1 : end;
+	}
+	/* the conditional acceptance of each position from the unconditional
+	 * shares; a position not measured takes the last one's */
+	for (int i = 0; i < 17; i++) {
+		const double prev = i == 0 ? 1 : u[i - 1];
+		a[i] = i < n ? (prev > 0 ? u[i] / prev : 0) : i > 0 ? a[i - 1] : 0;
+		if (a[i] > 1)
+			a[i] = 1;
+	}
+	int L = (int)(lookahead + 0.5);
+	if (L < 1) {
+		L = cost_best_lookahead(&c, (cost_kind)kind, a, 7);
+		printf("best lookahead %d\n", L);
+	}
+	printf("%.1f tokens/s predicted (a round %.3f ms, %.3f tokens)\n",
+	       cost_tokens_per_second(&c, (cost_kind)kind, a, L),
+	       cost_round_seconds(&c, (cost_kind)kind, a, L) * 1e3,
+	       kind == COST_NONE ? 1.0 : cost_tokens_per_round(a, L));
+	return 0;
+}
