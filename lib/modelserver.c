@@ -497,7 +497,11 @@ static int pending_seq(server *sv, const pending *p, llama_seq *s)
 	}
 	const int left = r->n_append - p->next, want = propose ? 1 : r->n;
 	int n = left;
-	if (left > PREFILL_CHUNK) /* the last piece holds every output */
+	/* the last piece holds every output; a score with MTP heads is one
+	 * piece, so that its bits stay those it always had (a prefill of more
+	 * than 64 positions in one product gets other bits than in pieces:
+	 * lib/model.c) */
+	if (left > PREFILL_CHUNK && p->heads == 0)
 		n = left - want < PREFILL_CHUNK ? left - want : PREFILL_CHUNK;
 	s->tokens = r->append + p->next;
 	s->n = n;
