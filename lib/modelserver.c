@@ -214,12 +214,11 @@ static int request_check(const server *sv, const proto_msg *q, proto_msg *rep)
 				    q->propose.forced[k], vocab);
 			return -1;
 		}
-	if (r->n < 1 || r->n > PROTO_MAX_N ||
-	    (q->type == PROTO_SCORE && r->n > r->n_append)) {
+	const int max_n = q->type == PROTO_SCORE && r->n_append < PROTO_MAX_N ? r->n_append
+									       : PROTO_MAX_N;
+	if (r->n < 1 || r->n > max_n) {
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'n': %d; a %s needs 1 to %d",
-			    r->n, proto_type_name(q->type),
-			    q->type == PROTO_SCORE && r->n_append < PROTO_MAX_N ? r->n_append
-										  : PROTO_MAX_N);
+			    r->n, proto_type_name(q->type), max_n);
 		return -1;
 	}
 	if (heads > have) {
