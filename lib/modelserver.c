@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,11 +42,10 @@ typedef struct server {
 	int n, cap;
 	uint64_t clock;
 	long long kv_mem;
-	float *logits, *probs; /* PROTO_MAX_N x vocab */
 	unsigned long evicted;
 	mtp_heads *heads;      /* the model directory's mtp.safetensors, or NULL */
-	float *hidden;         /* PROTO_MAX_N x hidden: final states of a score */
-	float *hprobs;         /* PROTO_MAX_N x (1 + heads) x vocab, with heads */
+	float *hlogits;        /* with heads: heads x vocab, one position's */
+	float *hprobs;         /* with heads: PROTO_MAX_N x (1 + heads) x vocab */
 	double step, slope;    /* measured at the first ping (lib/costmodel): told in pongs */
 	int measured;
 } server;
@@ -123,10 +123,6 @@ static void evict(server *sv, uint64_t keep)
 	}
 }
 
-/* Brings x to pos tokens, then appends toks[0..n), reusing cached positions
- * whose ids match, and computes the last n_out positions' logits into
- * sv->logits, or with samp their probabilities into out (computed where the
- * model runs: on a GPU only probabilities come back). */
 /* Brings x to pos tokens, keeping the cached positions after it whose ids
  * equal toks[0..n) (but never the last n_out: their outputs are wanted),
  * with room for the rest and `more` tokens. Returns how many of toks are
@@ -151,25 +147,6 @@ static int prepare(session *x, int pos, const int32_t *toks, int n, int n_out, i
 	return i;
 }
 
-static int extend(server *sv, session *x, int pos, const int32_t *toks, int n, int n_out,
-		  const llama_rows *rows, const pcg_sampling *samp, float *out, float *hidden,
-		  pcg_err *err)
-{
-	const int i = prepare(x, pos, toks, n, n_out, 0, err), keep = llama_kv_len(x->kv);
-
-	if (i < 0)
-		return -1;
-	if ((samp ? llama_forward_probs(sv->model, x->kv, (const int *)toks + i, n - i, n_out,
-					rows, samp, out, hidden, err)
-		  : llama_forward_hidden(sv->model, x->kv, (const int *)toks + i, n - i, n_out,
-					 rows, sv->logits, hidden, err)) < 0) {
-		llama_kv_truncate(x->kv, keep, NULL);
-		return -1;
-	}
-	memcpy(x->tokens + keep, toks + i, (size_t)(n - i) * sizeof *toks);
-	return 0;
-}
-
 /* What a propose feeds before drafting its token i >= 1: x_{i-1}, then the
  * forced tokens due there (forced_at == i). Returns the count. */
 static int propose_feed(const proto_propose *q, const int32_t *x, int i, int32_t *feed)
@@ -181,34 +158,6 @@ static int propose_feed(const proto_propose *q, const int32_t *x, int i, int32_t
 		if (q->forced_at[k] == i)
 			feed[n++] = q->forced[k];
 	return n;
-}
-
-/* A propose's forced tokens must be in the vocabulary. */
-static int forced_ok(const proto_msg *q, int vocab, proto_msg *rep)
-{
-	const proto_propose *p = &q->propose;
-
-	for (int k = 0; q->type == PROTO_PROPOSE && k < p->n_forced; k++)
-		if (p->forced[k] >= vocab) {
-			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
-				    "field 'forced': token %d out of range [0, %d)", p->forced[k],
-				    vocab);
-			return -1;
-		}
-	return 0;
-}
-
-/* The rows of a request must lie in the vocabulary. */
-static int rows_ok(const proto_msg *q, const llama_rows *rows, int vocab, proto_msg *rep)
-{
-	for (int i = 0; i < rows->n; i++)
-		if (rows->end[i] > vocab) {
-			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
-				    "field 'rows': [%d, %d) beyond the vocabulary of %d",
-				    rows->begin[i], rows->end[i], vocab);
-			return -1;
-		}
-	return 0;
 }
 
 static int row_token(const llama_rows *rows, int idx)
@@ -230,11 +179,65 @@ static int truncates(const pcg_sampling *s, int width)
 	return s->temperature == 0 || (s->top_k > 0 && s->top_k < width) || s->top_p < 1;
 }
 
-/* Serves one parsed request into rep; errors become error replies. */
-static void serve(server *sv, const proto_msg *q, proto_msg *rep)
+/* What proto_parse cannot know of a propose or score, and what a request
+ * built in this process (modelserver_handle) may get wrong: its tokens,
+ * rows and forced tokens in this model's vocabulary, its sampling, n, the
+ * MTP heads it asks for. Fills an error reply and returns -1 when the
+ * model cannot serve it. */
+static int request_check(const server *sv, const proto_msg *q, proto_msg *rep)
 {
 	pcg_err err = { "" };
+	const proto_model_req *r = proto_model(q);
+	const int vocab = llama_get_config(sv->model)->vocab;
+	const int heads = q->type == PROTO_SCORE ? q->score.heads : 0;
+	const int have = sv->heads ? mtp_n_heads(sv->heads) : 0;
+
+	for (int i = 0; i < r->rows.n; i++)
+		if (r->rows.end[i] > vocab) {
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
+				    "field 'rows': [%d, %d) beyond the vocabulary of %d",
+				    r->rows.begin[i], r->rows.end[i], vocab);
+			return -1;
+		}
+	for (int i = 0; i < r->n_append; i++)
+		if (r->append[i] < 0 || r->append[i] >= vocab) {
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
+				    "token %d at index %d out of range [0, %d)", r->append[i], i,
+				    vocab);
+			return -1;
+		}
+	if (pcg_sampling_check(&r->samp, &err) < 0) {
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		return -1;
+	}
+	for (int k = 0; q->type == PROTO_PROPOSE && k < q->propose.n_forced; k++)
+		if (q->propose.forced[k] >= vocab) {
+			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
+				    "field 'forced': token %d out of range [0, %d)",
+				    q->propose.forced[k], vocab);
+			return -1;
+		}
+	const int max_n = q->type == PROTO_SCORE && r->n_append < PROTO_MAX_N ? r->n_append
+									       : PROTO_MAX_N;
+	if (r->n < 1 || r->n > max_n) {
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'n': %d; a %s needs 1 to %d",
+			    r->n, proto_type_name(q->type), max_n);
+		return -1;
+	}
+	if (heads > have) {
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'heads': %d MTP heads asked, "
+			    "the model has %d (%s)", heads, have, MTP_FILE_NAME);
+		return -1;
+	}
+	return 0;
+}
+
+/* ping and drop, answered at once; any other type but propose and score
+ * is an error. */
+static void serve_now(server *sv, const proto_msg *q, proto_msg *rep)
+{
 	const llama_config *c = llama_get_config(sv->model);
+	pcg_err err = { "" };
 	session *x;
 
 	switch (q->type) {
@@ -260,117 +263,22 @@ static void serve(server *sv, const proto_msg *q, proto_msg *rep)
 		if ((x = find(sv, q->drop.session)) != NULL)
 			drop(sv, x);
 		proto_init(rep, PROTO_OK, q->id);
+		evict(sv, q->drop.session);
 		return;
-	case PROTO_PROPOSE:
-	case PROTO_SCORE:
-		break;
 	default:
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "a server does not take '%s'",
 			    proto_type_name(q->type));
 		return;
 	}
-	const proto_model_req *r = proto_model(q);
-	if (rows_ok(q, &r->rows, c->vocab, rep) < 0)
-		return;
-	const int width = llama_rows_count(sv->model, &r->rows);
-	if (forced_ok(q, c->vocab, rep) < 0)
-		return;
-	x = find(sv, r->session);
-	if (x == NULL || r->pos > llama_kv_len(x->kv)) {
-		if (r->pos != 0) {
-			proto_error(rep, q->id, PROTO_E_UNKNOWN_SESSION,
-				    "session %llu: not held up to position %d; resend from 0",
-				    (unsigned long long)r->session, r->pos);
-			return;
-		}
-		if (x == NULL && (x = create(sv, r->session, &err)) == NULL) {
-			proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
-			return;
-		}
-	}
-	x->last_use = ++sv->clock;
-
-	const int n_out = q->type == PROTO_SCORE ? r->n : 1;
-	const int nh = q->type == PROTO_SCORE ? q->score.heads : 0;
-	if (nh > 0 && (sv->heads == NULL || nh > mtp_n_heads(sv->heads))) {
-		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'heads': %d MTP heads asked, "
-			    "the model has %d (%s)", nh, sv->heads ? mtp_n_heads(sv->heads) : 0,
-			    MTP_FILE_NAME);
-		return;
-	}
-	/* Probabilities straight from the pass, except for a score with MTP
-	 * heads, which tempers the heads' logits alike on the host. */
-	if (extend(sv, x, r->pos, r->append, r->n_append, n_out, &r->rows,
-		   nh > 0 ? NULL : &r->samp, sv->probs, nh > 0 ? sv->hidden : NULL, &err) < 0) {
-		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
-		return;
-	}
-	proto_init(rep, PROTO_PROBS, q->id);
-	proto_probs *o = &rep->probs;
-	o->width = width;
-	o->f16 = r->f16;
-	o->sparse = truncates(&r->samp, width);
-	o->values = sv->probs;
-	if (q->type == PROTO_SCORE && nh == 0) {
-		o->n_vec = r->n;
-		return;
-	}
-	if (q->type == PROTO_SCORE) {
-		/* Per position: q, then the heads' distributions, tempered alike. */
-		const int H = llama_get_config(sv->model)->hidden;
-		float *hl = sv->probs; /* the heads' logits: nh x width of scratch */
-		for (int i = 0; i < r->n; i++) {
-			float *out = sv->hprobs + (size_t)i * (1 + nh) * width;
-			pcg_probs(sv->logits + (size_t)i * width, width, &r->samp, out, &err);
-			if (mtp_logits(sv->heads, sv->hidden + (size_t)i * H, 0, nh, &r->rows, hl,
-				       &err) < 0) {
-				proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
-				return;
-			}
-			for (int k = 0; k < nh; k++)
-				pcg_probs(hl + (size_t)k * width, width, &r->samp,
-					  out + (size_t)(1 + k) * width, &err);
-		}
-		o->values = sv->hprobs;
-		o->n_vec = r->n * (1 + nh);
-		return;
-	}
-	/* propose: x_i ~ p_i, fed back to get p_{i+1}; x_n is not fed. */
-	pcg_rng rng;
-	pcg_rng_init(&rng, q->propose.seed, 0);
-	for (int i = 0; i < r->n; i++) {
-		float *p = sv->probs + (size_t)i * width;
-		if (i > 0) { /* p_0 came with the appended tokens */
-			int32_t feed[1 + PROTO_MAX_N];
-			const int nf = propose_feed(&q->propose, o->x, i, feed);
-			if (extend(sv, x, llama_kv_len(x->kv), feed, nf, 1, &r->rows, &r->samp, p,
-				   NULL, &err) < 0) {
-				proto_error(rep, q->id, PROTO_E_INTERNAL, "%s", err.msg);
-				return;
-			}
-		}
-		int idx = pcg_sample(p, width, pcg_rng_uniform(&rng));
-		o->x[o->n_x++] = row_token(&r->rows, idx < 0 ? 0 : idx);
-	}
-	o->n_vec = r->n;
-}
-
-/* net_serve's handler: serve, time the compute, evict beyond the budget. */
-static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
-{
-	server *sv = ctx;
-	double t0 = pcg_now();
-
-	serve(sv, q, rep);
-	if (rep->type == PROTO_PROBS) {
-		rep->probs.n_stats = 1;
-		rep->probs.stats[0] = pcg_now() - t0;
-	}
-	if (rep->type == PROTO_PROBS || rep->type == PROTO_OK)
-		evict(sv, q->type == PROTO_DROP ? q->drop.session : proto_model(q)->session);
 }
 
 /* ------------------------------------------------------------ batching
+ *
+ * Every propose and score runs one way, whether it came over the socket
+ * (modelserver_serve) or from this process (modelserver_handle): checked
+ * (request_check), added to the pending requests, advanced by passes of
+ * the model until done (sched_pass), answered by one reply builder
+ * (reply_probs, sched_reap). Only ping and drop are answered at once.
  *
  * The serving loop batches: it takes every request that is waiting, and
  * each pass of the model advances all of them by one step at once (a
@@ -383,21 +291,28 @@ static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
  * the other sessions' rounds for more than a piece. The pieces are cut by
  * the request alone (never by the load), so a session's results do not
  * depend on what else runs. A lone request never waits: a pass starts as
- * soon as anything is ready. */
+ * soon as anything is ready. A score with MTP heads takes its block's
+ * logits and final states from the pass; the heads run when it is done. */
 
 #define PREFILL_CHUNK 32
 #define MAX_PENDING 256
+/* Finished requests kept with their buffers for the next ones, so that a
+ * request costs no malloc of its parsed message (tens of kB) or of its
+ * outputs (n x width floats: megabytes, fresh pages each time). A batch
+ * of this many sessions runs without any; each keeps at most
+ * PROTO_MAX_N x vocab floats. */
+#define POOL_MAX 16
 
 typedef struct pending {
-	unsigned char route[256];  /* the client's */
+	unsigned char route[256];  /* the client's (none: modelserver_handle) */
 	size_t route_len;
 	int delim;
-	proto_msg *q;              /* the request, parsed (ids copied) */
+	const proto_msg *q;        /* the request: *qbuf, or modelserver_handle's */
 	const proto_model_req *r;  /* its propose or score part */
+	int heads;                 /* a score's MTP heads */
 	int next;                  /* r->append[next..] are still to run */
 	int step;                  /* propose: tokens drafted so far */
 	int width;
-	float *out;                /* n x width outputs */
 	int32_t x[PROTO_MAX_N];    /* propose: the drafted ids */
 	int32_t feed[1 + PROTO_MAX_N]; /* propose: what the next step feeds */
 	int n_feed;
@@ -407,19 +322,77 @@ typedef struct pending {
 	int started;               /* its session brought to its pos (pending_start) */
 	int done, failed;
 	struct pending *nextp;
+	/* kept from request to request (POOL_MAX) */
+	proto_msg *qbuf;           /* the request, parsed (ids copied) */
+	float *out;                /* n x width: probabilities; with heads, logits */
+	float *hidden;             /* with heads: n x hidden final states */
+	size_t out_cap, hidden_cap; /* floats */
 } pending;
 
 typedef struct sched {
 	server *sv;
 	const char *model_dir;
-	void *sock;
+	void *sock;                /* NULL: modelserver_handle, rep is the caller's */
 	pending *head;
 	int n;
-	proto_msg *rep;
+	pending *pool;             /* finished ones, their buffers kept */
+	int n_pool;
+	proto_msg *rep;            /* the reply being built */
 	proto_buf buf;
 	net_counts nc;
 	unsigned long batches, batched_rows;
 } sched;
+
+/* A pending request with its fields cleared, from the pool if it has one;
+ * NULL when out of memory. */
+static pending *pending_get(sched *sc)
+{
+	pending *p = sc->pool;
+
+	if (p == NULL)
+		return calloc(1, sizeof *p);
+	sc->pool = p->nextp;
+	sc->n_pool--;
+	memset(p, 0, offsetof(pending, qbuf)); /* the buffers stay */
+	return p;
+}
+
+static void pending_free(pending *p)
+{
+	if (p == NULL)
+		return;
+	free(p->qbuf);
+	free(p->out);
+	free(p->hidden);
+	free(p);
+}
+
+/* Back to the pool, or freed beyond POOL_MAX. (modelserver_handle's reply
+ * points into the outputs until the next request: its one pending always
+ * goes back to the pool.) */
+static void pending_put(sched *sc, pending *p)
+{
+	if (sc->n_pool >= POOL_MAX) {
+		pending_free(p);
+		return;
+	}
+	p->nextp = sc->pool;
+	sc->pool = p;
+	sc->n_pool++;
+}
+
+/* Makes *buf hold n floats (its contents not kept). Returns 0 or -1. */
+static int reserve(float **buf, size_t *cap, size_t n)
+{
+	if (n <= *cap)
+		return 0;
+	free(*buf);
+	*cap = 0;
+	if ((*buf = malloc(n * sizeof **buf)) == NULL)
+		return -1;
+	*cap = n;
+	return 0;
+}
 
 static int same_rows(const llama_rows *a, const llama_rows *b)
 {
@@ -431,70 +404,58 @@ static int same_rows(const llama_rows *a, const llama_rows *b)
 	return 1;
 }
 
-static int same_work(const proto_model_req *a, const proto_model_req *b)
+/* Whether a and b can share a pass: the same rows, and the same outputs
+ * (probabilities of the same sampling, or logits and final states for MTP
+ * heads). */
+static int same_work(const pending *a, const pending *b)
 {
-	return same_rows(&a->rows, &b->rows) &&
-	       a->samp.temperature == b->samp.temperature && a->samp.top_k == b->samp.top_k &&
-	       a->samp.top_p == b->samp.top_p;
+	const pcg_sampling *s = &a->r->samp, *t = &b->r->samp;
+
+	return same_rows(&a->r->rows, &b->r->rows) && (a->heads > 0) == (b->heads > 0) &&
+	       s->temperature == t->temperature && s->top_k == t->top_k && s->top_p == t->top_p;
 }
 
-static void reply_pending(sched *sc, pending *p, const proto_msg *rep)
+/* The sampling a pass of p applies on the model's device; NULL: logits
+ * (MTP heads temper them on the host with the heads'). */
+static const pcg_sampling *pending_samp(const pending *p)
+{
+	return p->heads > 0 ? NULL : &p->r->samp;
+}
+
+/* Sends sc->rep to p's client (modelserver_handle: it is already the
+ * caller's) and counts it. */
+static void reply_pending(sched *sc, const pending *p)
 {
 	pcg_err err = { "" };
-	net_req r = { .route_len = p->route_len, .delim = p->delim };
+	const proto_msg *rep = sc->rep;
 
-	memcpy(r.route, p->route, p->route_len);
-	if (rep->type == PROTO_ERROR) {
+	if (rep->type == PROTO_ERROR)
 		sc->nc.errors++;
+	else
+		sc->nc.served++;
+	if (sc->sock == NULL)
+		return;
+	if (rep->type == PROTO_ERROR)
 		fprintf(stderr, "%s: request %llu: %s: %s\n", sc->sv->prog,
 			(unsigned long long)rep->id, rep->error.code, rep->error.msg);
-	} else {
-		sc->nc.served++;
-	}
+	net_req r = { .route_len = p->route_len, .delim = p->delim };
+	memcpy(r.route, p->route, p->route_len);
 	if (proto_pack_buf(rep, &sc->buf, &err) < 0 ||
 	    net_reply_nowait(sc->sock, &r, sc->buf.data, sc->buf.len, &err) < 0)
 		fprintf(stderr, "%s: %s\n", sc->sv->prog, err.msg);
 }
 
-static void pending_free(pending *p)
-{
-	if (p == NULL)
-		return;
-	free(p->q);
-	free(p->out);
-	free(p);
-}
-
 /* The session of p, made ready: its cache brought to the request's pos
- * with the cached positions that match kept. Fills an error reply and
- * returns -1 when the request cannot run. */
+ * with the cached positions that match kept, p's outputs allocated. Fills
+ * an error reply and returns -1 when the request cannot run. */
 static int pending_start(server *sv, pending *p, proto_msg *rep)
 {
 	pcg_err err = { "" };
 	const proto_msg *q = p->q;
 	const proto_model_req *r = p->r;
-	const llama_config *c = llama_get_config(sv->model);
 
-	if (rows_ok(q, &r->rows, c->vocab, rep) < 0)
+	if (request_check(sv, q, rep) < 0)
 		return -1;
-	for (int i = 0; i < r->n_append; i++)
-		if (r->append[i] < 0 || r->append[i] >= c->vocab) {
-			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
-				    "token %d at index %d out of range [0, %d)", r->append[i], i,
-				    c->vocab);
-			return -1;
-		}
-	if (pcg_sampling_check(&r->samp, &err) < 0) {
-		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
-		return -1;
-	}
-	if (forced_ok(q, c->vocab, rep) < 0)
-		return -1;
-	if (r->n < 1) {
-		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'n': %d; a %s needs 1 to %d",
-			    r->n, proto_type_name(q->type), PROTO_MAX_N);
-		return -1;
-	}
 	session *x = find(sv, r->session);
 	if (x == NULL || r->pos > llama_kv_len(x->kv)) {
 		if (r->pos != 0) {
@@ -519,8 +480,9 @@ static int pending_start(server *sv, pending *p, proto_msg *rep)
 	}
 	p->next = i;
 	p->width = llama_rows_count(sv->model, &r->rows);
-	p->out = malloc((size_t)r->n * p->width * sizeof *p->out);
-	if (p->out == NULL) {
+	const size_t H = (size_t)llama_get_config(sv->model)->hidden;
+	if (reserve(&p->out, &p->out_cap, (size_t)r->n * p->width) < 0 ||
+	    (p->heads > 0 && reserve(&p->hidden, &p->hidden_cap, (size_t)r->n * H) < 0)) {
 		proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory");
 		return -1;
 	}
@@ -529,38 +491,50 @@ static int pending_start(server *sv, pending *p, proto_msg *rep)
 	return 0;
 }
 
-/* What p runs next: tokens, count, outputs (and where they go). */
-static int pending_span(const pending *p, const int32_t **toks, int *n_out, float **out)
+/* What p runs next, as a sequence of a pass on its session's cache.
+ * Returns -1 when the session was dropped meanwhile. */
+static int pending_seq(server *sv, const pending *p, llama_seq *s)
 {
 	const proto_model_req *r = p->r;
 	const int propose = p->q->type == PROTO_PROPOSE;
+	const session *x = find(sv, r->session);
 
+	if (x == NULL)
+		return -1;
+	*s = (llama_seq){ .kv = x->kv };
 	if (propose && p->step > 0) {
-		*toks = p->feed;
-		*n_out = 1;
-		*out = p->out + (size_t)p->step * p->width;
-		return p->n_feed;
+		s->tokens = p->feed;
+		s->n = p->n_feed;
+		s->n_out = 1;
+		s->out = p->out + (size_t)p->step * p->width;
+		return 0;
 	}
 	const int left = r->n_append - p->next, want = propose ? 1 : r->n;
 	int n = left;
-	if (left > PREFILL_CHUNK) /* the last piece holds every output */
+	/* the last piece holds every output; a score with MTP heads is one
+	 * piece, so that its bits stay those it always had (a prefill of more
+	 * than 64 positions in one product gets other bits than in pieces:
+	 * lib/model.c) */
+	if (left > PREFILL_CHUNK && p->heads == 0)
 		n = left - want < PREFILL_CHUNK ? left - want : PREFILL_CHUNK;
-	*toks = r->append + p->next;
-	*n_out = n == left ? want : 0;
-	*out = p->out;
-	return n;
+	s->tokens = r->append + p->next;
+	s->n = n;
+	s->n_out = n == left ? want : 0;
+	s->out = s->n_out ? p->out : NULL;
+	s->hidden = s->n_out && p->heads > 0 ? p->hidden : NULL;
+	return 0;
 }
 
 /* After a step ran: the cache's ids, the next step, or done. */
-static void pending_advance(server *sv, pending *p, const int32_t *toks, int n, int n_out)
+static void pending_advance(server *sv, pending *p, const llama_seq *s)
 {
 	session *x = find(sv, p->r->session);
 	const int len = llama_kv_len(x->kv);
 
-	memcpy(x->tokens + len - n, toks, (size_t)n * sizeof *toks);
+	memcpy(x->tokens + len - s->n, s->tokens, (size_t)s->n * sizeof *s->tokens);
 	if (!(p->q->type == PROTO_PROPOSE && p->step > 0))
-		p->next += n;
-	if (n_out == 0)
+		p->next += s->n;
+	if (s->n_out == 0)
 		return;
 	if (p->q->type == PROTO_SCORE) {
 		p->done = 1;
@@ -579,12 +553,12 @@ static void pending_advance(server *sv, pending *p, const int32_t *toks, int n, 
 static void pending_fail(sched *sc, pending *p, const char *msg)
 {
 	proto_error(sc->rep, p->q->id, PROTO_E_INTERNAL, "%s", msg);
-	reply_pending(sc, p, sc->rep);
+	reply_pending(sc, p);
 	p->failed = 1;
 }
 
 /* One pass: a piece of one long span, then one batched step of every
- * request whose step is short, grouped by rows and sampling. */
+ * request whose step is short, grouped by rows and outputs (same_work). */
 static void sched_pass(sched *sc)
 {
 	server *sv = sc->sv;
@@ -605,7 +579,7 @@ static void sched_pass(sched *sc)
 		if (blocked)
 			continue;
 		if (pending_start(sv, p, sc->rep) < 0) {
-			reply_pending(sc, p, sc->rep);
+			reply_pending(sc, p);
 			p->failed = 1;
 			continue;
 		}
@@ -616,32 +590,27 @@ static void sched_pass(sched *sc)
 	 * piece (the list is in arrival order) */
 	int piece = 0;
 	for (pending *p = sc->head; p; p = p->nextp) {
-		const int32_t *toks;
-		int n_out;
-		float *out;
+		llama_seq s;
 		if (!p->started || p->done || p->failed)
 			continue;
-		int n = pending_span(p, &toks, &n_out, &out);
-		if (n <= PCG_MATMUL_SMALL) {
+		if (pending_seq(sv, p, &s) < 0) {
+			pending_fail(sc, p, "the session was dropped");
+			continue;
+		}
+		if (s.n <= PCG_MATMUL_SMALL) {
 			ready[n_ready++] = p;
 			continue;
 		}
 		if (piece)
 			continue;
 		piece = 1;
-		session *x = find(sv, p->r->session);
 		double t = pcg_now();
-		if (x == NULL) {
-			pending_fail(sc, p, "the session was dropped");
-			continue;
-		}
-		llama_seq s = { x->kv, toks, n, n_out, n_out ? out : NULL, NULL };
-		if (llama_forward_batch(sv->model, &s, 1, &p->r->rows, &p->r->samp, &err) < 0) {
+		if (llama_forward_batch(sv->model, &s, 1, &p->r->rows, pending_samp(p), &err) < 0) {
 			pending_fail(sc, p, err.msg);
 			continue;
 		}
 		p->t_compute += pcg_now() - t;
-		pending_advance(sv, p, toks, n, n_out);
+		pending_advance(sv, p, &s);
 	}
 	/* the short steps, batched */
 	for (int a = 0; a < n_ready; a++) {
@@ -649,36 +618,28 @@ static void sched_pass(sched *sc)
 			continue;
 		int nb = 0;
 		for (int b = a; b < n_ready; b++) {
-			if (taken[b] || !same_work(ready[a]->r, ready[b]->r))
+			if (taken[b] || !same_work(ready[a], ready[b]))
 				continue;
 			pending *p = ready[b];
-			session *x = find(sv, p->r->session);
 			taken[b] = 1;
-			if (x == NULL) {
+			if (pending_seq(sv, p, &seqs[nb]) < 0) {
 				pending_fail(sc, p, "the session was dropped");
 				continue;
 			}
-			const int32_t *toks;
-			int n_out;
-			float *out;
-			int n = pending_span(p, &toks, &n_out, &out);
-			seqs[nb] = (llama_seq){ x->kv, toks, n, n_out, n_out ? out : NULL, NULL };
 			who[nb++] = p;
 		}
 		if (nb == 0)
 			continue;
 		double t = pcg_now();
 		int rc = llama_forward_batch(sv->model, seqs, nb, &ready[a]->r->rows,
-					     &ready[a]->r->samp, &err);
+					     pending_samp(ready[a]), &err);
 		if (rc < 0 && nb > 1) { /* find the one that fails: the rest go on alone */
 			for (int i = 0; i < nb; i++)
 				if (llama_forward_batch(sv->model, &seqs[i], 1, &who[i]->r->rows,
-							&who[i]->r->samp, &err) < 0) {
+							pending_samp(who[i]), &err) < 0)
 					pending_fail(sc, who[i], err.msg);
-				} else {
-					pending_advance(sv, who[i], seqs[i].tokens, seqs[i].n,
-							seqs[i].n_out);
-				}
+				else
+					pending_advance(sv, who[i], &seqs[i]);
 			continue;
 		}
 		if (rc < 0) {
@@ -690,9 +651,54 @@ static void sched_pass(sched *sc)
 		sc->batched_rows += (unsigned long)nb;
 		for (int i = 0; i < nb; i++) {
 			who[i]->t_compute += dt;
-			pending_advance(sv, who[i], seqs[i].tokens, seqs[i].n, seqs[i].n_out);
+			pending_advance(sv, who[i], &seqs[i]);
 		}
 	}
+}
+
+/* The reply to p, done: its distributions, drafted ids and seconds of
+ * compute. A score with MTP heads gets them here, per position: q, then
+ * the heads' distributions, tempered alike on the host. Returns 0, or -1
+ * with an error reply. */
+static int reply_probs(server *sv, pending *p, proto_msg *rep)
+{
+	pcg_err err = { "" };
+	const proto_model_req *r = p->r;
+	const int width = p->width, nh = p->heads;
+	const float *values = p->out;
+
+	if (nh > 0) {
+		const double t = pcg_now();
+		const int H = llama_get_config(sv->model)->hidden;
+		for (int i = 0; i < r->n; i++) {
+			float *o = sv->hprobs + (size_t)i * (1 + nh) * width;
+			pcg_probs(p->out + (size_t)i * width, width, &r->samp, o, &err);
+			if (mtp_logits(sv->heads, p->hidden + (size_t)i * H, 0, nh, &r->rows,
+				       sv->hlogits, &err) < 0) {
+				proto_error(rep, p->q->id, PROTO_E_INTERNAL, "%s", err.msg);
+				return -1;
+			}
+			for (int k = 0; k < nh; k++)
+				pcg_probs(sv->hlogits + (size_t)k * width, width, &r->samp,
+					  o + (size_t)(1 + k) * width, &err);
+		}
+		values = sv->hprobs;
+		p->t_compute += pcg_now() - t;
+	}
+	proto_init(rep, PROTO_PROBS, p->q->id);
+	proto_probs *o = &rep->probs;
+	o->width = width;
+	o->f16 = r->f16;
+	o->sparse = truncates(&r->samp, width);
+	o->values = values;
+	o->n_vec = r->n * (1 + nh);
+	if (p->q->type == PROTO_PROPOSE) {
+		o->n_x = r->n;
+		memcpy(o->x, p->x, (size_t)r->n * sizeof *p->x);
+	}
+	o->n_stats = 1;
+	o->stats[0] = p->t_compute;
+	return 0;
 }
 
 /* Replies to the requests that are done, frees them and the failed ones. */
@@ -706,75 +712,71 @@ static void sched_reap(sched *sc)
 			pp = &p->nextp;
 			continue;
 		}
+		int served = 0;
 		if (p->done) {
-			proto_init(sc->rep, PROTO_PROBS, p->q->id);
-			proto_probs *o = &sc->rep->probs;
-			o->width = p->width;
-			o->f16 = p->r->f16;
-			o->sparse = truncates(&p->r->samp, p->width);
-			o->values = p->out;
-			o->n_vec = p->r->n;
-			if (p->q->type == PROTO_PROPOSE) {
-				o->n_x = p->r->n;
-				memcpy(o->x, p->x, (size_t)p->r->n * sizeof *p->x);
-			}
-			o->n_stats = 1;
-			o->stats[0] = p->t_compute;
-			reply_pending(sc, p, sc->rep);
+			served = reply_probs(sv, p, sc->rep) == 0;
+			reply_pending(sc, p);
 		}
 		session *x = find(sv, p->r->session);
 		if (x && p->started)
 			x->busy--;
 		*pp = p->nextp;
 		sc->n--;
-		if (p->done)
+		if (served)
 			evict(sv, p->r->session);
-		pending_free(p);
+		pending_put(sc, p);
 	}
 }
 
-/* A request that arrived: served at once (ping, drop, MTP scores, errors)
- * or added to the pending ones, to start when its session has no earlier
- * one (sched_pass). */
-static void sched_take(sched *sc, const net_req *nr)
+/* Adds p, holding request q, to the pending ones, to start when its
+ * session has no earlier one (sched_pass); ping, drop and errors are
+ * answered at once. */
+static void sched_add(sched *sc, pending *p, const proto_msg *q)
 {
-	server *sv = sc->sv;
-	pcg_err err = { "" };
-	proto_msg *rep = sc->rep;
-	pending *p = calloc(1, sizeof *p);
-
-	if (p == NULL || (p->q = malloc(sizeof *p->q)) == NULL) {
-		free(p);
-		p = NULL;
-		proto_error(rep, 0, PROTO_E_INTERNAL, "out of memory");
-		goto reply;
-	}
-	memcpy(p->route, nr->route, nr->route_len);
-	p->route_len = nr->route_len;
-	p->delim = nr->delim;
-	p->t_told = pcg_now();
-	if (proto_parse(nr->body, nr->len, p->q, &err) < 0) {
-		proto_error(rep, p->q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
-		goto reply;
-	}
-	const proto_msg *q = p->q;
+	p->q = q;
 	p->r = proto_model(q);
-	if (p->r == NULL || (q->type == PROTO_SCORE && q->score.heads > 0) ||
-	    sc->n >= MAX_PENDING) {
-		handle(sv, q, rep); /* at once, alone */
-		goto reply;
+	if (p->r == NULL || sc->n >= MAX_PENDING) {
+		if (p->r == NULL)
+			serve_now(sc->sv, q, sc->rep);
+		else /* not when sched_more is heeded */
+			proto_error(sc->rep, q->id, PROTO_E_BUSY, "%d requests pending", sc->n);
+		reply_pending(sc, p);
+		pending_put(sc, p);
+		return;
 	}
+	p->heads = q->type == PROTO_SCORE && q->score.heads > 0 ? q->score.heads : 0;
 	pending **pp = &sc->head;
 	while (*pp)
 		pp = &(*pp)->nextp;
 	*pp = p;
 	sc->n++;
-	return;
-reply:
-	if (p) {
-		reply_pending(sc, p, rep);
+}
+
+/* A request that arrived on the socket: parsed and added. */
+static void sched_take(sched *sc, const net_req *nr)
+{
+	pcg_err err = { "" };
+	pending *p = pending_get(sc);
+
+	if (p == NULL || (p->qbuf == NULL && (p->qbuf = malloc(sizeof *p->qbuf)) == NULL)) {
+		pending tmp = { .route_len = nr->route_len, .delim = nr->delim };
+		memcpy(tmp.route, nr->route, nr->route_len);
+		proto_error(sc->rep, 0, PROTO_E_INTERNAL, "out of memory");
+		reply_pending(sc, &tmp);
 		pending_free(p);
+		return;
 	}
+	memcpy(p->route, nr->route, nr->route_len);
+	p->route_len = nr->route_len;
+	p->delim = nr->delim;
+	p->t_told = pcg_now();
+	if (proto_parse(nr->body, nr->len, p->qbuf, &err) < 0) {
+		proto_error(sc->rep, p->qbuf->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		reply_pending(sc, p);
+		pending_put(sc, p);
+		return;
+	}
+	sched_add(sc, p, p->qbuf);
 }
 
 /* Every request pending for a second since its client last heard of it
@@ -798,6 +800,23 @@ static void sched_keepalive(sched *sc)
 			net_reply_nowait(sc->sock, &r, sc->buf.data, sc->buf.len, &err);
 		p->t_told = t;
 	}
+}
+
+/* Frees what is pending (it gets no reply) and the pool. */
+static void sched_free(sched *sc)
+{
+	while (sc->head) {
+		pending *p = sc->head;
+		sc->head = p->nextp;
+		pending_free(p);
+	}
+	while (sc->pool) {
+		pending *p = sc->pool;
+		sc->pool = p->nextp;
+		pending_free(p);
+	}
+	sc->n = sc->n_pool = 0;
+	proto_buf_free(&sc->buf);
 }
 
 /* The serving loop is pcg_daemon_run's; these are its callbacks. A
@@ -846,11 +865,7 @@ static void sched_done(pcg_daemon *d)
 	      "passes of %.2f requests on average", sc->nc.served, sc->nc.errors,
 	      d->counts.dropped, sc->sv->evicted, sc->batches,
 	      sc->batches ? (double)sc->batched_rows / sc->batches : 0.0);
-	while (sc->head) { /* stopping: what is pending gets no reply */
-		pending *p = sc->head;
-		sc->head = p->nextp;
-		pending_free(p);
-	}
+	sched_free(sc); /* stopping: what is pending gets no reply */
 }
 
 /* Loads the model (and MTP heads beside it) into sv. */
@@ -864,12 +879,6 @@ static int server_open(server *sv, const ms_config *cfg, pcg_err *err)
 	if (sv->model == NULL)
 		return -1;
 	sv->kv_mem = cfg->kv_mem;
-	const int V = llama_get_config(sv->model)->vocab;
-
-	sv->logits = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
-	sv->probs = malloc((size_t)PROTO_MAX_N * V * sizeof(float));
-	if (!sv->logits || !sv->probs)
-		return pcg_fail(err, "out of memory");
 	/* MTP heads beside the model (a draft made of a layer subset has none:
 	 * they read the whole target's last state). */
 	char hpath[4200];
@@ -877,10 +886,10 @@ static int server_open(server *sv, const ms_config *cfg, pcg_err *err)
 	if (cfg->n_layers == 0 && access(hpath, F_OK) == 0) {
 		if ((sv->heads = mtp_open(sv->model, hpath, err)) == NULL)
 			return -1;
-		const int nh = mtp_n_heads(sv->heads), H = llama_get_config(sv->model)->hidden;
-		sv->hidden = malloc((size_t)PROTO_MAX_N * H * sizeof(float));
+		const int nh = mtp_n_heads(sv->heads), V = llama_get_config(sv->model)->vocab;
+		sv->hlogits = malloc((size_t)nh * V * sizeof(float));
 		sv->hprobs = malloc((size_t)PROTO_MAX_N * (1 + nh) * V * sizeof(float));
-		if (!sv->hidden || !sv->hprobs)
+		if (!sv->hlogits || !sv->hprobs)
 			return pcg_fail(err, "out of memory for %d MTP heads", nh);
 	}
 	return 0;
@@ -891,16 +900,17 @@ static void server_close(server *sv)
 	while (sv->n > 0)
 		drop(sv, &sv->s[0]);
 	free(sv->s);
-	free(sv->logits);
-	free(sv->probs);
-	free(sv->hidden);
+	free(sv->hlogits);
 	free(sv->hprobs);
 	mtp_close(&sv->heads);
 	llama_close(&sv->model);
 }
 
+/* The in-process server: the scheduler without a socket, one request at a
+ * time. */
 struct ms_local {
 	server sv;
+	sched sc;
 };
 
 ms_local *modelserver_local(const ms_config *cfg, pcg_err *err)
@@ -916,12 +926,29 @@ ms_local *modelserver_local(const ms_config *cfg, pcg_err *err)
 		free(m);
 		return NULL;
 	}
+	m->sc.sv = &m->sv;
+	m->sc.model_dir = cfg->model_dir;
 	return m;
 }
 
+/* As the serving loop: the request is taken, passes run until it is done
+ * (or failed), and its reply is built into rep. */
 void modelserver_handle(ms_local *m, const proto_msg *q, proto_msg *rep)
 {
-	handle(&m->sv, q, rep);
+	sched *sc = &m->sc;
+	pending *p = pending_get(sc);
+
+	sc->rep = rep;
+	if (p == NULL) {
+		proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory");
+		return;
+	}
+	sched_add(sc, p, q);
+	while (sc->head) {
+		sched_pass(sc);
+		sched_reap(sc);
+	}
+	sc->rep = NULL;
 	if (rep->type != PROTO_PROBS)
 		return;
 	/* as proto_vector reads a parsed reply: every vector dense, f32 */
@@ -940,6 +967,7 @@ void modelserver_local_free(ms_local **mp)
 {
 	if (mp == NULL || *mp == NULL)
 		return;
+	sched_free(&(*mp)->sc);
 	server_close(&(*mp)->sv);
 	free(*mp);
 	*mp = NULL;
@@ -962,7 +990,7 @@ int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *st
 	else
 		fprintf(stderr, "%s: %s\n", cfg->prog, err.msg);
 	free(sc.rep);
-	proto_buf_free(&sc.buf);
+	sched_free(&sc);
 	server_close(&sv);
 	return rc;
 }

@@ -34,8 +34,9 @@ int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *st
  * drive lib/speculate's rounds through it. cfg->listen_url is not used. */
 typedef struct ms_local ms_local;
 ms_local *modelserver_local(const ms_config *cfg, pcg_err *err);
-/* Serves one request into rep, as a client would parse it (its vectors
- * dense f32 in the server's memory until the next request: read them with
+/* Serves one request into rep as the socket server does (the same checks,
+ * passes and reply), as a client would parse it (its vectors dense f32 in
+ * the server's memory until the next request: read them with
  * proto_vector). */
 void modelserver_handle(ms_local *m, const proto_msg *q, proto_msg *rep);
 void modelserver_local_free(ms_local **m);
