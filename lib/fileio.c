@@ -26,7 +26,9 @@
 #define MAX_LIVE 64
 static _Atomic(char *) live[MAX_LIVE];
 static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;
-static const int fatal_signals[] = { SIGINT, SIGTERM, SIGHUP };
+/* those whose default ends the process: interrupted, killed, a closed
+ * pipe or terminal, a file-size limit */
+static const int fatal_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGXFSZ };
 
 /* Removes every temporary file, then dies of the signal as it would have
  * (SA_RESETHAND restored the default; the raise is delivered on return).
@@ -318,6 +320,21 @@ void pcg_out_abort(pcg_out *o)
 	free(o->path);
 	free(o->name);
 	o->tmp = o->path = o->name = NULL;
+}
+
+int pcg_out_through(const char *path)
+{
+	struct stat st;
+	int fd = -1, through;
+	char *p;
+
+	if (!strcmp(path, "-"))
+		return 1;
+	if ((p = follow(path, &fd)) == NULL)
+		return 0;
+	through = fd >= 0 || (stat(p, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)));
+	free(p);
+	return through;
 }
 
 int pcg_write_file(const char *path, const void *data, size_t n, mode_t mode, pcg_err *err)

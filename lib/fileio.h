@@ -17,8 +17,9 @@
  *   which is flushed to disk and renamed over DIR/NAME only when complete:
  *   a reader never sees a partial file, and a failure leaves what was at
  *   NAME as it was. The temporary file is removed on every error path, and
- *   on SIGINT, SIGTERM or SIGHUP when the program leaves that signal at its
- *   default action (a program with its own handler aborts the writer);
+ *   on SIGINT, SIGTERM, SIGHUP, SIGPIPE or SIGXFSZ when the program leaves
+ *   that signal at its default action (a program with its own handler
+ *   aborts the writer);
  *   anything else (a directory, a block device, a socket): refused.
  *
  * A write error is kept and reported by the commit, so a device that fails
@@ -54,6 +55,10 @@ int pcg_out_open(pcg_out *o, const char *path, mode_t mode, pcg_err *err);
 void pcg_out_write(pcg_out *o, const void *data, size_t n);
 int pcg_out_commit(pcg_out *o, pcg_err *err);
 void pcg_out_abort(pcg_out *o);
+
+/* 1 when path would be written through ("-", a descriptor's name, a
+ * character device or a FIFO, or a link to one), else 0. */
+int pcg_out_through(const char *path);
 
 /* A small file read whole (a key, an allow-list, a token): it must be a
  * regular file (a device, a FIFO or a directory is refused without reading
