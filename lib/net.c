@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "fileio.h"
 #include "proto.h"
 
 #define ZCHECK(call, err, what) \
@@ -51,33 +52,46 @@ static int z85_key(const char *s, size_t n)
 	return zmq_z85_decode(bin, tmp) != NULL;
 }
 
-/* Calls line(ctx, words, n) for each non-empty, non-comment line of path. */
+/* A key or peers file is a few lines per key, at most MAX_KEYS keys. */
+#define MAX_KEY_FILE (1 << 20)
+#define MAX_KEY_LINE 1024
+
+/* Calls line(words, n) for each non-empty, non-comment line of path, a
+ * regular text file of at most MAX_KEY_FILE bytes (a device such as
+ * /dev/zero or a FIFO is refused before it is read). */
 static int read_lines(const char *path, int (*line)(char **w, int n, pcg_err *err), pcg_err *err)
 {
-	char buf[1024];
-	int no = 0;
-	FILE *f = fopen(path, "r");
+	char *text, *p, *end, where[1100];
+	size_t size;
+	int no = 0, rc = 0;
 
-	if (f == NULL)
-		return pcg_fail(err, "%s: %s", path, strerror(errno));
-	while (fgets(buf, sizeof buf, f)) {
-		char *w[4], *save = NULL, *t;
+	if (pcg_read_small(path, MAX_KEY_FILE, &text, &size, err) < 0)
+		return -1;
+	end = text + size;
+	for (p = text; p < end && rc == 0;) {
+		char *nl = memchr(p, '\n', (size_t)(end - p)), *eol = nl ? nl : end;
+		char buf[MAX_KEY_LINE], *w[4], *save = NULL, *t;
 		int n = 0;
 		no++;
-		for (t = strtok_r(buf, " \t\r\n", &save); t && n < 4; t = strtok_r(NULL, " \t\r\n", &save))
+		snprintf(where, sizeof where, "%s:%d", path, no);
+		if (memchr(p, '\0', (size_t)(eol - p)) != NULL)
+			rc = pcg_fail(err, "%s: a NUL byte: not a text file", where);
+		else if (eol - p >= MAX_KEY_LINE)
+			rc = pcg_fail(err, "%s: longer than %d bytes", where, MAX_KEY_LINE - 1);
+		if (rc < 0)
+			break;
+		memcpy(buf, p, (size_t)(eol - p));
+		buf[eol - p] = '\0';
+		p = nl ? nl + 1 : end;
+		for (t = strtok_r(buf, " \t\r", &save); t && n < 4; t = strtok_r(NULL, " \t\r", &save))
 			w[n++] = t;
 		if (n == 0 || (w[0][0] == '#' && strlen(w[0]) != 40)) /* a key may start with '#' */
 			continue;
-		if (line(w, n, err) < 0) {
-			fclose(f);
-			char where[1100];
-			snprintf(where, sizeof where, "%s:%d", path, no);
+		if ((rc = line(w, n, err)) < 0)
 			pcg_err_prefix(err, where);
-			return -1;
-		}
 	}
-	fclose(f);
-	return 0;
+	free(text);
+	return rc;
 }
 
 static int key_line(char **w, int n, pcg_err *err)
