@@ -118,7 +118,7 @@ static int deadline_ms(const pcg_client *c, const proto_msg *req)
 int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 {
 	const int wait_ms = deadline_ms(c, req);
-	int gone = 0;
+	int gone = 0, failed = 0; /* the last try's reply was an error (in err), not a timeout */
 
 	req->id = c->next_id++;
 	if (proto_pack_buf(req, &c->req, err) < 0)
@@ -134,8 +134,9 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 			net_close(&c->sock);
 			c->sock = net_client(c->ctx, c->url, err);
 			if (c->sock == NULL)
-				break;
+				return -1;
 		}
+		failed = 0;
 		if (net_send(c->sock, c->req.data, c->req.len, err) < 0)
 			continue;
 		double until = now_ms() + wait_ms;
@@ -145,6 +146,7 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 			if (gone)
 				return pcg_fail(err, "%s: the server is gone (nobody listens any more)",
 						c->url);
+			failed = got < 0;
 			if (got <= 0)
 				break; /* timeout or error: next try */
 			/* Parsed where libzmq received it: no copy of the payload. */
@@ -170,6 +172,10 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 			return 0;
 		}
 	}
+	/* an error says more than a timeout: a server that refused this
+	 * client's key, a malformed reply */
+	if (failed)
+		return -1;
 	return pcg_fail(err, "%s: no reply after %d tries of %d ms", c->url, c->tries, wait_ms);
 }
 
