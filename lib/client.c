@@ -118,7 +118,7 @@ static int deadline_ms(const pcg_client *c, const proto_msg *req)
 int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 {
 	const int wait_ms = deadline_ms(c, req);
-	int gone = 0, failed = 0; /* the last try's reply was an error (in err), not a timeout */
+	int gone = 0, failed = 0; /* the last try ended in an error (in err), not a timeout */
 
 	req->id = c->next_id++;
 	if (proto_pack_buf(req, &c->req, err) < 0)
@@ -136,7 +136,7 @@ int client_call(pcg_client *c, proto_msg *req, proto_msg *rep, pcg_err *err)
 			if (c->sock == NULL)
 				return -1;
 		}
-		failed = 0;
+		failed = 1;
 		if (net_send(c->sock, c->req.data, c->req.len, err) < 0)
 			continue;
 		double until = now_ms() + wait_ms;

@@ -380,7 +380,9 @@ static int monitor_read(struct monitor *m, pcg_err *err)
 					"0x%x)", m->url, value);
 		case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
 			/* A CURVE server drops a client whose HELLO it cannot open:
-			 * sealed for another server key. Twice, so that a server
+			 * sealed for another server key. (A plain server drops a
+			 * CURVE client too, and whether the client learns of the
+			 * mechanism first is a race.) Twice, so that a server
 			 * going away in the middle of one handshake is not taken
 			 * for it (libzmq retries within 100 ms). Without CURVE a
 			 * dropped handshake says nothing of keys. */
@@ -390,8 +392,9 @@ static int monitor_read(struct monitor *m, pcg_err *err)
 		}
 	}
 mismatch:
-	return pcg_fail(err, "%s: the server's key does not match: it dropped the CURVE "
-			"handshake; check the server key this client was given", m->url);
+	return pcg_fail(err, "%s: the server's key does not match (or the server does not use "
+			"CURVE): it dropped the CURVE handshake; check the server key this client "
+			"was given", m->url);
 }
 
 /* CURVE on a socket when keys are set up (always for non-loopback tcp). */
@@ -698,8 +701,19 @@ void net_req_free(net_req *r)
 
 int net_send(void *sock, const void *body, size_t len, pcg_err *err)
 {
-	if (zmq_send(sock, body, len, 0) < 0)
-		return pcg_fail(err, "send: %s", zmq_strerror(zmq_errno()));
+	struct monitor *m = monitor_of(sock);
+
+	/* a handshake that failed before this send (libzmq then drops the
+	 * connection's queue, and the send would only time out) */
+	if (m != NULL && monitor_read(m, err) < 0)
+		return -1;
+	if (zmq_send(sock, body, len, 0) < 0) {
+		if (zmq_errno() == EAGAIN && m != NULL && monitor_read(m, err) < 0)
+			return -1;
+		return pcg_fail(err, "send: %s", zmq_errno() == EAGAIN
+				? "no connection took the message within the send timeout"
+				: zmq_strerror(zmq_errno()));
+	}
 	return 0;
 }
 

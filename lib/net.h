@@ -98,7 +98,8 @@ net_responder *net_responder_new(const char *prog, net_handler *handle, void *ct
 int net_respond(net_responder *s, void *sock, const net_req *r, net_counts *counts);
 void net_responder_free(net_responder **s);
 
-/* Client: sends one message (a single frame). */
+/* Client: sends one message (a single frame). A tcp handshake that failed
+ * already is an error, as for net_recv. */
 int net_send(void *sock, const void *body, size_t len, pcg_err *err);
 /* Client: waits up to timeout_ms for one single-frame message; returns 1
  * with *msg holding it (read it in place; the caller closes it with
@@ -107,7 +108,8 @@ int net_send(void *sock, const void *body, size_t len, pcg_err *err);
  * libzmq reports it: "this client's key is not allowed" (the server's ZAP
  * handler refused it), "the server's key does not match" (a CURVE server
  * dropped the handshake twice: the client sealed its HELLO for another
- * key), "the server does not use CURVE" or "the server uses CURVE". */
+ * key, or the server is a plain one), "the server does not use CURVE" or
+ * "the server uses CURVE". */
 int net_recv(void *sock, zmq_msg_t *msg, int timeout_ms, pcg_err *err);
 
 #endif
