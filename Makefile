@@ -51,7 +51,7 @@ BINS     := $(PROGS:%=bin/%)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS    := $(TEST_SRC:tests/unit/%.c=build/tests/%)
 # Tests of parsers of untrusted input also run under AddressSanitizer and UBSan.
-ASAN_TESTS := $(patsubst tests/unit/%.c,build/tests/asan-%,$(wildcard tests/unit/test_safetensors*.c tests/unit/test_config*.c tests/unit/test_tokenizer*.c tests/unit/test_proto*.c tests/unit/test_codes*.c tests/unit/test_asg*.c tests/unit/test_tm*.c tests/unit/test_kmeans*.c tests/unit/test_mtp.c tests/unit/test_mcd*.c tests/unit/test_gguf*.c))
+ASAN_TESTS := $(patsubst tests/unit/%.c,build/tests/asan-%,$(wildcard tests/unit/test_safetensors*.c tests/unit/test_config*.c tests/unit/test_tokenizer*.c tests/unit/test_proto*.c tests/unit/test_codes*.c tests/unit/test_asg*.c tests/unit/test_tm*.c tests/unit/test_kmeans*.c tests/unit/test_mtp.c tests/unit/test_mcd*.c tests/unit/test_gguf*.c tests/unit/test_fileio.c))
 BENCH_SRC := $(wildcard bench/*.c)
 BENCHES  := $(BENCH_SRC:bench/%.c=bin/bench-%)
 SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "llasa.h"
 #include "opts.h"
 #include "tokenizer.h"
@@ -84,8 +85,11 @@ static void write_llasa(const char *path, int pairs)
 			128256 + i, "content", i < 8 ? tags[i] : name, "single_word", 0, "lstrip", 0,
 			"rstrip", 0, "normalized", 1, "special", 0));
 	}
-	if (json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
-		die("cannot write the LLaSA tokenizer.json");
+	char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	pcg_err err = { "" };
+	if (text == NULL || pcg_write_file(path, text, strlen(text), 0644, &err) < 0)
+		die(text ? err.msg : "out of memory");
+	free(text);
 	json_decref(root);
 }
 

@@ -71,9 +71,9 @@ asg *asg_from_memory(const void *image, size_t size, const char *name, pcg_err *
 /* Frees or unmaps; sets *a to NULL. NULL is fine. */
 void asg_close(asg **a);
 
-/* Writes the image to path atomically (path.tmp, fsync, rename; on failure
- * nothing is left at path.tmp and an existing path is untouched), or to
- * standard output when path is "-". */
+/* Writes the image to path as fileio.h says (a file replaced atomically,
+ * an existing one untouched on failure; a device, FIFO or "-" written
+ * through; a link followed). */
 int asg_write(const asg *a, const char *path, pcg_err *err);
 
 /* Makes an ASG from explicit groups: group k has the members

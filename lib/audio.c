@@ -1,4 +1,5 @@
-/* audio.c: atomic audio files through libsndfile (see audio.h). */
+/* audio.c: audio files through libsndfile, replaced atomically or written
+ * through by lib/fileio (see audio.h). */
 #include "audio.h"
 
 #include <errno.h>
@@ -9,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "fileio.h"
 
 static const struct {
 	const char *name;
@@ -28,11 +30,8 @@ static const struct {
 struct audio_out {
 	audio_format fmt;
 	int rate;
-	int fd;
-	int to_stdout;
-	int created;      /* tmp exists and is ours to remove */
+	pcg_out out;      /* the temporary file, or what is written through */
 	SNDFILE *sf;
-	char *path, *tmp; /* final and temporary names (NULL for stdout) */
 	size_t frames;
 };
 
@@ -77,49 +76,6 @@ static int is_raw(audio_format f)
 	return f == AUDIO_RAW || f == AUDIO_RAW_F32;
 }
 
-static void free_out(audio_out *a)
-{
-	free(a->path);
-	free(a->tmp);
-	free(a);
-}
-
-/* A new file dir/.base.XXXXXX.partial, created with O_EXCL and mode 0666
- * (less the umask, as any new file). */
-static int make_temp(audio_out *a, pcg_err *err)
-{
-	const char *slash = strrchr(a->path, '/');
-	const int dlen = slash ? (int)(slash - a->path) + 1 : 0;
-	const char *base = slash ? slash + 1 : a->path;
-	static const char digits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
-	struct timespec ts;
-
-	if (*base == '\0')
-		return pcg_fail(err, "%s: not a file name", a->path);
-	a->tmp = malloc(strlen(a->path) + 32);
-	if (a->tmp == NULL)
-		return pcg_fail(err, "out of memory");
-	clock_gettime(CLOCK_REALTIME, &ts);
-	unsigned long long r = (unsigned long long)ts.tv_nsec ^ ((unsigned long long)getpid() << 20);
-	for (int tries = 0; tries < 100; tries++) {
-		char suf[7];
-		for (int i = 0; i < 6; i++) {
-			r = r * 6364136223846793005ULL + 1442695040888963407ULL;
-			suf[i] = digits[(r >> 33) % 36];
-		}
-		suf[6] = '\0';
-		sprintf(a->tmp, "%.*s.%s.%s.partial", dlen, a->path, base, suf);
-		a->fd = open(a->tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0666);
-		if (a->fd >= 0) {
-			a->created = 1;
-			return 0;
-		}
-		if (errno != EEXIST)
-			return pcg_fail(err, "%s: %s", a->path, strerror(errno));
-	}
-	return pcg_fail(err, "%s: no free temporary name", a->path);
-}
-
 static void le32(unsigned char *p, uint32_t v)
 {
 	p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8);
@@ -127,7 +83,7 @@ static void le32(unsigned char *p, uint32_t v)
 }
 
 /* A 44-byte WAV header, mono, 16-bit PCM or 32-bit float, sizes unknown. */
-static int write_wav_header(int fd, int rate, int f32, pcg_err *err)
+static int write_wav_header(int fd, const char *name, int rate, int f32, pcg_err *err)
 {
 	unsigned char h[44];
 	const int bytes = f32 ? 4 : 2;
@@ -148,7 +104,7 @@ static int write_wav_header(int fd, int rate, int f32, pcg_err *err)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0)
-			return pcg_fail(err, "standard output: %s", strerror(errno));
+			return pcg_fail(err, "%s: write: %s", name, w ? strerror(errno) : "nothing written");
 		done += (size_t)w;
 	}
 	return 0;
@@ -165,42 +121,35 @@ audio_out *audio_open(const char *path, int rate, audio_format f, pcg_err *err)
 	}
 	a->fmt = f;
 	a->rate = rate;
-	a->fd = -1;
+	a->out.fd = -1;
 	if ((int)f < 0 || (int)f >= N_FORMATS || rate < 1) {
 		pcg_fail(err, "%s: bad format or rate", path);
 		goto fail;
 	}
-	a->to_stdout = !strcmp(path, "-");
-	/* Standard output that is a file: libsndfile writes there as to any
-	 * file. A pipe: WAV gets a header whose sizes say "unknown" (the
-	 * largest, as streaming writers do; libsndfile cannot write WAV to a
-	 * pipe), then the samples as raw; FLAC cannot be finished there. */
-	if (a->to_stdout && f == AUDIO_FLAC && lseek(STDOUT_FILENO, 0, SEEK_CUR) < 0) {
-		pcg_fail(err, "standard output: FLAC needs a file it can seek in, not a pipe; "
-			 "use WAV, which streams, or name a file");
+	if (pcg_out_open(&a->out, path, 0666, err) < 0)
+		goto fail;
+	/* Written through to a file (standard output redirected, a device):
+	 * libsndfile writes there as to any file. A pipe: WAV gets a header
+	 * whose sizes say "unknown" (the largest, as streaming writers do;
+	 * libsndfile cannot write WAV to a pipe), then the samples as raw;
+	 * FLAC cannot be finished there. */
+	const int pipe = a->out.through && lseek(a->out.fd, 0, SEEK_CUR) < 0;
+	if (pipe && f == AUDIO_FLAC) {
+		pcg_fail(err, "%s: FLAC needs a file it can seek in, not a pipe; "
+			 "use WAV, which streams, or name a file", a->out.name);
 		goto fail;
 	}
-	const int wav_out = a->to_stdout && (f == AUDIO_WAV || f == AUDIO_WAV_F32) &&
-			    lseek(STDOUT_FILENO, 0, SEEK_CUR) < 0;
-	if (wav_out && write_wav_header(STDOUT_FILENO, rate, f == AUDIO_WAV_F32, err) < 0)
+	const int wav_out = pipe && (f == AUDIO_WAV || f == AUDIO_WAV_F32);
+	if (wav_out && write_wav_header(a->out.fd, a->out.name, rate, f == AUDIO_WAV_F32, err) < 0)
 		goto fail;
 	if (wav_out)
 		f = a->fmt = f == AUDIO_WAV ? AUDIO_RAW : AUDIO_RAW_F32;
-	a->path = strdup(path);
-	if (a->path == NULL) {
-		pcg_fail(err, "out of memory");
-		goto fail;
-	}
-	if (a->to_stdout)
-		a->fd = STDOUT_FILENO;
-	else if (make_temp(a, err) < 0)
-		goto fail;
 	info.samplerate = rate;
 	info.channels = 1;
 	info.format = formats[f].sf_format;
-	a->sf = sf_open_fd(a->fd, SFM_WRITE, &info, SF_FALSE);
+	a->sf = sf_open_fd(a->out.fd, SFM_WRITE, &info, SF_FALSE);
 	if (a->sf == NULL) {
-		pcg_fail(err, "%s: %s", path, sf_strerror(NULL));
+		pcg_fail(err, "%s: %s", a->out.name, sf_strerror(NULL));
 		goto fail;
 	}
 	/* libsndfile wraps around on float -> int overflow unless told to clip. */
@@ -212,18 +161,28 @@ fail:
 	return NULL;
 }
 
+/* libsndfile's words for a failed write, with the system's reason when it
+ * has one (a device that is full). */
+static int write_failed(audio_out *a, int sys, pcg_err *err)
+{
+	if (sys != 0 && (!sf_error(a->sf) || sf_error(a->sf) == SF_ERR_SYSTEM))
+		return pcg_fail(err, "%s: write: %s", a->out.name, strerror(sys));
+	return pcg_fail(err, "%s: %s", a->out.name,
+			sf_error(a->sf) ? sf_strerror(a->sf) : "write failed");
+}
+
 int audio_append(audio_out *a, const float *x, size_t n, pcg_err *err)
 {
 	for (size_t i = 0; i < n; i++)
 		if (!isfinite(x[i]))
-			return pcg_fail(err, "%s: sample %zu is not finite", a->path,
+			return pcg_fail(err, "%s: sample %zu is not finite", a->out.name,
 					a->frames + i);
 	/* sf_writef_float takes sf_count_t; write in pieces of at most 1 M. */
 	for (size_t done = 0; done < n;) {
 		sf_count_t k = n - done < (1u << 20) ? (sf_count_t)(n - done) : (1 << 20);
+		errno = 0;
 		if (sf_writef_float(a->sf, x + done, k) != k)
-			return pcg_fail(err, "%s: %s", a->to_stdout ? "standard output" : a->path,
-					sf_error(a->sf) ? sf_strerror(a->sf) : "write failed");
+			return write_failed(a, errno, err);
 		done += (size_t)k;
 		a->frames += (size_t)k;
 	}
@@ -234,9 +193,9 @@ int audio_append_s16(audio_out *a, const int16_t *x, size_t n, pcg_err *err)
 {
 	for (size_t done = 0; done < n;) {
 		sf_count_t k = n - done < (1u << 20) ? (sf_count_t)(n - done) : (1 << 20);
+		errno = 0;
 		if (sf_writef_short(a->sf, x + done, k) != k)
-			return pcg_fail(err, "%s: %s", a->to_stdout ? "standard output" : a->path,
-					sf_error(a->sf) ? sf_strerror(a->sf) : "write failed");
+			return write_failed(a, errno, err);
 		done += (size_t)k;
 		a->frames += (size_t)k;
 	}
@@ -253,23 +212,23 @@ void audio_to_s16(const float *x, int16_t *y, size_t n)
 	}
 }
 
-/* The file at a->tmp holds what was written: the header's frame count,
+/* The file at a->out.tmp holds what was written: the header's frame count,
  * rate, channels and format, or for raw the size. */
 static int verify(const audio_out *a, pcg_err *err)
 {
 	if (is_raw(a->fmt)) {
 		struct stat st;
-		if (stat(a->tmp, &st) != 0)
-			return pcg_fail(err, "%s: %s", a->tmp, strerror(errno));
+		if (fstat(a->out.fd, &st) != 0)
+			return pcg_fail(err, "%s: %s", a->out.tmp, strerror(errno));
 		if ((size_t)st.st_size != a->frames * formats[a->fmt].bytes)
-			return pcg_fail(err, "%s: %lld bytes written, want %zu", a->path,
+			return pcg_fail(err, "%s: %lld bytes written, want %zu", a->out.name,
 					(long long)st.st_size, a->frames * formats[a->fmt].bytes);
 		return 0;
 	}
 	SF_INFO info = { 0 };
-	SNDFILE *sf = sf_open(a->tmp, SFM_READ, &info);
+	SNDFILE *sf = sf_open(a->out.tmp, SFM_READ, &info);
 	if (sf == NULL)
-		return pcg_fail(err, "%s: written file does not read back: %s", a->path,
+		return pcg_fail(err, "%s: written file does not read back: %s", a->out.name,
 				sf_strerror(NULL));
 	/* The header alone is not enough: libFLAC writes the frame count into
 	 * the header at the end even when the data before it was lost (seen
@@ -284,7 +243,7 @@ static int verify(const audio_out *a, pcg_err *err)
 	    info.samplerate != a->rate || info.channels != 1 ||
 	    info.format != formats[a->fmt].sf_format)
 		return pcg_fail(err, "%s: written file reads back as %lld of %lld frames at %d Hz, "
-				"want %zu at %d Hz", a->path, (long long)total,
+				"want %zu at %d Hz", a->out.name, (long long)total,
 				(long long)info.frames, info.samplerate, a->frames, a->rate);
 	return 0;
 }
@@ -294,50 +253,23 @@ int audio_commit(audio_out **ap, pcg_err *err)
 	audio_out *a = *ap;
 	int rc;
 
+	errno = 0;
 	rc = sf_close(a->sf);
 	a->sf = NULL;
 	if (rc != 0) {
-		pcg_fail(err, "%s: %s", a->path, sf_error_number(rc));
+		if (rc == SF_ERR_SYSTEM && errno != 0)
+			pcg_fail(err, "%s: write: %s", a->out.name, strerror(errno));
+		else
+			pcg_fail(err, "%s: %s", a->out.name, sf_error_number(rc));
 		goto fail;
 	}
-	if (a->to_stdout) {
-		free_out(a);
-		*ap = NULL;
-		return 0;
-	}
-	if (fsync(a->fd) != 0) {
-		pcg_fail(err, "%s: %s", a->path, strerror(errno));
+	/* a file about to replace another is read back first */
+	if (!a->out.through && verify(a, err) < 0)
 		goto fail;
-	}
-	rc = close(a->fd);
-	a->fd = -1;
-	if (rc != 0) {
-		pcg_fail(err, "%s: %s", a->path, strerror(errno));
-		goto fail;
-	}
-	if (verify(a, err) < 0)
-		goto fail;
-	if (rename(a->tmp, a->path) != 0) {
-		pcg_fail(err, "%s: %s", a->path, strerror(errno));
-		goto fail;
-	}
-	a->created = 0;
-	/* The rename is durable once the directory is on disk too. This is
-	 * best effort: the complete file is in place already, and some file
-	 * systems refuse fsync on a directory. */
-	{
-		const char *slash = strrchr(a->path, '/');
-		char *dir = slash ? strndup(a->path, (size_t)(slash - a->path) + 1) : strdup(".");
-		int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-		if (dfd >= 0) {
-			(void)fsync(dfd);
-			close(dfd);
-		}
-		free(dir);
-	}
-	free_out(a);
+	rc = pcg_out_commit(&a->out, err);
+	free(a);
 	*ap = NULL;
-	return 0;
+	return rc;
 fail:
 	audio_abort(ap);
 	return -1;
@@ -351,11 +283,8 @@ void audio_abort(audio_out **ap)
 		return;
 	if (a->sf)
 		sf_close(a->sf);
-	if (!a->to_stdout && a->fd >= 0)
-		close(a->fd);
-	if (a->created)
-		unlink(a->tmp);
-	free_out(a);
+	pcg_out_abort(&a->out);
+	free(a);
 	*ap = NULL;
 }
 

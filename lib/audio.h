@@ -1,18 +1,22 @@
 /* audio.h: mono float samples to an audio file through libsndfile, written
- * so that a file at the final path is always complete:
+ * by lib/fileio (see fileio.h) so that a file at the final path is always
+ * complete:
  *
- *   a temporary file .NAME.XXXXXX.partial in the destination directory
- *   (O_EXCL, so concurrent writers never share one), every write checked,
- *   sf_close checked, the file re-opened and its header checked against the
- *   frames written (libsndfile writes the header at close and can lose an
- *   error there), fsync and close checked, rename over the final path,
- *   fsync of the directory. On any failure the temporary file is removed and
- *   whatever was at the final path stays as it was.
+ *   a regular file (or a new one) is replaced atomically: a temporary file
+ *   .NAME.XXXXXX.partial in the destination directory (O_EXCL, so
+ *   concurrent writers never share one), every write checked, sf_close
+ *   checked, the file re-opened and its header checked against the frames
+ *   written (libsndfile writes the header at close and can lose an error
+ *   there), fsync and close checked, rename over the final path, fsync of
+ *   the directory. On any failure the temporary file is removed and
+ *   whatever was at the final path stays as it was. A symbolic link is
+ *   followed and its target replaced so.
  *
- * "-" is standard output: raw as it is, WAV with a header whose sizes say
+ * "-" (standard output), /dev/stdout, a character device or a FIFO is
+ * written through: raw as it is; WAV with a header whose sizes say
  * "unknown" (0xFFFFFFFF, as streaming writers do: it cannot seek back to
- * fill them), FLAC when standard output is a file (libsndfile seeks back to
- * finish it).
+ * fill them) when it is a pipe; FLAC only when it can seek (libsndfile
+ * seeks back to finish it). A write error there (/dev/full) is an error.
  */
 #ifndef PCG_AUDIO_H
 #define PCG_AUDIO_H

@@ -138,7 +138,7 @@ int client_send(pcg_client *c, proto_msg *req, pcg_err *err)
 int client_wait(pcg_client *c, proto_msg *rep, pcg_err *err)
 {
 	const int wait_ms = c->wait_ms;
-	int gone = 0;
+	int gone = 0, failed = 0; /* the last try ended in an error (in err), not a timeout */
 
 	if (!c->pending)
 		return pcg_fail(err, "%s: no request to wait for", c->url);
@@ -150,7 +150,8 @@ int client_wait(pcg_client *c, proto_msg *rep, pcg_err *err)
 			net_close(&c->sock);
 			c->sock = net_client(c->ctx, c->url, err);
 			if (c->sock == NULL)
-				break;
+				return -1;
+			failed = 1;
 			if (net_send(c->sock, c->req.data, c->req.len, err) < 0)
 				continue;
 		}
@@ -161,6 +162,7 @@ int client_wait(pcg_client *c, proto_msg *rep, pcg_err *err)
 			if (gone)
 				return pcg_fail(err, "%s: the server is gone (nobody listens any more)",
 						c->url);
+			failed = got < 0;
 			if (got <= 0)
 				break; /* timeout or error: next try */
 			/* Parsed where libzmq received it: no copy of the payload. */
@@ -186,6 +188,10 @@ int client_wait(pcg_client *c, proto_msg *rep, pcg_err *err)
 			return 0;
 		}
 	}
+	/* an error says more than a timeout: a server that refused this
+	 * client's key, a malformed reply */
+	if (failed)
+		return -1;
 	return pcg_fail(err, "%s: no reply after %d tries of %d ms", c->url, c->tries, wait_ms);
 }
 

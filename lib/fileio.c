@@ -1,16 +1,87 @@
-/* fileio.c: atomic whole-file writes (see fileio.h). */
+/* fileio.c: output files written through or replaced atomically, input
+ * files read whole or mapped (see fileio.h). */
 #include "fileio.h"
 
 #include <jansson.h>
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* ------------------------------------------------------------ output files */
+
+/* The temporary files that exist now, for the signal handler: a slot holds
+ * a name from its creation until after its rename or unlink, so that a
+ * signal between the two removes a name that is gone, never leaves one. */
+#define MAX_LIVE 64
+static _Atomic(char *) live[MAX_LIVE];
+static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;
+/* those whose default ends the process: interrupted, killed, a closed
+ * pipe or terminal, a file-size limit */
+static const int fatal_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGXFSZ };
+
+/* Removes every temporary file, then dies of the signal as it would have
+ * (SA_RESETHAND restored the default; the raise is delivered on return).
+ * unlink and raise are async-signal-safe. */
+static void on_fatal(int sig)
+{
+	const int saved = errno;
+
+	for (int i = 0; i < MAX_LIVE; i++) {
+		char *t = atomic_load(&live[i]);
+		if (t != NULL)
+			unlink(t);
+	}
+	raise(sig);
+	errno = saved;
+}
+
+/* The handler goes only where the signal would kill the process: a program
+ * that handles the signal itself, or ignores it, keeps its own. */
+static void install_handlers(void)
+{
+	for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++) {
+		struct sigaction old, sa;
+		if (sigaction(fatal_signals[i], NULL, &old) != 0 ||
+		    (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
+			continue;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_fatal;
+		sa.sa_flags = SA_RESETHAND;
+		sigemptyset(&sa.sa_mask);
+		sigaction(fatal_signals[i], &sa, NULL);
+	}
+}
+
+static void live_add(char *tmp)
+{
+	pthread_once(&handlers_once, install_handlers);
+	for (int i = 0; i < MAX_LIVE; i++) {
+		char *none = NULL;
+		if (atomic_compare_exchange_strong(&live[i], &none, tmp))
+			return;
+	}
+	/* all taken: this one is removed on the error paths only */
+}
+
+static void live_remove(const char *tmp)
+{
+	for (int i = 0; i < MAX_LIVE; i++) {
+		char *t = (char *)tmp;
+		if (atomic_compare_exchange_strong(&live[i], &t, NULL))
+			return;
+	}
+}
 
 static int write_fd(int fd, const void *data, size_t n)
 {
@@ -20,6 +91,8 @@ static int write_fd(int fd, const void *data, size_t n)
 		ssize_t w = write(fd, p, n);
 		if (w < 0 && errno == EINTR)
 			continue;
+		if (w == 0)
+			errno = EIO;
 		if (w <= 0)
 			return -1;
 		p += w;
@@ -28,39 +101,157 @@ static int write_fd(int fd, const void *data, size_t n)
 	return 0;
 }
 
-int pcg_write_file(const char *path, const void *data, size_t n, mode_t mode, pcg_err *err)
+/* The descriptor a name stands for (/dev/stdout, /dev/fd/N, ...), or -1. */
+static int fd_name(const char *p)
 {
-	pcg_out o;
+	const char *n = !strncmp(p, "/dev/fd/", 8) ? p + 8
+		      : !strncmp(p, "/proc/self/fd/", 14) ? p + 14 : NULL;
 
-	if (!strcmp(path, "-"))
-		return fflush(stdout) == 0 && write_fd(STDOUT_FILENO, data, n) == 0
-			? 0 : pcg_fail(err, "stdout: %s", strerror(errno));
-	if (pcg_out_open(&o, path, mode, err) < 0)
-		return -1;
-	pcg_out_write(&o, data, n);
-	return pcg_out_commit(&o, err);
+	if (!strcmp(p, "/dev/stdout"))
+		return STDOUT_FILENO;
+	if (!strcmp(p, "/dev/stderr"))
+		return STDERR_FILENO;
+	if (n != NULL && *n && strlen(n) < 9 && strspn(n, "0123456789") == strlen(n))
+		return atoi(n);
+	return -1;
+}
+
+/* path with the symbolic links at its end followed, malloc'd (a dangling
+ * link gives the name it points at); *fd is the descriptor the name stands
+ * for, or -1. NULL with errno on failure. */
+static char *follow(const char *path, int *fd)
+{
+	char *p = strdup(path);
+
+	for (int hops = 0; p != NULL; hops++) {
+		struct stat st;
+		char target[4096], *next;
+		const char *slash = strrchr(p, '/');
+		ssize_t n;
+
+		if ((*fd = fd_name(p)) >= 0 || lstat(p, &st) != 0 || !S_ISLNK(st.st_mode))
+			return p;
+		if (hops == 40 || (n = readlink(p, target, sizeof target - 1)) < 0) {
+			if (hops == 40)
+				errno = ELOOP;
+			free(p);
+			return NULL;
+		}
+		target[n] = '\0';
+		/* a relative link is relative to the directory that holds it */
+		if (target[0] == '/' || slash == NULL)
+			next = strdup(target);
+		else if (asprintf(&next, "%.*s/%s", (int)(slash - p), p, target) < 0)
+			next = NULL;
+		free(p);
+		p = next;
+	}
+	return NULL;
+}
+
+/* Creates the temporary file beside o->path: DIR/.NAME.XXXXXX.partial with
+ * a random XXXXXX, exclusively. */
+static int make_temp(pcg_out *o, mode_t mode, pcg_err *err)
+{
+	static const char digits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+	const char *slash = strrchr(o->path, '/');
+	const int dlen = slash ? (int)(slash - o->path) + 1 : 0;
+	const char *base = slash ? slash + 1 : o->path;
+	unsigned char rnd[6];
+	struct timespec ts;
+	uint64_t r;
+
+	if (*base == '\0' || !strcmp(base, ".") || !strcmp(base, ".."))
+		return pcg_fail(err, "%s: not a file name", o->name);
+	/* the name's length is bounded (NAME_MAX): a long one is cut */
+	o->tmp = malloc((size_t)dlen + 200 + 32);
+	if (o->tmp == NULL)
+		return pcg_fail(err, "%s: out of memory", o->name);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ ((uint64_t)getpid() << 16);
+	for (int tries = 0; tries < 100; tries++) {
+		char suf[7];
+		if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
+			for (int i = 0; i < 6; i++) { /* no entropy yet: the clock's */
+				r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+				rnd[i] = (unsigned char)(r >> 40);
+			}
+		for (int i = 0; i < 6; i++)
+			suf[i] = digits[rnd[i] % 36];
+		suf[6] = '\0';
+		sprintf(o->tmp, "%.*s.%.200s.%s.partial", dlen, o->path, base, suf);
+		o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+		if (o->fd >= 0) {
+			live_add(o->tmp);
+			return 0;
+		}
+		if (errno != EEXIST)
+			break;
+	}
+	const int e = errno;
+	free(o->tmp);
+	o->tmp = NULL; /* nothing to remove */
+	return pcg_fail(err, "%s: cannot create a temporary file in %.*s: %s", o->name,
+			dlen ? dlen : 1, dlen ? o->path : ".",
+			e == EEXIST ? "no free name" : strerror(e));
 }
 
 int pcg_out_open(pcg_out *o, const char *path, mode_t mode, pcg_err *err)
 {
+	struct stat st;
+	int fd = -1;
+
+	memset(o, 0, sizeof *o);
 	o->fd = -1;
-	o->failed = 0;
-	o->path = strdup(path);
-	o->tmp = NULL;
-	if (o->path == NULL || asprintf(&o->tmp, "%s.tmp", path) < 0) {
-		o->tmp = NULL;
-		pcg_out_abort(o);
+	o->name = strdup(strcmp(path, "-") ? path : "standard output");
+	if (o->name == NULL)
 		return pcg_fail(err, "%s: out of memory", path);
+	if (!strcmp(path, "-"))
+		fd = STDOUT_FILENO;
+	else if ((o->path = follow(path, &fd)) == NULL) {
+		pcg_fail(err, "%s: %s", path, strerror(errno));
+		goto fail;
 	}
-	o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-	if (o->fd < 0) {
-		pcg_fail(err, "%s: cannot create: %s", o->tmp, strerror(errno));
-		free(o->tmp);
-		o->tmp = NULL; /* nothing to remove */
-		pcg_out_abort(o);
-		return -1;
+	if (fd >= 0) { /* a descriptor: written where it points */
+		if (fd == STDOUT_FILENO)
+			fflush(stdout);
+		o->through = 1;
+		if ((o->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+			pcg_fail(err, "%s: %s", o->name, strerror(errno));
+			goto fail;
+		}
+		return 0;
 	}
-	return 0;
+	if (lstat(o->path, &st) != 0) {
+		if (errno != ENOENT) {
+			pcg_fail(err, "%s: %s", o->name, strerror(errno));
+			goto fail;
+		}
+	} else if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+		o->through = 1;
+		o->fd = open(o->path, O_WRONLY | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
+		if (o->fd < 0 || fstat(o->fd, &st) != 0) {
+			pcg_fail(err, "%s: %s", o->name, strerror(errno));
+			goto fail;
+		}
+		if (!S_ISCHR(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+			pcg_fail(err, "%s: replaced while it was opened; try again", o->name);
+			goto fail;
+		}
+		return 0;
+	} else if (S_ISDIR(st.st_mode)) {
+		pcg_fail(err, "%s: is a directory; name a file in it", o->name);
+		goto fail;
+	} else if (!S_ISREG(st.st_mode)) {
+		pcg_fail(err, "%s: not a regular file, character device or FIFO: "
+			 "will not write to it", o->name);
+		goto fail;
+	}
+	if (make_temp(o, mode, err) == 0)
+		return 0;
+fail:
+	pcg_out_abort(o);
+	return -1;
 }
 
 void pcg_out_write(pcg_out *o, const void *data, size_t n)
@@ -69,26 +260,46 @@ void pcg_out_write(pcg_out *o, const void *data, size_t n)
 		o->failed = errno ? errno : EIO;
 }
 
+/* The rename is durable once the directory is on disk too: best effort,
+ * since the complete file is in place already and some file systems refuse
+ * fsync on a directory. */
+static void sync_dir(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = slash ? strndup(path, (size_t)(slash - path) + 1) : strdup(".");
+	int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+
+	if (dfd >= 0) {
+		(void)fsync(dfd);
+		close(dfd);
+	}
+	free(dir);
+}
+
 int pcg_out_commit(pcg_out *o, pcg_err *err)
 {
 	int rc = -1;
 
 	if (o->fd < 0)
-		pcg_fail(err, "%s: not open", o->path ? o->path : "output");
+		pcg_fail(err, "%s: not open", o->name ? o->name : "output");
 	else if (o->failed)
-		pcg_fail(err, "%s: write: %s", o->tmp, strerror(o->failed));
-	else if (fsync(o->fd) < 0)
-		pcg_fail(err, "%s: write: %s", o->tmp, strerror(errno));
+		pcg_fail(err, "%s: write: %s", o->name, strerror(o->failed));
+	else if (!o->through && fsync(o->fd) < 0)
+		pcg_fail(err, "%s: write: %s", o->name, strerror(errno));
 	else {
 		int c = close(o->fd);
 		o->fd = -1;
 		if (c < 0)
-			pcg_fail(err, "%s: write: %s", o->tmp, strerror(errno));
+			pcg_fail(err, "%s: write: %s", o->name, strerror(errno));
+		else if (o->through)
+			rc = 0;
 		else if (rename(o->tmp, o->path) < 0)
-			pcg_fail(err, "%s: rename: %s", o->path, strerror(errno));
+			pcg_fail(err, "%s: rename: %s", o->name, strerror(errno));
 		else {
+			live_remove(o->tmp);
 			free(o->tmp);
 			o->tmp = NULL; /* renamed: nothing to remove */
+			sync_dir(o->path);
 			rc = 0;
 		}
 	}
@@ -101,12 +312,100 @@ void pcg_out_abort(pcg_out *o)
 	if (o->fd >= 0)
 		close(o->fd);
 	o->fd = -1;
-	if (o->tmp != NULL)
+	if (o->tmp != NULL) {
 		unlink(o->tmp);
+		live_remove(o->tmp);
+	}
 	free(o->tmp);
 	free(o->path);
-	o->tmp = o->path = NULL;
+	free(o->name);
+	o->tmp = o->path = o->name = NULL;
 }
+
+int pcg_out_through(const char *path)
+{
+	struct stat st;
+	int fd = -1, through;
+	char *p;
+
+	if (!strcmp(path, "-"))
+		return 1;
+	if ((p = follow(path, &fd)) == NULL)
+		return 0;
+	through = fd >= 0 || (stat(p, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)));
+	free(p);
+	return through;
+}
+
+int pcg_write_file(const char *path, const void *data, size_t n, mode_t mode, pcg_err *err)
+{
+	pcg_out o;
+
+	if (pcg_out_open(&o, path, mode, err) < 0)
+		return -1;
+	pcg_out_write(&o, data, n);
+	return pcg_out_commit(&o, err);
+}
+
+int pcg_read_small(const char *path, size_t max, char **data, size_t *n, pcg_err *err)
+{
+	/* O_NONBLOCK: a FIFO is refused at once instead of waiting for a writer */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	struct stat st;
+	char *b = NULL;
+	size_t len = 0;
+
+	*data = NULL;
+	*n = 0;
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		pcg_fail(err, "%s: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		pcg_fail(err, "%s: not a regular file (%s); name the file itself", path,
+			 S_ISDIR(st.st_mode) ? "a directory" : S_ISCHR(st.st_mode) ? "a device"
+			 : S_ISFIFO(st.st_mode) ? "a FIFO" : "not a file");
+		goto fail;
+	}
+	if ((uint64_t)st.st_size > max) {
+		pcg_fail(err, "%s: %lld bytes, more than the %zu such a file may have", path,
+			 (long long)st.st_size, max);
+		goto fail;
+	}
+	if ((b = malloc(max + 1)) == NULL) {
+		pcg_fail(err, "%s: out of memory", path);
+		goto fail;
+	}
+	/* up to max + 1 bytes: a file that grew since fstat is caught */
+	for (;;) {
+		ssize_t r = read(fd, b + len, max + 1 - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			pcg_fail(err, "%s: %s", path, strerror(errno));
+			goto fail;
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+		if (len > max) {
+			pcg_fail(err, "%s: more than the %zu bytes such a file may have", path, max);
+			goto fail;
+		}
+	}
+	close(fd);
+	b[len] = '\0';
+	*data = b;
+	*n = len;
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(b);
+	return -1;
+}
+
+/* ------------------------------------------------------------ input files */
 
 /* Reads all of fd into a malloc'd buffer (pipes, standard input). */
 static unsigned char *read_all(int fd, uint64_t *size, const char *name, pcg_err *err)

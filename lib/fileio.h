@@ -1,6 +1,29 @@
-/* fileio.h: files written whole and atomically: to PATH.tmp, flushed to
- * disk, renamed over PATH only when complete, so a reader never sees a
- * partial file and a failure leaves no file at PATH. */
+/* fileio.h: output files done one way for every program, and input files
+ * read whole or mapped.
+ *
+ * An output path is written according to what is there:
+ *
+ *   "-", /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: the open
+ *   descriptor (a pipe, a terminal, or the file the shell opened, with its
+ *   offset and append mode), written through;
+ *   a character device or a FIFO (/dev/null, /dev/full, a named pipe): opened
+ *   for writing, never created, truncated or replaced, and written through
+ *   (as cp or sox write to it); a FIFO waits for its reader;
+ *   a symbolic link: followed to the file it names (through every link, a
+ *   dangling one included), which is then written as below or above;
+ *   a regular file, or nothing: replaced atomically. The bytes go to a new
+ *   file DIR/.NAME.XXXXXX.partial (a random name created with
+ *   O_EXCL | O_NOFOLLOW, so nothing planted under a name is followed),
+ *   which is flushed to disk and renamed over DIR/NAME only when complete:
+ *   a reader never sees a partial file, and a failure leaves what was at
+ *   NAME as it was. The temporary file is removed on every error path, and
+ *   on SIGINT, SIGTERM, SIGHUP, SIGPIPE or SIGXFSZ when the program leaves
+ *   that signal at its default action (a program with its own handler
+ *   aborts the writer);
+ *   anything else (a directory, a block device, a socket): refused.
+ *
+ * A write error is kept and reported by the commit, so a device that fails
+ * (/dev/full: "No space left on device") fails the program. */
 #ifndef PCG_FILEIO_H
 #define PCG_FILEIO_H
 
@@ -10,25 +33,38 @@
 
 #include "err.h"
 
-/* Writes n bytes to path ("-": standard output) with the given mode
- * (before the umask). Returns 0, or -1 with err naming the file. */
+/* Writes n bytes to path (see above) with the given mode (before the umask)
+ * for a file it creates. Returns 0, or -1 with err naming the file. */
 int pcg_write_file(const char *path, const void *data, size_t n, mode_t mode, pcg_err *err);
 
 /* The same written piece by piece (a file too big to build in memory):
- * open creates PATH.tmp, write appends (a failure is kept: the next calls
- * do nothing and commit reports it), commit flushes, closes and renames it
- * over PATH, abort removes it. Every call but open is safe after a failed
- * one; commit or abort ends it. Each returns 0, or -1 with err naming the
- * file. */
+ * open starts it, write appends (a failure is kept: the next calls do
+ * nothing and commit reports it), commit finishes it (flush, close, and for
+ * a replaced file the rename), abort gives up (the temporary file removed).
+ * Every call but open is safe after a failed one; commit or abort ends it.
+ * Each returns 0, or -1 with err naming the file. */
 typedef struct pcg_out {
 	int fd;          /* -1: closed */
 	int failed;      /* errno of the first failed write, 0 if none */
-	char *tmp, *path;
+	int through;     /* 1: written in place (a descriptor, device or FIFO) */
+	char *name;      /* the path given, for messages ("-": standard output) */
+	char *path;      /* the file replaced (a link's target), or NULL */
+	char *tmp;       /* the temporary file while it exists, else NULL */
 } pcg_out;
 int pcg_out_open(pcg_out *o, const char *path, mode_t mode, pcg_err *err);
 void pcg_out_write(pcg_out *o, const void *data, size_t n);
 int pcg_out_commit(pcg_out *o, pcg_err *err);
 void pcg_out_abort(pcg_out *o);
+
+/* 1 when path would be written through ("-", a descriptor's name, a
+ * character device or a FIFO, or a link to one), else 0. */
+int pcg_out_through(const char *path);
+
+/* A small file read whole (a key, an allow-list, a token): it must be a
+ * regular file (a device, a FIFO or a directory is refused without reading
+ * it) of at most max bytes. *data is malloc'd, NUL-terminated, *n bytes
+ * long (the caller frees). Returns 0, or -1 with err naming the file. */
+int pcg_read_small(const char *path, size_t max, char **data, size_t *n, pcg_err *err);
 
 /* A file's bytes for reading in place: mapped when it is a regular file of
  * at least min_map bytes, read into memory otherwise (pipes, standard input,

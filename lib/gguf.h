@@ -127,7 +127,7 @@ typedef struct gguf_writer gguf_writer;
 
 /* Starts a file (version 3, alignment 32, or general.alignment when it is
  * set with gguf_set_u32); nothing is written to path until
- * gguf_writer_finish, which writes path.tmp and renames it. The setters
+ * gguf_writer_finish, which writes it through lib/fileio. The setters
  * copy what they are given; a key set twice, an empty key or an alignment
  * that is not a power of two is an error. */
 gguf_writer *gguf_writer_new(pcg_err *err);
@@ -152,8 +152,9 @@ typedef int (*gguf_fill_fn)(void *ctx, int index, void *dst, size_t nbytes, pcg_
 int gguf_add_tensor(gguf_writer *w, const char *name, pcg_dtype dtype, int ndim,
 		    const int64_t *ne, gguf_fill_fn fill, void *ctx, int index, pcg_err *err);
 
-/* Writes everything to path.tmp, fsyncs and renames it to path; on failure
- * path is untouched and path.tmp removed. Tensors are laid out in the order
+/* Writes everything to path as fileio.h says (a file: a temporary one,
+ * fsynced and renamed over path; on failure path is untouched and the
+ * temporary file removed). Tensors are laid out in the order
  * they were added, each padded to the alignment; one buffer as large as the
  * largest tensor is held while writing (zeroed before each fill). The
  * writer stays valid (free it with gguf_writer_free). */

@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include "fileio.h"
 #include "proto.h"
 
 #define ZCHECK(call, err, what) \
@@ -51,33 +53,46 @@ static int z85_key(const char *s, size_t n)
 	return zmq_z85_decode(bin, tmp) != NULL;
 }
 
-/* Calls line(ctx, words, n) for each non-empty, non-comment line of path. */
+/* A key or peers file is a few lines per key, at most MAX_KEYS keys. */
+#define MAX_KEY_FILE (1 << 20)
+#define MAX_KEY_LINE 1024
+
+/* Calls line(words, n) for each non-empty, non-comment line of path, a
+ * regular text file of at most MAX_KEY_FILE bytes (a device such as
+ * /dev/zero or a FIFO is refused before it is read). */
 static int read_lines(const char *path, int (*line)(char **w, int n, pcg_err *err), pcg_err *err)
 {
-	char buf[1024];
-	int no = 0;
-	FILE *f = fopen(path, "r");
+	char *text, *p, *end, where[1100];
+	size_t size;
+	int no = 0, rc = 0;
 
-	if (f == NULL)
-		return pcg_fail(err, "%s: %s", path, strerror(errno));
-	while (fgets(buf, sizeof buf, f)) {
-		char *w[4], *save = NULL, *t;
+	if (pcg_read_small(path, MAX_KEY_FILE, &text, &size, err) < 0)
+		return -1;
+	end = text + size;
+	for (p = text; p < end && rc == 0;) {
+		char *nl = memchr(p, '\n', (size_t)(end - p)), *eol = nl ? nl : end;
+		char buf[MAX_KEY_LINE], *w[4], *save = NULL, *t;
 		int n = 0;
 		no++;
-		for (t = strtok_r(buf, " \t\r\n", &save); t && n < 4; t = strtok_r(NULL, " \t\r\n", &save))
+		snprintf(where, sizeof where, "%s:%d", path, no);
+		if (memchr(p, '\0', (size_t)(eol - p)) != NULL)
+			rc = pcg_fail(err, "%s: a NUL byte: not a text file", where);
+		else if (eol - p >= MAX_KEY_LINE)
+			rc = pcg_fail(err, "%s: longer than %d bytes", where, MAX_KEY_LINE - 1);
+		if (rc < 0)
+			break;
+		memcpy(buf, p, (size_t)(eol - p));
+		buf[eol - p] = '\0';
+		p = nl ? nl + 1 : end;
+		for (t = strtok_r(buf, " \t\r", &save); t && n < 4; t = strtok_r(NULL, " \t\r", &save))
 			w[n++] = t;
 		if (n == 0 || (w[0][0] == '#' && strlen(w[0]) != 40)) /* a key may start with '#' */
 			continue;
-		if (line(w, n, err) < 0) {
-			fclose(f);
-			char where[1100];
-			snprintf(where, sizeof where, "%s:%d", path, no);
+		if ((rc = line(w, n, err)) < 0)
 			pcg_err_prefix(err, where);
-			return -1;
-		}
 	}
-	fclose(f);
-	return 0;
+	free(text);
+	return rc;
 }
 
 static int key_line(char **w, int n, pcg_err *err)
@@ -232,6 +247,156 @@ int net_endpoint_ok(const char *url, int server, pcg_err *err)
 			server ? "--curve-key and --curve-allow" : "--curve-key and the server's key");
 }
 
+/* ------------------------------------------------ CURVE handshake monitor */
+
+/* A tcp client socket has a monitor: libzmq's events for it on an inproc
+ * PAIR socket, read while net_recv waits, so that a handshake the server
+ * refuses is reported at once and in words instead of as a timeout.
+ * (libzmq reconnects and retries such a handshake forever, silently.) */
+#define MAX_MONITORS 256
+#define MONITOR_EVENTS (ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | \
+			ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+
+static struct monitor {
+	void *sock, *pair; /* the client socket, and the PAIR its events come on */
+	char url[256];
+	int curve;         /* the client speaks CURVE */
+	int dropped;       /* handshakes dropped by the server since one succeeded */
+} monitors[MAX_MONITORS];
+static pthread_mutex_t monitors_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Starts monitoring s (a client about to connect to url). Without a free
+ * slot, s goes unmonitored: a refusal is then a timeout, as before. */
+static int monitor_start(void *ctx, void *s, const char *url, int curve_client, pcg_err *err)
+{
+	static atomic_uint seq;
+	char ep[80];
+	int linger = 0, slot = -1;
+	void *pair;
+
+	pthread_mutex_lock(&monitors_lock);
+	for (int i = 0; i < MAX_MONITORS && slot < 0; i++)
+		if (monitors[i].sock == NULL) {
+			slot = i;
+			monitors[i].sock = s; /* taken */
+		}
+	pthread_mutex_unlock(&monitors_lock);
+	if (slot < 0)
+		return 0;
+	snprintf(ep, sizeof ep, "inproc://pcg-monitor-%u", atomic_fetch_add(&seq, 1));
+	pair = zmq_socket(ctx, ZMQ_PAIR);
+	if (zmq_socket_monitor(s, ep, MONITOR_EVENTS) != 0 || pair == NULL ||
+	    zmq_setsockopt(pair, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+	    zmq_connect(pair, ep) != 0) {
+		pcg_fail(err, "zmq_socket_monitor: %s", zmq_strerror(zmq_errno()));
+		if (pair)
+			zmq_close(pair);
+		pthread_mutex_lock(&monitors_lock);
+		monitors[slot].sock = NULL;
+		pthread_mutex_unlock(&monitors_lock);
+		return -1;
+	}
+	monitors[slot].pair = pair;
+	monitors[slot].curve = curve_client;
+	monitors[slot].dropped = 0;
+	snprintf(monitors[slot].url, sizeof monitors[slot].url, "%s", url);
+	return 0;
+}
+
+static struct monitor *monitor_of(void *s)
+{
+	struct monitor *m = NULL;
+
+	if (s == NULL)
+		return NULL;
+	pthread_mutex_lock(&monitors_lock);
+	for (int i = 0; i < MAX_MONITORS && m == NULL; i++)
+		if (monitors[i].sock == s)
+			m = &monitors[i];
+	pthread_mutex_unlock(&monitors_lock);
+	return m;
+}
+
+static void monitor_stop(void *s)
+{
+	struct monitor *m = monitor_of(s);
+
+	if (m == NULL)
+		return;
+	zmq_socket_monitor(s, NULL, 0);
+	zmq_close(m->pair);
+	pthread_mutex_lock(&monitors_lock);
+	m->pair = NULL;
+	m->sock = NULL;
+	pthread_mutex_unlock(&monitors_lock);
+}
+
+/* Reads the events waiting on m's PAIR. Returns -1 with err when they say
+ * the handshake cannot succeed, else 0. */
+static int monitor_read(struct monitor *m, pcg_err *err)
+{
+	for (;;) {
+		zmq_msg_t f;
+		uint16_t event = 0;
+		uint32_t value = 0;
+		int more;
+
+		zmq_msg_init(&f);
+		if (zmq_msg_recv(&f, m->pair, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&f);
+			return 0;
+		}
+		if (zmq_msg_size(&f) >= 6) { /* event (16 bits), value (32), then the address */
+			memcpy(&event, zmq_msg_data(&f), 2);
+			memcpy(&value, (char *)zmq_msg_data(&f) + 2, 4);
+		}
+		more = zmq_msg_more(&f);
+		zmq_msg_close(&f);
+		while (more) {
+			zmq_msg_init(&f);
+			more = zmq_msg_recv(&f, m->pair, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&f);
+			zmq_msg_close(&f);
+		}
+		switch (event) {
+		case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+			m->dropped = 0;
+			break;
+		case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+			return pcg_fail(err, "%s: this client's key is not allowed: the server refused "
+					"it (ZAP status %u); add its public key %s to the server's "
+					"allow list", m->url, value, curve.pub);
+		case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+			if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH && m->curve)
+				return pcg_fail(err, "%s: the server does not use CURVE; give it a "
+						"key and an allow list, or give this client no key "
+						"for it", m->url);
+			if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+				return pcg_fail(err, "%s: the server uses CURVE; give this client "
+						"a key (--curve-key) and the server's public key",
+						m->url);
+			if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+				goto mismatch;
+			return pcg_fail(err, "%s: the CURVE handshake failed (ZMTP protocol error "
+					"0x%x)", m->url, value);
+		case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+			/* A CURVE server drops a client whose HELLO it cannot open:
+			 * sealed for another server key. (A plain server drops a
+			 * CURVE client too, and whether the client learns of the
+			 * mechanism first is a race.) Twice, so that a server
+			 * going away in the middle of one handshake is not taken
+			 * for it (libzmq retries within 100 ms). Without CURVE a
+			 * dropped handshake says nothing of keys. */
+			if (m->curve && ++m->dropped >= 2)
+				goto mismatch;
+			break;
+		}
+	}
+mismatch:
+	return pcg_fail(err, "%s: the server's key does not match (or the server does not use "
+			"CURVE): it dropped the CURVE handshake; check the server key this client "
+			"was given", m->url);
+}
+
 /* CURVE on a socket when keys are set up (always for non-loopback tcp). */
 static int secure(void *s, void *ctx, const char *url, int server, pcg_err *err)
 {
@@ -285,9 +450,13 @@ static void *open_socket(void *ctx, int type, const char *url, int bind, int snd
 		pcg_fail(err, "zmq_socket: %s", zmq_strerror(zmq_errno()));
 		return NULL;
 	}
+	/* a tcp client's handshake is watched: see monitor_start */
+	const int watch = !bind && !strncmp(url, "tcp://", 6);
+	const int curve_client = watch && curve.have_key && peer_key(url) != NULL;
 	if (limits(s, err) < 0 || secure(s, ctx, url, bind, err) < 0 ||
+	    (watch && monitor_start(ctx, s, url, curve_client, err) < 0) ||
 	    zmq_setsockopt(s, ZMQ_SNDTIMEO, &timeo, sizeof timeo) != 0) {
-		zmq_close(s);
+		net_close(&s);
 		return NULL;
 	}
 	if (type == ZMQ_ROUTER) { /* unroutable replies are errors, not silent drops */
@@ -298,7 +467,7 @@ static void *open_socket(void *ctx, int type, const char *url, int bind, int snd
 	}
 	if ((bind ? zmq_bind(s, url) : zmq_connect(s, url)) != 0) {
 		pcg_fail(err, "%s %s: %s", bind ? "bind" : "connect", url, zmq_strerror(zmq_errno()));
-		zmq_close(s);
+		net_close(&s);
 		return NULL;
 	}
 	return s;
@@ -354,6 +523,7 @@ void *net_client(void *ctx, const char *url, pcg_err *err)
 void net_close(void **sock)
 {
 	if (sock && *sock) {
+		monitor_stop(*sock);
 		zmq_close(*sock);
 		*sock = NULL;
 	}
@@ -531,17 +701,60 @@ void net_req_free(net_req *r)
 
 int net_send(void *sock, const void *body, size_t len, pcg_err *err)
 {
-	if (zmq_send(sock, body, len, 0) < 0)
-		return pcg_fail(err, "send: %s", zmq_strerror(zmq_errno()));
+	struct monitor *m = monitor_of(sock);
+
+	/* a handshake that failed before this send (libzmq then drops the
+	 * connection's queue, and the send would only time out) */
+	if (m != NULL && monitor_read(m, err) < 0)
+		return -1;
+	if (zmq_send(sock, body, len, 0) < 0) {
+		if (zmq_errno() == EAGAIN && m != NULL && monitor_read(m, err) < 0)
+			return -1;
+		return pcg_fail(err, "send: %s", zmq_errno() == EAGAIN
+				? "no connection took the message within the send timeout"
+				: zmq_strerror(zmq_errno()));
+	}
 	return 0;
+}
+
+/* wait_in for a monitored client: its events are read as they come, and a
+ * handshake that cannot succeed ends the wait with err. */
+static int wait_monitored(void *sock, struct monitor *m, int timeout_ms, pcg_err *err)
+{
+	struct timespec t0, t;
+	int left = timeout_ms;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		zmq_pollitem_t it[2] = { { sock, 0, ZMQ_POLLIN, 0 }, { m->pair, 0, ZMQ_POLLIN, 0 } };
+		int rc = zmq_poll(it, 2, left);
+		if (rc < 0)
+			return zmq_errno() == EINTR ? 0
+				: pcg_fail(err, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+		if ((it[1].revents & ZMQ_POLLIN) && monitor_read(m, err) < 0)
+			return -1;
+		if (it[0].revents & ZMQ_POLLIN)
+			return 1;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		left = timeout_ms - (int)((t.tv_sec - t0.tv_sec) * 1000 +
+					  (t.tv_nsec - t0.tv_nsec) / 1000000);
+		if (rc == 0 || left <= 0)
+			return 0;
+	}
 }
 
 int net_recv(void *sock, zmq_msg_t *msg, int timeout_ms, pcg_err *err)
 {
 	zmq_msg_t f[MAX_FRAMES];
+	struct monitor *m = monitor_of(sock);
 	int n, dropped, w;
 
-	w = wait_in(sock, timeout_ms);
+	if (m != NULL) {
+		w = wait_monitored(sock, m, timeout_ms, err);
+		if (w < 0)
+			return -1;
+	} else
+		w = wait_in(sock, timeout_ms);
 	if (w <= 0)
 		return w < 0 ? pcg_fail(err, "zmq_poll: %s", zmq_strerror(zmq_errno())) : 0;
 	if (recv_frames(sock, f, &n, &dropped) < 0)

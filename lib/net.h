@@ -46,7 +46,9 @@ const char *net_default_verifier(char *buf, size_t n);
 /* net_server whose peers may each have sndhwm messages queued (set before
  * the bind, which copies the options for the connections it accepts). */
 void *net_server_hwm(void *ctx, const char *url, int sndhwm, pcg_err *err);
-/* A connected DEALER socket for a client. */
+/* A connected DEALER socket for a client. Over tcp its handshake is watched
+ * (libzmq's socket monitor) so that net_recv reports a server that refuses
+ * it; close it with net_close, which stops the monitor. */
 void *net_client(void *ctx, const char *url, pcg_err *err);
 void net_close(void **sock);
 /* Closes a server socket bound to url and removes the file of an ipc://
@@ -96,11 +98,18 @@ net_responder *net_responder_new(const char *prog, net_handler *handle, void *ct
 int net_respond(net_responder *s, void *sock, const net_req *r, net_counts *counts);
 void net_responder_free(net_responder **s);
 
-/* Client: sends one message (a single frame). */
+/* Client: sends one message (a single frame). A tcp handshake that failed
+ * already is an error, as for net_recv. */
 int net_send(void *sock, const void *body, size_t len, pcg_err *err);
 /* Client: waits up to timeout_ms for one single-frame message; returns 1
  * with *msg holding it (read it in place; the caller closes it with
- * zmq_msg_close), 0 on timeout, -1 with err (then *msg needs no close). */
+ * zmq_msg_close), 0 on timeout, -1 with err (then *msg needs no close).
+ * A tcp handshake that cannot succeed is such an error, said as soon as
+ * libzmq reports it: "this client's key is not allowed" (the server's ZAP
+ * handler refused it), "the server's key does not match" (a CURVE server
+ * dropped the handshake twice: the client sealed its HELLO for another
+ * key, or the server is a plain one), "the server does not use CURVE" or
+ * "the server uses CURVE". */
 int net_recv(void *sock, zmq_msg_t *msg, int timeout_ms, pcg_err *err);
 
 #endif

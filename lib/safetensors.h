@@ -75,15 +75,16 @@ void st_drop(const st_ckpt *c, const st_tensor *t);
  * long as c. */
 const char *st_metadata(const st_ckpt *c, const char *key);
 
-/* Writes a single-file safetensors atomically (path.tmp, fsync, rename).
+/* Writes a single-file safetensors as fileio.h says (a file: atomically,
+ * from a temporary one, fsync, rename).
  * Tensors are written in the given order with data 8-byte aligned; names
  * must be unique. metadata may be NULL (else a JSON object as a string).
  * "8-byte aligned" is the start of the data section (the header is padded
  * with spaces); tensors follow each other without gaps, because the
  * reference reader refuses gaps, so a tensor is 8-byte aligned in the file
  * when the tensors before it add up to a multiple of 8 bytes. Only F32, F16
- * and BF16 can be written. On failure nothing is left at path or path.tmp
- * (an existing file at path stays as it was). */
+ * and BF16 can be written. On failure nothing is left at path nor a
+ * temporary file (an existing file at path stays as it was). */
 typedef struct st_out {
 	const char *name;
 	pcg_dtype dtype;

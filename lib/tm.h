@@ -70,9 +70,9 @@ tmat *tm_from_memory(const void *image, size_t size, const char *name, pcg_err *
 /* Frees or unmaps; sets *t to NULL. NULL is fine. */
 void tm_close(tmat **t);
 
-/* Writes the image to path atomically (path.tmp, fsync, rename; on failure
- * nothing is left at path.tmp and an existing path is untouched), or to
- * standard output when path is "-". */
+/* Writes the image to path as fileio.h says (a file replaced atomically,
+ * an existing one untouched on failure; a device, FIFO or "-" written
+ * through; a link followed). */
 int tm_write(const tmat *t, const char *path, pcg_err *err);
 
 /* log Q(a, b), a, b < n (asserted: callers check ids against n first).

@@ -36,6 +36,7 @@
 
 #include "client.h"
 #include "clones.h"
+#include "fileio.h"
 #include "http.h"
 #include "net.h"
 #include "opts.h"
@@ -626,15 +627,27 @@ static int reserved(const char *name)
 	return speech_voice_reserved(&voices, name);
 }
 
+/* The first line of a regular file of at most 64 kB (a device or a FIFO is
+ * refused before it is read). */
 static int read_token(const char *path, pcg_err *err)
 {
-	FILE *f = fopen(path, "r");
-	if (f == NULL)
-		return pcg_fail(err, "--token-file %s: %s", path, strerror(errno));
-	if (fgets(token, sizeof token, f) == NULL)
-		token[0] = '\0';
-	fclose(f);
-	token_len = strcspn(token, "\r\n");
+	char *text;
+	size_t size, n;
+
+	if (pcg_read_small(path, 1 << 16, &text, &size, err) < 0) {
+		pcg_err_prefix(err, "--token-file");
+		return -1;
+	}
+	n = strcspn(text, "\r\n"); /* stops at a NUL too */
+	if (n >= sizeof token || (text[n] == '\0' && n < size)) {
+		free(text);
+		return pcg_fail(err, "--token-file %s: the first line is %s", path,
+				n >= sizeof token ? "too long for a token" : "not text");
+	}
+	memcpy(token, text, n);
+	token[n] = '\0';
+	free(text);
+	token_len = n;
 	while (token_len > 0 && (token[token_len - 1] == ' ' || token[token_len - 1] == '\t'))
 		token_len--;
 	token[token_len] = '\0';

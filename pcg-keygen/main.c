@@ -34,7 +34,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	snprintf(path, sizeof path, "%s.key", argv[1]);
-	if (stat(path, &st) == 0) { /* a secret key is never overwritten */
+	/* a secret key is never overwritten, nor written through a link
+	 * someone left at its name */
+	if (lstat(path, &st) == 0) {
 		fprintf(stderr, "%s: %s exists; remove it first\n", prog, path);
 		return 1;
 	}

@@ -19,6 +19,7 @@
 
 #include "dtype.h"
 #include "err.h"
+#include "fileio.h"
 #include "opts.h"
 #include "rng.h"
 #include "safetensors.h"
@@ -135,18 +136,14 @@ static const char *LLAMA3_REGEX =
 
 static int write_json(const char *path, json_t *j, pcg_err *err)
 {
-	char tmp[4200];
+	char *text = json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+	int rc;
 
-	snprintf(tmp, sizeof tmp, "%s.tmp", path);
-	if (json_dump_file(j, tmp, JSON_INDENT(1) | JSON_PRESERVE_ORDER) != 0) {
-		unlink(tmp);
-		return pcg_fail(err, "%s: cannot write", tmp);
-	}
-	if (rename(tmp, path) != 0) {
-		unlink(tmp);
-		return pcg_fail(err, "%s: %s", path, strerror(errno));
-	}
-	return 0;
+	if (text == NULL)
+		return pcg_fail(err, "%s: out of memory", path);
+	rc = pcg_write_file(path, text, strlen(text), 0644, err);
+	free(text);
+	return rc;
 }
 
 static int write_tokenizer(const char *path, int n_special, pcg_err *err)

@@ -663,7 +663,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: --raw goes with -o - (for a file, name it .raw)\n", prog);
 		return 2;
 	}
-	if (out && !to_stdout && audio_format_from_path(out, &fmt) < 0) {
+	/* a device, a FIFO or /dev/stdout has no extension: WAV, as for -o - */
+	if (out && !to_stdout && audio_format_from_path(out, &fmt) < 0 && !pcg_out_through(out)) {
 		fprintf(stderr, "%s: -o %s: unknown extension (.wav, .flac, .raw)\n", prog, out);
 		return 2;
 	}

@@ -2,8 +2,13 @@
 # tests/curve.sh: tcp beyond loopback needs CURVE. In a network namespace
 # this test makes (a veth address, no route out), a server on that address
 # refuses to start without keys; with its keypair and an allow-list it
-# serves a client holding an allowed key, through the verifier; a client
-# with another key gets no answer. Needs root and iproute2; skips otherwise.
+# serves a client holding an allowed key, through the verifier. A handshake
+# that cannot succeed is said at once (well within the client's timeout), in
+# words: a client key not on the allow list, a server key that does not
+# match, a CURVE client and a plain server or the other way round, for
+# pcg-synth and for the verifier's calls to targetd. Key and allow-list files
+# that are devices or FIFOs are refused at once, naming the file. Needs root
+# and iproute2; skips otherwise.
 set -u
 T=${TEST_TMP:-$(mktemp -d)}
 . "${PCG_ROOT:-.}/tests/shlib"
@@ -56,12 +61,74 @@ expect 0 "allowed key: synthesis over CURVE" in_ns pcg-synth --verifier tcp://12
 	--policy none --max-tokens 10 "Over the wire."
 err_has "tokens"
 
-# Another key: the ZAP handler refuses the handshake; no reply ever comes.
+# at_once WHAT: the last command took less than 5 s (its timeout is 30 s)
+at_once() {
+	s=$(( $(date +%s) - t0 ))
+	[ $s -lt 5 ] && ok "$1: said at once" || bad "$1: took $s s"
+}
+
+# Another key: the ZAP handler refuses the handshake, and the verifier's call
+# to targetd says so at once, to pcg-synth too.
 ip netns exec "$ns" verifier --tokenizer m/tokenizer.json --listen tcp://127.0.0.1:7710 --draft tcp://127.0.0.1:7701 \
-	--target "tcp://$IP:7702" --curve-key stranger.key --curve-peers peers --timeout-ms 500 --tries 1 2>s.log &
+	--target "tcp://$IP:7702" --curve-key stranger.key --curve-peers peers --timeout-ms 30000 --tries 1 2>s.log &
 pids="$pids $!"
 sleep 0.5
-expect 1 "a key not on the list: no answer" in_ns pcg-synth --verifier tcp://127.0.0.1:7710 \
-	--timeout-ms 5000 --policy none --max-tokens 5 "Let me in."
-err_has "no reply"
+t0=$(date +%s)
+expect 1 "a key not on the list: refused" in_ns pcg-synth --verifier tcp://127.0.0.1:7710 \
+	--timeout-ms 30000 --policy none --max-tokens 5 "Let me in."
+err_has "this client's key is not allowed"
+err_has "$(cat stranger.pub)"
+at_once "the verifier's key not on targetd's list"
+
+# pcg-synth to a verifier that listens with CURVE, on $IP and on loopback
+ip netns exec "$ns" verifier --tokenizer m/tokenizer.json --listen "tcp://$IP:7720" --draft tcp://127.0.0.1:7701 \
+	--target tcp://127.0.0.1:7729 --curve-key server.key --curve-allow allow 2>c1.log &
+pids="$pids $!"
+ip netns exec "$ns" verifier --tokenizer m/tokenizer.json --listen tcp://127.0.0.1:7721 --draft tcp://127.0.0.1:7701 \
+	--target tcp://127.0.0.1:7729 --curve-key server.key --curve-allow allow 2>c2.log &
+pids="$pids $!"
+sleep 0.5
+t0=$(date +%s)
+expect 1 "pcg-synth with a key not on the list" in_ns pcg-synth --verifier "tcp://$IP:7720" \
+	--curve-key stranger.key --curve-server server.pub --timeout-ms 30000 "Let me in."
+err_has "tcp://$IP:7720: this client's key is not allowed"
+at_once "a key not on the list"
+t0=$(date +%s)
+expect 1 "pcg-synth with the wrong server key" in_ns pcg-synth --verifier "tcp://$IP:7720" \
+	--curve-key client.key --curve-server stranger.pub --timeout-ms 30000 "Let me in."
+err_has "tcp://$IP:7720: the server's key does not match"
+at_once "the wrong server key"
+t0=$(date +%s)
+expect 1 "pcg-synth --ping with the wrong server key" in_ns pcg-synth --verifier "tcp://$IP:7720" \
+	--curve-key client.key --curve-server stranger.pub --timeout-ms 30000 --ping
+err_has "the server's key does not match"
+at_once "--ping, the wrong server key"
+t0=$(date +%s)
+expect 1 "pcg-synth without a key, to a CURVE server on loopback" in_ns pcg-synth \
+	--verifier tcp://127.0.0.1:7721 --timeout-ms 30000 "Let me in."
+err_has "the server uses CURVE"
+at_once "no key for a CURVE server"
+t0=$(date +%s)
+expect 1 "pcg-synth with keys, to a plain server on loopback" in_ns pcg-synth \
+	--verifier tcp://127.0.0.1:7700 --curve-key client.key --curve-server server.pub \
+	--timeout-ms 30000 --policy none --max-tokens 5 "Let me in."
+err_has "the server does not use CURVE"
+at_once "keys for a plain server"
+
+# Key files that are not regular files: refused at once, naming the file
+mkfifo fifo
+for f in /dev/zero fifo; do
+	t0=$(date +%s)
+	expect 1 "pcg-synth --curve-key $f: refused" timeout 10 pcg-synth --curve-key $f --ping
+	err_has "$f: not a regular file"
+	at_once "pcg-synth --curve-key $f"
+	t0=$(date +%s)
+	expect 1 "verifier --curve-allow $f: refused" timeout 10 verifier --tokenizer m/tokenizer.json \
+		--listen tcp://127.0.0.1:7730 --curve-key server.key --curve-allow $f
+	err_has "$f: not a regular file"
+	at_once "verifier --curve-allow $f"
+done
+printf 'public \0\0\0\n' >nul.key
+expect 1 "a key file with NUL bytes: refused" timeout 10 pcg-synth --curve-key nul.key --ping
+err_has "nul.key:1: a NUL byte"
 finish

@@ -4,9 +4,11 @@
 #ifndef PCG_CHECK_H
 #define PCG_CHECK_H
 
+#include <dirent.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,6 +77,24 @@ static inline const char *check_tmpdir(void)
 		atexit(check_rm_tmp);
 	}
 	return check_own_tmp;
+}
+
+/* The temporary files of lib/fileio (.NAME.XXXXXX.partial) left in dir: 0
+ * after every write, finished or failed; -1 if dir cannot be read. */
+static inline int check_partials(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	if (d == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL) {
+		size_t l = strlen(e->d_name);
+		n += l > 8 && !strcmp(e->d_name + l - 8, ".partial");
+	}
+	closedir(d);
+	return n;
 }
 
 #endif
