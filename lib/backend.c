@@ -125,56 +125,72 @@ static int cpu_rope(pcg_backend *be, float *x, int T, int n_heads, int hd, int p
 /* Causal attention of T queries at positions pos0.. over the cache, one
  * (query, head) pair per task; kv head = head / (n_heads / n_kv_heads) is
  * repeat_kv. scores = q.k / sqrt(hd), softmax in f32, sum p * v. */
+/* One (query, head) pair th of cpu_attention, with sc a score buffer of
+ * pos0 + T floats. */
+static void attention_one(float *out, const float *q, const float *k, const float *v, int th,
+			  int pos0, int nh, int nkv, int hd, float *sc)
+{
+	const int group = nh / nkv, kv_dim = nkv * hd;
+	const float scale = 1.0f / sqrtf((float)hd);
+	const int t = th / nh, h = th % nh, n = pos0 + t + 1;
+	const float *qh = q + (size_t)t * nh * hd + h * hd;
+	const float *kb = k + (h / group) * hd;
+	const float *vb = v + (h / group) * hd;
+	float *oh = out + (size_t)t * nh * hd + h * hd;
+	float mx = -INFINITY, sum = 0.0f;
+
+	for (int j = 0; j < n; j++) {
+		const float *kj = kb + (size_t)j * kv_dim;
+		float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+		for (int i = 0; i < hd; i++)
+			s += qh[i] * kj[i];
+		sc[j] = s * scale;
+		mx = sc[j] > mx ? sc[j] : mx;
+	}
+	for (int j = 0; j < n; j++) {
+		sc[j] = expf(sc[j] - mx);
+		sum += sc[j];
+	}
+	for (int i = 0; i < hd; i++)
+		oh[i] = 0.0f;
+	for (int j = 0; j < n; j++) {
+		const float *vj = vb + (size_t)j * kv_dim;
+		const float p = sc[j] / sum;
+#pragma omp simd
+		for (int i = 0; i < hd; i++)
+			oh[i] += p * vj[i];
+	}
+}
+
 static int cpu_attention(pcg_backend *be, float *out, const float *q, const float *k,
 			 const float *v, int T, int pos0, int nh, int nkv, int hd, pcg_err *err)
 {
-	const int group = nh / nkv, kv_dim = nkv * hd, ctx = pos0 + T;
-	const float scale = 1.0f / sqrtf((float)hd);
+	const int ctx = pos0 + T;
 	int failed = 0;
 
 	(void)be;
-#pragma omp parallel
-	{
+	if (pcg_get_threads() == 1) { /* no parallel region: even a team of one
+				       * wakes futexes at its end, tens a step */
 		float *sc = malloc((size_t)ctx * sizeof *sc);
-		if (sc == NULL) {
-#pragma omp atomic write
-			failed = 1;
-		}
-#pragma omp for schedule(static)
-		for (int th = 0; th < T * nh; th++) {
-			if (sc == NULL)
-				continue;
-			const int t = th / nh, h = th % nh, n = pos0 + t + 1;
-			const float *qh = q + (size_t)t * nh * hd + h * hd;
-			const float *kb = k + (h / group) * hd;
-			const float *vb = v + (h / group) * hd;
-			float *oh = out + (size_t)t * nh * hd + h * hd;
-			float mx = -INFINITY, sum = 0.0f;
-
-			for (int j = 0; j < n; j++) {
-				const float *kj = kb + (size_t)j * kv_dim;
-				float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-				for (int i = 0; i < hd; i++)
-					s += qh[i] * kj[i];
-				sc[j] = s * scale;
-				mx = sc[j] > mx ? sc[j] : mx;
-			}
-			for (int j = 0; j < n; j++) {
-				sc[j] = expf(sc[j] - mx);
-				sum += sc[j];
-			}
-			for (int i = 0; i < hd; i++)
-				oh[i] = 0.0f;
-			for (int j = 0; j < n; j++) {
-				const float *vj = vb + (size_t)j * kv_dim;
-				const float p = sc[j] / sum;
-#pragma omp simd
-				for (int i = 0; i < hd; i++)
-					oh[i] += p * vj[i];
-			}
-		}
+		for (int th = 0; sc != NULL && th < T * nh; th++)
+			attention_one(out, q, k, v, th, pos0, nh, nkv, hd, sc);
+		failed = sc == NULL;
 		free(sc);
+	} else {
+#pragma omp parallel
+		{
+			float *sc = malloc((size_t)ctx * sizeof *sc);
+			if (sc == NULL) {
+#pragma omp atomic write
+				failed = 1;
+			}
+#pragma omp for schedule(static)
+			for (int th = 0; th < T * nh; th++)
+				if (sc != NULL)
+					attention_one(out, q, k, v, th, pos0, nh, nkv, hd, sc);
+			free(sc);
+		}
 	}
 	if (failed)
 		return pcg_fail(err, "attention: out of memory for %d positions", ctx);

@@ -300,11 +300,19 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 				o[k + VW + j] = xr[k + 2 * j + 1];
 			}
 	}
-#pragma omp parallel for schedule(static) if (nchunks > 1)
-	for (int c = 0; c < nchunks; c++) {
-		int a = r0 + c * chunk;
-		int e = a + chunk < r0 + nr ? a + chunk : r0 + nr;
-		rows(y, ldy, x, xs, B, W, a, e, r0);
+	/* one thread: no parallel region (even a team of one wakes futexes at
+	 * its end, tens of them a step); the same chunks, so the same sums */
+	if (nchunks == 1 || pcg_get_threads() == 1) {
+		for (int c = 0; c < nchunks; c++)
+			rows(y, ldy, x, xs, B, W, r0 + c * chunk,
+			     c + 1 < nchunks ? r0 + (c + 1) * chunk : r0 + nr, r0);
+	} else {
+#pragma omp parallel for schedule(static)
+		for (int c = 0; c < nchunks; c++) {
+			int a = r0 + c * chunk;
+			int e = a + chunk < r0 + nr ? a + chunk : r0 + nr;
+			rows(y, ldy, x, xs, B, W, a, e, r0);
+		}
 	}
 	if (xw != xs_small)
 		free(xw);

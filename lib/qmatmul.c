@@ -898,10 +898,18 @@ int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 			}
 		}
 		const int chunk = 16, nchunks = (nr + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (nchunks > 1)
-		for (int c = 0; c < nchunks; c++) {
-			const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
-			rows_vnni_any(y, ldy, &q, xu, W, a, n, r0);
+		/* one thread: no parallel region (its end wakes futexes) */
+		if (nchunks == 1 || pcg_get_threads() == 1) {
+			for (int c = 0; c < nchunks; c++) {
+				const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
+				rows_vnni_any(y, ldy, &q, xu, W, a, n, r0);
+			}
+		} else {
+#pragma omp parallel for schedule(static)
+			for (int c = 0; c < nchunks; c++) {
+				const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
+				rows_vnni_any(y, ldy, &q, xu, W, a, n, r0);
+			}
 		}
 		free(xu);
 		pcg_qx_free(&q);
@@ -910,13 +918,24 @@ int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 	if (!strcmp(p, "avx-vnni") || !strcmp(p, "avx2")) {
 		const int vnni = !strcmp(p, "avx-vnni");
 		const int chunk = 16, nchunks = (nr + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (nchunks > 1)
-		for (int c = 0; c < nchunks; c++) {
-			const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
-			if (vnni)
-				rows_avxvnni_any(y, ldy, &q, W, a, n, r0);
-			else
-				rows_avx2_any(y, ldy, &q, W, a, n, r0);
+		/* one thread: no parallel region (its end wakes futexes) */
+		if (nchunks == 1 || pcg_get_threads() == 1) {
+			for (int c = 0; c < nchunks; c++) {
+				const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
+				if (vnni)
+					rows_avxvnni_any(y, ldy, &q, W, a, n, r0);
+				else
+					rows_avx2_any(y, ldy, &q, W, a, n, r0);
+			}
+		} else {
+#pragma omp parallel for schedule(static)
+			for (int c = 0; c < nchunks; c++) {
+				const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
+				if (vnni)
+					rows_avxvnni_any(y, ldy, &q, W, a, n, r0);
+				else
+					rows_avx2_any(y, ldy, &q, W, a, n, r0);
+			}
 		}
 		pcg_qx_free(&q);
 		return 0;
@@ -924,10 +943,18 @@ int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 #endif
 	(void)p;
 	const int chunk = 64, nchunks = (nr + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (nchunks > 1)
-	for (int c = 0; c < nchunks; c++) {
-		const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
-		pcg_qdot_ref(y + (a - r0), ldy, &q, W, a, n);
+	/* one thread: no parallel region (its end wakes futexes) */
+	if (nchunks == 1 || pcg_get_threads() == 1) {
+		for (int c = 0; c < nchunks; c++) {
+			const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
+			pcg_qdot_ref(y + (a - r0), ldy, &q, W, a, n);
+		}
+	} else {
+#pragma omp parallel for schedule(static)
+		for (int c = 0; c < nchunks; c++) {
+			const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
+			pcg_qdot_ref(y + (a - r0), ldy, &q, W, a, n);
+		}
 	}
 	pcg_qx_free(&q);
 	return 0;
