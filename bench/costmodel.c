@@ -6,7 +6,7 @@
  * pcg-synth's "acceptance per position" prints it). With --lookahead 0 it
  * also prints the lookahead the model finds best and what it predicts.
  * Usage: bench-costmodel --costs STEP_MS,DRAFT_MS,SLOPE,TRIP_MS
- *          --kind none|sequential|pipelined|mtp [--accept A1,A2,...] [--lookahead L]
+ *          --kind none|sequential|pipelined|mtp|viterbi [--accept A1,A2,...] [--lookahead L]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +19,11 @@ static const char *costs, *kind_s, *accept_s;
 static double lookahead;
 
 static const pcg_opt opts[] = {
-	{ "costs", PCG_OPT_STR | PCG_OPT_REQUIRED, &costs, NULL, 1, 0, "S,D,B,T",
-	  "the target's step (ms), the draft's step (ms), a block's slope, a trip (ms)" },
+	{ "costs", PCG_OPT_STR | PCG_OPT_REQUIRED, &costs, NULL, 1, 0, "S,D,B,T[,H]",
+	  "the target's step (ms), the draft's step (ms), a block's slope, a trip (ms), "
+	  "an MTP head at one position (ms)" },
 	{ "kind", PCG_OPT_STR, &kind_s, "pipelined", 1, 0, "KIND",
-	  "none, sequential, pipelined or mtp" },
+	  "none, sequential, pipelined, mtp or viterbi" },
 	{ "accept", PCG_OPT_STR, &accept_s, "", 0, 0, "A1,A2,...",
 	  "the share of rounds that accepted draft position 1, 2, ..." },
 	{ "lookahead", PCG_OPT_FLOAT, &lookahead, "0", 0, 15, "L",
@@ -32,7 +33,7 @@ static const pcg_opt opts[] = {
 
 int main(int argc, char **argv)
 {
-	static const char *kinds[] = { "none", "sequential", "pipelined", "mtp" };
+	static const char *kinds[] = { "none", "sequential", "pipelined", "mtp", "viterbi" };
 	pcg_err err = { "" };
 	cost_terms c;
 	double u[16] = { 0 }, a[17];
@@ -46,12 +47,12 @@ int main(int argc, char **argv)
 	if (first < 0 || first != argc)
 		return pcg_usage_error("bench-costmodel", "--costs S,D,B,T [options]", opts,
 				       first < 0 ? err.msg : "no operands");
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 5; i++)
 		if (!strcmp(kind_s, kinds[i]))
 			kind = i;
 	if (kind < 0)
 		return pcg_usage_error("bench-costmodel", "--costs S,D,B,T [options]", opts,
-				       "--kind: none, sequential, pipelined or mtp");
+				       "--kind: none, sequential, pipelined, mtp or viterbi");
 	if (cost_terms_parse(costs, &c, &err) < 0) {
 		fprintf(stderr, "bench-costmodel: %s\n", err.msg);
 		return 2;
@@ -82,6 +83,7 @@ int main(int argc, char **argv)
 	printf("%.1f tokens/s predicted (a round %.3f ms, %.3f tokens)\n",
 	       cost_tokens_per_second(&c, (cost_kind)kind, a, L),
 	       cost_round_seconds(&c, (cost_kind)kind, a, L) * 1e3,
-	       kind == COST_NONE ? 1.0 : cost_tokens_per_round(a, L));
+	       kind == COST_NONE ? 1.0 : kind == COST_VITERBI ? L + 1.0
+	       : cost_tokens_per_round(a, L));
 	return 0;
 }

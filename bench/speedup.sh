@@ -41,45 +41,45 @@ while IFS= read -r text; do
 		pcg-synth --policy "$pol" $seq $out ${SYNTH_FLAGS:-} "$text" 2>&1 >/dev/null |
 			awk -v p="$p" '
 			/^tokens / { tok = $2; for (k = 1; k <= NF; k++) if ($k == "in") sec = $(k + 1) }
-			/^policy / { L = 0; if ($0 ~ /auto \(/) { L = $5; sub(/^\(/, "", L) } else L = $4; sub(/,/, "", L) }
+			/^policy / { L = 0; if ($0 ~ /auto \(/) { L = $5; sub(/^\(/, "", L) } else L = $4; sub(/,/, "", L)
+				     for (k = 1; k <= NF; k++) if ($k ~ /%$/) { pp = $k; sub(/%/, "", pp) } }
 			/^rounds / { gsub(",", ""); r = $2; mal = $13 }
 			/^acceptance per position:/ { for (k = 4; k <= NF && k < 12; k++) a[k - 3] = $k; na = NF - 3 }
-			END { printf "%s %s %s %s %s %s", p, tok, sec, r, mal, L
+			END { printf "%s %s %s %s %s %s %s", p, tok, sec, r, mal, L, pp
 			      for (k = 1; k <= 7; k++) printf " %s", (k <= na ? a[k] : 0); printf "\n" }' \
 			>>"$work/runs"
 	done
 done <"$work/text"
-terms=$(sed -n 's/.*cost model: target step \([0-9.]*\) ms, block slope \([0-9.]*\), draft step \([0-9.]*\) ms, trip \([0-9.]*\) ms.*/\1 \2 \3 \4/p' "$PCG_RUNTIME_DIR/verifier.log" | head -n 1)
+terms=$(sed -n 's/.*cost model: target step \([0-9.]*\) ms, block slope \([0-9.]*\), draft step \([0-9.]*\) ms, trip \([0-9.]*\) ms, MTP head \([0-9.]*\) ms.*/\1 \2 \3 \4 \5/p' "$PCG_RUNTIME_DIR/verifier.log" | head -n 1)
 set -- $terms
-step=$1 slope=$2 dstep=$3
-printf "cost terms (the servers' own): target step %s ms, block slope %s, draft step %s ms\n" \
-	"$step" "$slope" "$dstep"
+step=$1 slope=$2 dstep=$3 head=$5
+printf "cost terms (the servers' own): target step %s ms, block slope %s, draft step %s ms, MTP head %s ms\n" \
+	"$step" "$slope" "$dstep" "$head"
 # per policy: tokens, seconds, rounds-weighted acceptance per position, mean L
-awk '{ tok[$1] += $2; sec[$1] += $3; r[$1] += $4; L[$1] += $6 * $4
-       for (k = 1; k <= 7; k++) a[$1, k] += $(6 + k) * $4; n[$1]++ }
-END { for (p in tok) { printf "%s %.0f %.4f %.0f %.4f", p, tok[p], sec[p], r[p], L[p] / r[p]
+awk '{ tok[$1] += $2; sec[$1] += $3; r[$1] += $4; L[$1] += $6 * $4; pp[$1] += $7 * $4
+       for (k = 1; k <= 7; k++) a[$1, k] += $(7 + k) * $4; n[$1]++ }
+END { for (p in tok) { printf "%s %.0f %.4f %.0f %.4f %.1f", p, tok[p], sec[p], r[p], L[p] / r[p], pp[p] / r[p]
                        for (k = 1; k <= 7; k++) printf " %.4f", a[p, k] / r[p]; printf "\n" } }' \
 	"$work/runs" >"$work/sum"
 none_tps=$(awk '$1 == "none" { print $2 / $3 }' "$work/sum")
 [ -n "$none_tps" ] || { echo "speedup.sh: no none runs to compare with" >&2; exit 1; }
 fixed=$(awk -v t="$none_tps" -v s="$step" 'BEGIN { f = 1000 / t - s; printf "%.4f", f < 0 ? 0 : f }')
 printf "fixed cost of a round, from none: %s ms\n" "$fixed"
-printf "%-14s %9s %8s %6s %6s %10s %9s\n" policy tokens/s "vs none" MAL L predicted "meas/pred"
+printf "%-14s %9s %8s %6s %6s %7s %10s %9s\n" policy tokens/s "vs none" MAL L piped predicted "meas/pred"
 for p in $pols; do
 	line=$(awk -v p="$p" '$1 == p' "$work/sum")
 	[ -n "$line" ] || continue
 	set -- $line
 	tps=$(awk -v a="$2" -v b="$3" 'BEGIN { printf "%.1f", a / b }')
 	mal=$(awk -v t="$2" -v r="$4" 'BEGIN { printf "%.2f", t / r }')
-	acc="$6,$7,$8,$9,${10},${11},${12}"
+	acc="$7,$8,$9,${10},${11},${12},${13}"
 	case $p in
-	none) kind=none ;; mtp-*) kind=mtp ;; *:seq) kind=sequential ;; *) kind=pipelined ;;
+	none) kind=none ;; mtp-viterbi) kind=viterbi ;; mtp-*) kind=mtp ;; *) kind=sequential ;;
 	esac
-	d=$dstep
-	[ "$kind" != mtp ] || d=0
-	[ "$p" != mtp-viterbi ] || acc=1,1,1,1,1,1,1
-	pred=$(bench-costmodel --costs "$step,$d,$slope,$fixed" --kind "$kind" --accept "$acc" \
-		--lookahead "$5" | sed -n 's/^\([0-9.]*\) tokens.s predicted.*/\1/p')
-	awk -v p="$p" -v t="$tps" -v b="$none_tps" -v m="$mal" -v L="$5" -v pr="$pred" \
-		'BEGIN { printf "%-14s %9.1f %7.2fx %6.2f %6.2f %10.1f %9.2f\n", p, t, t / b, m, L, pr, t / pr }'
+	# most rounds drafted ahead: pipelined
+	[ "$kind" != sequential ] || [ "${6%.*}" -lt 50 ] || kind=pipelined
+	pred=$(bench-costmodel --costs "$step,$dstep,$slope,$fixed,$head" --kind "$kind" \
+		--accept "$acc" --lookahead "$5" | sed -n 's/^\([0-9.]*\) tokens.s predicted.*/\1/p')
+	awk -v p="$p" -v t="$tps" -v b="$none_tps" -v m="$mal" -v L="$5" -v pr="$pred" -v pp="$6" \
+		'BEGIN { printf "%-14s %9.1f %7.2fx %6.2f %6.2f %6.0f%% %10.1f %9.2f\n", p, t, t / b, m, L, pp, pr, t / pr }'
 done

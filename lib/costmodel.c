@@ -30,7 +30,9 @@ double cost_round_seconds(const cost_terms *c, cost_kind kind, const double *a, 
 	case COST_NONE:
 		return c->trip + c->step;
 	case COST_MTP:
-		return c->trip + block(c, L + 1);
+		return c->trip + block(c, L + 1) + (L + 1) * L * c->head;
+	case COST_VITERBI:
+		return c->trip + c->step + L * c->head;
 	case COST_SEQUENTIAL:
 		return 2 * c->trip + L * c->draft + block(c, L + 1);
 	case COST_PIPELINED: {
@@ -47,7 +49,8 @@ double cost_round_seconds(const cost_terms *c, cost_kind kind, const double *a, 
 double cost_tokens_per_second(const cost_terms *c, cost_kind kind, const double *a, int L)
 {
 	const double t = cost_round_seconds(c, kind, a, L);
-	const double e = kind == COST_NONE ? 1 : cost_tokens_per_round(a, L);
+	const double e = kind == COST_NONE ? 1 : kind == COST_VITERBI ? L + 1
+									 : cost_tokens_per_round(a, L);
 
 	return t > 0 ? e / t : 0;
 }
@@ -69,28 +72,30 @@ int cost_best_lookahead(const cost_terms *c, cost_kind kind, const double *a, in
 
 int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err)
 {
-	static const char *name[4] = { "target step (ms)", "draft step (ms)", "block slope",
-				       "trip (ms)" };
-	double v[4];
+	static const char *name[5] = { "target step (ms)", "draft step (ms)", "block slope",
+				       "trip (ms)", "MTP head (ms)" };
+	double v[5] = { 0 };
 	const char *p = s;
 
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 5; i++) {
 		char *end;
 		errno = 0;
 		v[i] = strtod(p, &end);
 		if (end == p || errno != 0 || !isfinite(v[i]) || v[i] < 0 || v[i] > 1e6)
 			return pcg_fail(err, "costs '%s': the %s is not a number >= 0 (the form is "
-					"STEP_MS,DRAFT_MS,SLOPE,TRIP_MS)", s, name[i]);
+					"STEP_MS,DRAFT_MS,SLOPE,TRIP_MS[,HEAD_MS])", s, name[i]);
 		if (i < 3 && *end != ',')
-			return pcg_fail(err, "costs '%s': 4 numbers separated by commas: "
-					"STEP_MS,DRAFT_MS,SLOPE,TRIP_MS", s);
-		if (i == 3 && *end != '\0')
+			return pcg_fail(err, "costs '%s': 4 or 5 numbers separated by commas: "
+					"STEP_MS,DRAFT_MS,SLOPE,TRIP_MS[,HEAD_MS]", s);
+		if (i >= 3 && *end == '\0')
+			break;
+		if (i >= 3 && (i == 4 || *end != ','))
 			return pcg_fail(err, "costs '%s': trailing '%s'", s, end);
 		p = end + 1;
 	}
 	if (v[0] <= 0)
 		return pcg_fail(err, "costs '%s': the target step must be > 0 ms", s);
-	*c = (cost_terms){ v[0] * 1e-3, v[1] * 1e-3, v[2], v[3] * 1e-3 };
+	*c = (cost_terms){ v[0] * 1e-3, v[1] * 1e-3, v[2], v[3] * 1e-3, v[4] * 1e-3 };
 	return 0;
 }
 
@@ -103,9 +108,16 @@ static int cmp_double(const void *a, const void *b)
 int cost_measure(llama_model *m, const llama_rows *rows, double *step, double *slope,
 		 pcg_err *err)
 {
-	enum { CTX = 16, REPS = 7, BLOCK = 4 };
+	enum { REPS = 7, BLOCK = 4, MAX_CTX = 192 };
+	const size_t FLUSH = 64u << 20; /* beyond the last-level cache */
+	/* a context of the length an utterance runs at (attention is a share
+	 * of a small model's step), except where its prefill would take long:
+	 * a model beyond 256 MB reads so many weights a step that the cache
+	 * is a small share of it */
+	const int CTX = llama_mapped_bytes(m) > (256u << 20) ? 16 : MAX_CTX;
+	double *flush = calloc(FLUSH / sizeof(double), sizeof(double));
 	const int V = llama_get_config(m)->vocab, count = llama_rows_count(m, rows);
-	int tok[CTX];
+	int tok[MAX_CTX];
 	double t1[REPS], t4[REPS];
 	llama_kv *kv = llama_kv_new(m);
 	float *logits = malloc((size_t)BLOCK * count * sizeof *logits);
@@ -119,9 +131,16 @@ int cost_measure(llama_model *m, const llama_rows *rows, double *step, double *s
 		tok[i] = (i * 7919) % V;
 	if (llama_forward(m, kv, tok, CTX, 0, rows, NULL, err) < 0)
 		goto out;
-	/* one step, then a block, REPS times each, rolled back every time */
+	/* one step, then a block, REPS times each, rolled back every time, each
+	 * from cold caches: in a pipeline the other processes run between two
+	 * steps of a model and push its weights out of the caches (a model of
+	 * a few MB that stays in cache here steps twice as fast as it does
+	 * there) */
 	for (int r = 0; r <= REPS; r++)
 		for (int n = 1; n <= BLOCK; n += BLOCK - 1) {
+			if (flush != NULL)
+				for (size_t i = 0; i < FLUSH / sizeof *flush; i += 8)
+					flush[i] += 1;
 			const double t = pcg_now();
 			if (llama_forward(m, kv, tok, n, n, rows, logits, err) < 0 ||
 			    llama_kv_truncate(kv, CTX, err) < 0)
@@ -138,6 +157,7 @@ int cost_measure(llama_model *m, const llama_rows *rows, double *step, double *s
 		*slope = 0;
 	rc = 0;
 out:
+	free(flush);
 	free(logits);
 	llama_kv_free(&kv);
 	return rc;

@@ -13,14 +13,17 @@
  *   pipelined:   1 trip + max(block(L + 1), (L + 1) draft steps)
  *                + (1 - F) (1 trip + L draft steps)
  *
+ *   MTP heads:   1 trip + block(L + 1) + (L + 1) L head
+ *   mtp-viterbi: 1 trip + step + L head, for L + 1 tokens
+ *
  * where block(n) = step (1 + slope (n - 1)) is the target's pass over n
  * positions, a trip is the fixed cost of one request to a server and back
- * beyond its compute, and F = a1..a(L+1) the share of rounds whose drafts
- * and first draft ahead were all accepted: only then are the next round's
- * drafts ready when the verdict comes (lib/speculate.c); after a rejection
- * the draft drafts again while the target waits. The target alone costs a
- * trip and a step per token; MTP heads cost nothing beyond the target's
- * block (their products are a few % of it) and no trip of their own.
+ * beyond its compute, head the cost of one MTP head at one position (its
+ * product, its lm_head over the rows, its softmax), and F = a1..a(L+1) the
+ * share of rounds whose drafts and first draft ahead were all accepted:
+ * only then are the next round's drafts ready when the verdict comes
+ * (lib/speculate.c); after a rejection the draft drafts again while the
+ * target waits. The target alone costs a trip and a step per token.
  */
 #ifndef PCG_COSTMODEL_H
 #define PCG_COSTMODEL_H
@@ -34,11 +37,12 @@ typedef struct cost_terms {
 	double draft;  /* the draft's decode step (0: MTP heads) */
 	double slope;  /* block(n) = step (1 + slope (n - 1)) */
 	double trip;   /* a request to a server and back, beyond its compute */
+	double head;   /* one MTP head at one position (0: none measured) */
 } cost_terms;
 
 /* Which round: the target alone, drafts from a draft server (one after the
  * other, or pipelined), or the target's MTP heads. */
-typedef enum { COST_NONE, COST_SEQUENTIAL, COST_PIPELINED, COST_MTP } cost_kind;
+typedef enum { COST_NONE, COST_SEQUENTIAL, COST_PIPELINED, COST_MTP, COST_VITERBI } cost_kind;
 
 /* E(L) from the conditional acceptances a[0..L) (a[i] in [0, 1]). */
 double cost_tokens_per_round(const double *a, int L);
@@ -55,8 +59,8 @@ double cost_tokens_per_second(const cost_terms *c, cost_kind kind, const double 
  * more than max_l for COST_PIPELINED's draft ahead). */
 int cost_best_lookahead(const cost_terms *c, cost_kind kind, const double *a, int max_l);
 
-/* Parses "STEP_MS,DRAFT_MS,SLOPE,TRIP_MS" (milliseconds; the form of
- * verifier --costs) into c. Returns 0, or -1 with err naming the field. */
+/* Parses "STEP_MS,DRAFT_MS,SLOPE,TRIP_MS[,HEAD_MS]" (milliseconds; the form
+ * of verifier --costs) into c. Returns 0, or -1 with err naming the field. */
 int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err);
 
 /* Measures a model's terms where it runs, as a server does once (at its

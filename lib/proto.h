@@ -105,7 +105,7 @@ enum proto_stat {
 	PROTO_STAT_T_TOTAL,    /* seconds of the session */
 	PROTO_STAT_RESENDS,    /* contexts resent to a server that lost them */
 	PROTO_STAT_LOOKAHEAD,  /* drafts per drafting round (the lookahead, on average) */
-	PROTO_STAT_PIPELINED,  /* 1: the draft drafted ahead (pipelined rounds) */
+	PROTO_STAT_PIPELINED,  /* the share of drafting rounds whose draft drafted ahead */
 	PROTO_STAT_PREDICTED,  /* tokens/s the cost model predicts (lib/costmodel) */
 	PROTO_STAT_POS0        /* the first per-position acceptance */
 };

@@ -44,6 +44,7 @@ struct spec_session {
 	 * on from its last draft as if all were accepted. n_ahead drafts are
 	 * ready for the next round: ids ax, vectors in p from vector p_off */
 	int pipe, n_ahead, p_off, ax[PROTO_MAX_N];
+	int pipe_next, n_piped;  /* whether the next round drafts ahead; rounds that did */
 	/* the lookahead: the request's, or chosen each round (auto_l) from the
 	 * acceptance per position so far (tries, accepted) by lib/costmodel */
 	int auto_l, L_next;
@@ -72,7 +73,7 @@ static int row_id(const spec_session *s, int row)
 						    : llasa_code_to_id(s->env.voc, row);
 }
 
-static int next_lookahead(const spec_session *s);
+static int next_lookahead(spec_session *s);
 
 static void forced_free(forced *f)
 {
@@ -482,6 +483,7 @@ static int forced_in_block(const spec_session *s, int Lr, int fb[PROTO_MAX_N + 1
  * rounds so far with a prior of AUTO_PRIOR worth two rounds; a position
  * never tried takes the estimate of the one before it. */
 #define AUTO_PRIOR 0.5
+#define AUTO_PROBE 8
 static void acceptance(const spec_session *s, double *a, int n)
 {
 	double last = AUTO_PRIOR;
@@ -493,18 +495,49 @@ static void acceptance(const spec_session *s, double *a, int n)
 	}
 }
 
-/* The lookahead of the next round: the request's, or (auto) the one the
- * cost model predicts the most tokens per second for, from the acceptance
- * measured so far. It depends on the tokens alone, never on timing. */
-static int next_lookahead(const spec_session *s)
+/* The round a session runs, for the cost model. */
+static cost_kind kind_of(const spec_session *s, int pipe)
+{
+	return s->viterbi ? COST_VITERBI : s->is_none ? COST_NONE : s->mtp ? COST_MTP
+	       : pipe ? COST_PIPELINED : COST_SEQUENTIAL;
+}
+
+/* The lookahead of the next round and whether it drafts ahead: the
+ * request's (pipelined unless it asked for sequential rounds), or (auto)
+ * the lookahead and the kind of round the cost model predicts the most
+ * tokens per second for, from the acceptance measured so far. It depends
+ * on the tokens alone, never on timing. */
+static int next_lookahead(spec_session *s)
 {
 	double a[PROTO_MAX_N];
 
+	s->pipe_next = s->pipe;
 	if (!s->auto_l)
 		return s->L;
 	acceptance(s, a, s->L + 1);
-	return cost_best_lookahead(&s->env.costs, s->mtp ? COST_MTP : s->pipe ? COST_PIPELINED
-								 : COST_SEQUENTIAL, a, s->L);
+	const cost_terms *c = &s->env.costs;
+	int L;
+	double best;
+	if (s->mtp) {
+		L = cost_best_lookahead(c, COST_MTP, a, s->L);
+		best = cost_tokens_per_second(c, COST_MTP, a, L);
+	} else {
+		const int ls = cost_best_lookahead(c, COST_SEQUENTIAL, a, s->L);
+		const double ts = cost_tokens_per_second(c, COST_SEQUENTIAL, a, ls);
+		const int lp = s->pipe ? cost_best_lookahead(c, COST_PIPELINED, a, s->L) : 0;
+		const double tp = s->pipe ? cost_tokens_per_second(c, COST_PIPELINED, a, lp) : 0;
+		s->pipe_next = tp > ts;
+		L = s->pipe_next ? lp : ls;
+		best = s->pipe_next ? tp : ts;
+	}
+	/* drafting that does not pay: the target alone (exact under every
+	 * rule), with a round of one draft every AUTO_PROBE to measure on */
+	if (cost_tokens_per_second(c, COST_NONE, a, 1) >= best &&
+	    (s->rounds + 1) % AUTO_PROBE != 0) {
+		s->pipe_next = 0;
+		return 0;
+	}
+	return L;
 }
 
 /* The draft's propose ahead: while the target verifies [x_1..x_Lr], the
@@ -626,7 +659,8 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 			tail[n_tail++] = s->fc.id[f];
 		qat[k] = n_tail;
 	}
-	const int A = !target_only && !s->mtp && s->pipe ? propose_ahead(s, Lr, fb) : 0;
+	const int A = !target_only && !s->mtp && s->pipe_next ? propose_ahead(s, Lr, fb) : 0;
+	s->n_piped += A > 0;
 	request(s, s->q, PROTO_SCORE, target_only ? 1 : n_tail + 1);
 	s->q->score.heads = s->heads;
 	const int nq = s->q->score.req.n, heads = s->heads;
@@ -781,22 +815,28 @@ int spec_last_round(const spec_session *s, const int **tokens, const int **group
 }
 
 /* What the cost model predicts for the session's rounds: the acceptance
- * measured per position (no prior), at the mean lookahead. */
+ * measured per position (no prior); the drafting rounds at their mean
+ * lookahead, the others (the target alone: auto found drafting would not
+ * pay, or no room before max_tokens) at a step and a trip each. */
 static double spec_predict(const spec_session *s)
 {
 	double a[PROTO_MAX_N + 1];
-	const cost_kind kind = s->is_none && !s->viterbi ? COST_NONE
-			       : s->mtp ? COST_MTP : s->pipe ? COST_PIPELINED : COST_SEQUENTIAL;
+	const cost_terms *c = &s->env.costs;
+	const cost_kind kind = kind_of(s, 2 * s->n_piped >= s->n_drafting && s->n_piped > 0);
+	const int alone = s->rounds - s->n_drafting;
 	int L = s->n_drafting > 0 ? (int)(s->sum_l / s->n_drafting + 0.5) : 1;
 
 	if (L < 1)
 		L = 1;
 	for (int i = 0; i <= PROTO_MAX_N; i++)
 		a[i] = s->tries_pos[i] > 0 ? s->acc_pos[i] / s->tries_pos[i] : i > 0 ? a[i - 1] : 0;
-	if (s->viterbi) /* every head's token is kept */
-		for (int i = 0; i <= PROTO_MAX_N; i++)
-			a[i] = 1;
-	return cost_tokens_per_second(&s->env.costs, kind, a, L);
+	if (kind == COST_NONE || s->n_drafting == 0)
+		return cost_tokens_per_second(c, COST_NONE, a, 1);
+	const double tokens = alone + s->n_drafting * (kind == COST_VITERBI ? L + 1.0
+								 : cost_tokens_per_round(a, L));
+	const double t = alone * cost_round_seconds(c, COST_NONE, a, 1) +
+			 s->n_drafting * cost_round_seconds(c, kind, a, L);
+	return t > 0 ? tokens / t : 0;
 }
 
 void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
@@ -819,8 +859,8 @@ void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 	/* messaging: time in calls minus the servers' own compute */
 	st[PROTO_STAT_T_MSG] = st[PROTO_STAT_T_DRAFT] + st[PROTO_STAT_T_TARGET] - s->t_server;
 	st[PROTO_STAT_RESENDS] = s->resends;
-	st[PROTO_STAT_LOOKAHEAD] = s->n_drafting > 0 ? s->sum_l / s->n_drafting : 0;
-	st[PROTO_STAT_PIPELINED] = s->pipe;
+	st[PROTO_STAT_LOOKAHEAD] = rounds > 0 ? s->sum_l / rounds : 0;
+	st[PROTO_STAT_PIPELINED] = s->n_drafting > 0 ? (double)s->n_piped / s->n_drafting : 0;
 	st[PROTO_STAT_PREDICTED] = spec_predict(s);
 	const int per_pos = !s->is_none || s->viterbi;
 	res->n_stats = PROTO_STAT_POS0 + (per_pos ? s->L : 0);

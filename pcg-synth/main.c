@@ -246,12 +246,12 @@ static void print_result(const proto_result *r, const char *path, double t_first
 
 	if (!quiet) {
 		if (lookahead > 0)
-			fprintf(o, "policy %s, lookahead %d, %s rounds, seed %d\n", policy_name,
-				lookahead, s[PROTO_STAT_PIPELINED] ? "pipelined" : "sequential", seed);
+			fprintf(o, "policy %s, lookahead %d, %.0f%% of rounds pipelined, seed %d\n",
+				policy_name, lookahead, 100 * s[PROTO_STAT_PIPELINED], seed);
 		else
-			fprintf(o, "policy %s, lookahead auto (%.2f a round), %s rounds, seed %d\n",
-				policy_name, s[PROTO_STAT_LOOKAHEAD],
-				s[PROTO_STAT_PIPELINED] ? "pipelined" : "sequential", seed);
+			fprintf(o, "policy %s, lookahead auto (%.2f a round), %.0f%% of rounds "
+				"pipelined, seed %d\n", policy_name, s[PROTO_STAT_LOOKAHEAD],
+				100 * s[PROTO_STAT_PIPELINED], seed);
 		fprintf(o, "tokens %.0f (%.2f s of audio) in %.3f s: %.1f tokens/s\n",
 			s[PROTO_STAT_TOKENS], s[PROTO_STAT_TOKENS] / 50, s[PROTO_STAT_T_TOTAL],
 			s[PROTO_STAT_TOK_S]);

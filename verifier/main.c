@@ -91,10 +91,10 @@ static const pcg_opt opts[] = {
 	{ "tries", PCG_OPT_INT, &tries, "2", 1, 100, "N", "tries per request before giving up" },
 	{ "ms-per-position", PCG_OPT_INT, &ms_per_pos, "250", 0, 600000, "N",
 	  "more wait per position a request makes a model server compute (a prompt's prefill)" },
-	{ "costs", PCG_OPT_STR, &costs, NULL, 1, 0, "STEP_MS,DRAFT_MS,SLOPE,TRIP_MS",
+	{ "costs", PCG_OPT_STR, &costs, NULL, 1, 0, "STEP_MS,DRAFT_MS,SLOPE,TRIP_MS[,HEAD_MS]",
 	  "the cost model's terms (the target's step, the draft's step, a block's "
-	  "slope, a trip to a server); default: the servers' own measures from their "
-	  "load and a ping's round trip, learnt before the first session" },
+	  "slope, a trip to a server, an MTP head); default: the servers' own "
+	  "measures and a score's round trip, learnt before the first session" },
 	{ "local", PCG_OPT_STR, &local_dir, NULL, 1, 0, "DIR",
 	  "run the target (DIR) and the draft as threads of this process, on inproc:// "
 	  "endpoints, instead of connecting to --draft and --target" },
@@ -549,6 +549,7 @@ static void learn_costs(worker *w)
 			if (sg == SPEC_TARGET) {
 				c.step = step;
 				c.slope = pong_value(w->r->pong.msg, "slope=");
+				c.head = pong_value(w->r->pong.msg, "head_ms=") * 1e-3;
 				c.trip = score_trip(v, cl, w->m, w->r);
 			} else {
 				c.draft = step;
@@ -559,8 +560,8 @@ static void learn_costs(worker *w)
 	if (c.step > 0 && c.trip > 0) {
 		v->env.costs = c;
 		fprintf(stderr, "%s: cost model: target step %.3f ms, block slope %.2f, draft step "
-			"%.3f ms, trip %.3f ms\n", prog, c.step * 1e3, c.slope, c.draft * 1e3,
-			c.trip * 1e3);
+			"%.3f ms, trip %.3f ms, MTP head %.3f ms\n", prog, c.step * 1e3, c.slope,
+			c.draft * 1e3, c.trip * 1e3, c.head * 1e3);
 	}
 	v->costs_known = 1;
 out:

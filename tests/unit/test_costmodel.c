@@ -66,6 +66,13 @@ int main(void)
 	CHECK(near(cost_round_seconds(&c, COST_NONE, a, 3), 2.1e-3, 1e-12));
 	CHECK(near(cost_round_seconds(&c, COST_SEQUENTIAL, a, 3), 0.2e-3 + 1.5e-3 + blk3, 1e-12));
 	CHECK(near(cost_round_seconds(&c, COST_MTP, a, 3), 0.1e-3 + blk3, 1e-12));
+	/* the heads: each of L at each of the block's L + 1 positions; Viterbi
+	 * scores one position and keeps every head's token */
+	cost_terms h;
+	CHECK(cost_terms_parse("2,0,0.25,0.1,0.05", &h, &err) == 0 && near(h.head, 0.05e-3, 1e-12));
+	CHECK(near(cost_round_seconds(&h, COST_MTP, a, 3), 0.1e-3 + blk3 + 12 * 0.05e-3, 1e-12));
+	CHECK(near(cost_round_seconds(&h, COST_VITERBI, a, 3), 0.1e-3 + 2e-3 + 3 * 0.05e-3, 1e-12));
+	CHECK(near(cost_tokens_per_second(&h, COST_VITERBI, a, 3), 4 / (2.25e-3), 1e-12));
 	const double full = 0.8 * 0.7 * 0.6 * 0.5;
 	CHECK(near(cost_round_seconds(&c, COST_PIPELINED, a, 3),
 		   0.1e-3 + blk3 + (1 - full) * (0.1e-3 + 1.5e-3), 1e-12));
@@ -88,7 +95,7 @@ int main(void)
 	}
 	/* certain acceptance and free blocks: the longest; none accepted: 1 */
 	const double one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, zero[8] = { 0 };
-	cost_terms free_blk = { 1e-3, 0.1e-3, 0, 0.1e-3 };
+	cost_terms free_blk = { 1e-3, 0.1e-3, 0, 0.1e-3, 0 };
 	CHECK(cost_best_lookahead(&free_blk, COST_PIPELINED, one, 7) == 7);
 	CHECK(cost_best_lookahead(&c, COST_PIPELINED, zero, 7) == 1);
 
@@ -105,7 +112,7 @@ int main(void)
 	/* bad strings name what is wrong */
 	static const struct { const char *s, *want; } bad[] = {
 		{ "", "target step" }, { "1", "separated by commas" }, { "1,2,3", "separated by commas" },
-		{ "1,2,3,4,5", "trailing" }, { "0,1,1,1", "must be > 0" },
+		{ "1,2,3,4,5,6", "trailing" }, { "1,2,3,4;", "trailing" }, { "0,1,1,1", "must be > 0" },
 		{ "1,-1,1,1", "draft step" }, { "1,x,1,1", "draft step" },
 		{ "1,1,nan,1", "block slope" }, { "1,1,1,1e9", "trip" },
 	};
