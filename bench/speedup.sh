@@ -50,11 +50,11 @@ while IFS= read -r text; do
 			>>"$work/runs"
 	done
 done <"$work/text"
-terms=$(sed -n 's/.*cost model: target step \([0-9.]*\) ms, block slope \([0-9.]*\), draft step \([0-9.]*\) ms, trip \([0-9.]*\) ms, MTP head \([0-9.]*\) ms.*/\1 \2 \3 \4 \5/p' "$PCG_RUNTIME_DIR/verifier.log" | head -n 1)
+terms=$(sed -n 's/.*cost model: target step \([0-9.]*\) ms, block slope \([0-9.]*\), draft step \([0-9.]*\) ms, trip \([0-9.]*\) ms, MTP head \([0-9.]*\) ms, overlap \([0-9.]*\).*/\1 \2 \3 \4 \5 \6/p' "$PCG_RUNTIME_DIR/verifier.log" | head -n 1)
 set -- $terms
-step=$1 slope=$2 dstep=$3 head=$5
-printf "cost terms (the servers' own): target step %s ms, block slope %s, draft step %s ms, MTP head %s ms\n" \
-	"$step" "$slope" "$dstep" "$head"
+step=$1 slope=$2 dstep=$3 head=$5 ovl=$6
+printf "cost terms (the verifier's, learnt): target step %s ms, block slope %s, draft step %s ms, MTP head %s ms, overlap %s\n" \
+	"$step" "$slope" "$dstep" "$head" "$ovl"
 # per policy: tokens, seconds, rounds-weighted acceptance per position, mean L
 awk '{ tok[$1] += $2; sec[$1] += $3; r[$1] += $4; L[$1] += $6 * $4; pp[$1] += $7 * $4
        for (k = 1; k <= 7; k++) a[$1, k] += $(7 + k) * $4; n[$1]++ }
@@ -78,7 +78,7 @@ for p in $pols; do
 	esac
 	# most rounds drafted ahead: pipelined
 	[ "$kind" != sequential ] || [ "${6%.*}" -lt 50 ] || kind=pipelined
-	pred=$(bench-costmodel --costs "$step,$dstep,$slope,$fixed,$head" --kind "$kind" \
+	pred=$(bench-costmodel --costs "$step,$dstep,$slope,$fixed,$head,$ovl" --kind "$kind" \
 		--accept "$acc" --lookahead "$5" | sed -n 's/^\([0-9.]*\) tokens.s predicted.*/\1/p')
 	awk -v p="$p" -v t="$tps" -v b="$none_tps" -v m="$mal" -v L="$5" -v pr="$pred" -v pp="$6" \
 		'BEGIN { printf "%-14s %9.1f %7.2fx %6.2f %6.2f %6.0f%% %10.1f %9.2f\n", p, t, t / b, m, L, pp, pr, t / pr }'

@@ -39,7 +39,8 @@ double cost_round_seconds(const cost_terms *c, cost_kind kind, const double *a, 
 		double full = 1;
 		for (int i = 0; i <= L; i++)
 			full *= a[i];
-		const double both = fmax(block(c, L + 1), (L + 1) * c->draft);
+		const double b = block(c, L + 1), d = (L + 1) * c->draft;
+		const double both = fmax(b, d) + c->overlap * fmin(b, d);
 		return c->trip + both + (1 - full) * (c->trip + L * c->draft);
 	}
 	}
@@ -72,30 +73,33 @@ int cost_best_lookahead(const cost_terms *c, cost_kind kind, const double *a, in
 
 int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err)
 {
-	static const char *name[5] = { "target step (ms)", "draft step (ms)", "block slope",
-				       "trip (ms)", "MTP head (ms)" };
-	double v[5] = { 0 };
+	static const char *name[6] = { "target step (ms)", "draft step (ms)", "block slope",
+				       "trip (ms)", "MTP head (ms)", "overlap" };
+	double v[6] = { 0 };
 	const char *p = s;
 
-	for (int i = 0; i < 5; i++) {
+	for (int i = 0; i < 6; i++) {
 		char *end;
 		errno = 0;
 		v[i] = strtod(p, &end);
 		if (end == p || errno != 0 || !isfinite(v[i]) || v[i] < 0 || v[i] > 1e6)
 			return pcg_fail(err, "costs '%s': the %s is not a number >= 0 (the form is "
-					"STEP_MS,DRAFT_MS,SLOPE,TRIP_MS[,HEAD_MS])", s, name[i]);
+					"STEP_MS,DRAFT_MS,SLOPE,TRIP_MS[,HEAD_MS[,OVERLAP]])", s,
+					name[i]);
 		if (i < 3 && *end != ',')
-			return pcg_fail(err, "costs '%s': 4 or 5 numbers separated by commas: "
-					"STEP_MS,DRAFT_MS,SLOPE,TRIP_MS[,HEAD_MS]", s);
+			return pcg_fail(err, "costs '%s': 4 to 6 numbers separated by commas: "
+					"STEP_MS,DRAFT_MS,SLOPE,TRIP_MS[,HEAD_MS[,OVERLAP]]", s);
 		if (i >= 3 && *end == '\0')
 			break;
-		if (i >= 3 && (i == 4 || *end != ','))
+		if (i >= 3 && (i == 5 || *end != ','))
 			return pcg_fail(err, "costs '%s': trailing '%s'", s, end);
 		p = end + 1;
 	}
 	if (v[0] <= 0)
 		return pcg_fail(err, "costs '%s': the target step must be > 0 ms", s);
-	*c = (cost_terms){ v[0] * 1e-3, v[1] * 1e-3, v[2], v[3] * 1e-3, v[4] * 1e-3 };
+	if (v[5] > 1)
+		return pcg_fail(err, "costs '%s': the overlap is a share in [0, 1]", s);
+	*c = (cost_terms){ v[0] * 1e-3, v[1] * 1e-3, v[2], v[3] * 1e-3, v[4] * 1e-3, v[5] };
 	return 0;
 }
 

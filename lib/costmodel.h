@@ -10,8 +10,9 @@
  * (the accepted drafts, then one corrected or bonus token). What it costs:
  *
  *   sequential:  2 trips + L draft steps + block(L + 1)
- *   pipelined:   1 trip + max(block(L + 1), (L + 1) draft steps)
- *                + (1 - F) (1 trip + L draft steps)
+ *   pipelined:   1 trip + max(B, D) + overlap min(B, D)
+ *                + (1 - F) (1 trip + L draft steps),
+ *                B = block(L + 1), D = (L + 1) draft steps
  *
  *   MTP heads:   1 trip + block(L + 1) + (L + 1) L head
  *   mtp-viterbi: 1 trip + step + L head, for L + 1 tokens
@@ -20,7 +21,10 @@
  * positions, a trip is the fixed cost of one request to a server and back
  * beyond its compute, head the cost of one MTP head at one position (its
  * product, its lm_head over the rows, its softmax), and F = a1..a(L+1) the
- * share of rounds whose drafts and first draft ahead were all accepted:
+ * share of rounds whose drafts and first draft ahead were all accepted,
+ * overlap what running the two at once costs beyond the longer (0: they
+ * run apart, on their own cores or hosts; 1: no better than one after the
+ * other, as two servers sharing the same cores or memory can be):
  * only then are the next round's drafts ready when the verdict comes
  * (lib/speculate.c); after a rejection the draft drafts again while the
  * target waits. The target alone costs a trip and a step per token.
@@ -38,6 +42,7 @@ typedef struct cost_terms {
 	double slope;  /* block(n) = step (1 + slope (n - 1)) */
 	double trip;   /* a request to a server and back, beyond its compute */
 	double head;   /* one MTP head at one position (0: none measured) */
+	double overlap; /* in [0, 1]: the draft and the target at once, beyond the longer */
 } cost_terms;
 
 /* Which round: the target alone, drafts from a draft server (one after the
@@ -59,8 +64,9 @@ double cost_tokens_per_second(const cost_terms *c, cost_kind kind, const double 
  * more than max_l for COST_PIPELINED's draft ahead). */
 int cost_best_lookahead(const cost_terms *c, cost_kind kind, const double *a, int max_l);
 
-/* Parses "STEP_MS,DRAFT_MS,SLOPE,TRIP_MS[,HEAD_MS]" (milliseconds; the form
- * of verifier --costs) into c. Returns 0, or -1 with err naming the field. */
+/* Parses "STEP_MS,DRAFT_MS,SLOPE,TRIP_MS[,HEAD_MS[,OVERLAP]]" (milliseconds
+ * but the slope and the overlap; the form of verifier --costs) into c.
+ * Returns 0, or -1 with err naming the field. */
 int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err);
 
 /* Measures a model's terms where it runs, as a server does once (at its

@@ -520,17 +520,97 @@ static double score_trip(verifier *v, pcg_client *cl, proto_msg *q, proto_msg *r
 	return n > 0 ? dt[n / 2] : 0;
 }
 
+/* A score of 4 positions to ct, a propose of 4 tokens to cd, or both at
+ * once (which = 1, 2, 3), each extending sessions of their own from
+ * position 8; returns the seconds until every reply came, or -1. */
+static double timed(verifier *v, pcg_client *ct, pcg_client *cd, int which, uint64_t session,
+		    proto_msg *q, proto_msg *r)
+{
+	pcg_err err = { "" };
+	const llasa_vocab *voc = &v->voc;
+	pcg_client *cl[2] = { ct, cd };
+	const double t = pcg_now();
+
+	for (int k = 0; k < 2; k++) {
+		if (!(which & (1 << k)))
+			continue;
+		proto_init(q, k == 0 ? PROTO_SCORE : PROTO_PROPOSE, 0);
+		proto_model_req *m = proto_model_mut(q);
+		m->session = session;
+		m->pos = 8;
+		m->n_append = k == 0 ? 4 : 1;
+		for (int i = 0; i < m->n_append; i++)
+			m->append[i] = voc->speech_first + (7 * i + 3) % voc->speech_count;
+		m->n = 4;
+		m->samp = (pcg_sampling){ 0.8f, 50, 1.0f };
+		m->rows = (llama_rows){ 1, { voc->speech_first },
+					{ voc->speech_first + voc->speech_count } };
+		if (client_send(cl[k], q, &err) < 0)
+			return -1;
+	}
+	for (int k = 0; k < 2; k++)
+		if ((which & (1 << k)) && (client_wait(cl[k], r, &err) < 0 || r->type != PROTO_PROBS))
+			return -1;
+	return pcg_now() - t;
+}
+
+/* The cost model's overlap: what the target's block and the draft's
+ * tokens ahead cost when they run at once, beyond the longer of the two,
+ * as a share of the shorter (0: apart, 1: no better than one after the
+ * other); the fastest of a few of each way. -1 when a server did not
+ * answer. */
+static double overlap(verifier *v, pcg_client *ct, pcg_client *cd, proto_msg *q, proto_msg *r)
+{
+	const uint64_t session = atomic_fetch_add(&v->next_session, 1);
+	double best[4] = { 0, 1e30, 1e30, 1e30 };
+	pcg_err err = { "" };
+	int ok = 1;
+
+	for (int k = 0; k < 2 && ok; k++) { /* the sessions' first 8 positions */
+		proto_init(q, k == 0 ? PROTO_SCORE : PROTO_PROPOSE, 0);
+		proto_model_req *m = proto_model_mut(q);
+		m->session = session;
+		m->n_append = 8;
+		for (int i = 0; i < 8; i++)
+			m->append[i] = v->voc.speech_first + i;
+		m->n = 1;
+		m->samp = (pcg_sampling){ 0.8f, 50, 1.0f };
+		m->rows = (llama_rows){ 1, { v->voc.speech_first },
+					{ v->voc.speech_first + v->voc.speech_count } };
+		ok = client_call(k == 0 ? ct : cd, q, r, &err) == 0 && r->type == PROTO_PROBS;
+	}
+	for (int rep = 0; ok && rep < 4; rep++)
+		for (int which = 1; ok && which <= 3; which++) {
+			const double t = timed(v, ct, cd, which, session, q, r);
+			ok = t >= 0;
+			if (rep > 0 && t < best[which]) /* the first warms them */
+				best[which] = t;
+		}
+	for (int k = 0; k < 2; k++) {
+		proto_init(q, PROTO_DROP, 0);
+		q->drop.session = session;
+		client_call(k == 0 ? ct : cd, q, r, &err);
+	}
+	if (!ok)
+		return -1;
+	const double hi = fmax(best[1], best[2]), lo = fmin(best[1], best[2]);
+	const double o = lo > 0 ? (best[3] - hi) / lo : 1;
+	return o < 0 ? 0 : o > 1 ? 1 : o;
+}
+
 /* The cost model's terms (lib/costmodel), once, before the first session:
  * the step and block slope targetd measured at its first ping, the draft's
- * step, and the round trip of a score beyond its compute. They stay fixed,
- * so that --lookahead auto chooses the same lookahead for the same tokens
- * in every session (--costs gives them instead). A stage that does not
- * answer leaves the defaults (SPEC_COSTS). */
+ * step, MTP heads' cost, the round trip of a score beyond its compute and
+ * the overlap of the two servers at work at once. They stay fixed, so that
+ * --lookahead auto chooses the same for the same tokens in every session
+ * (--costs gives them instead). A stage that does not answer leaves the
+ * defaults (SPEC_COSTS). */
 static void learn_costs(worker *w)
 {
 	verifier *v = w->v;
 	pcg_err err = { "" };
 	cost_terms c = { 0 };
+	pcg_client *cl[2] = { NULL, NULL };
 
 	pthread_mutex_lock(&v->costs_lock);
 	if (v->costs_known)
@@ -539,32 +619,41 @@ static void learn_costs(worker *w)
 		/* a client of its own, quick to give up: a pipeline without a
 		 * draft server must not wait for one */
 		const char *u = v->stages[sg].urls[0];
-		pcg_client *cl = client_new(v->ctx, u, 1000, 1, &err);
-		if (cl != NULL && !strncmp(u, "ipc://", 6))
-			client_set_alive(cl, listening, (void *)u);
+		if ((cl[sg] = client_new(v->ctx, u, 1000, 1, &err)) == NULL)
+			continue;
+		if (!strncmp(u, "ipc://", 6))
+			client_set_alive(cl[sg], listening, (void *)u);
 		proto_init(w->m, PROTO_PING, 0);
-		if (cl != NULL && client_call(cl, w->m, w->r, &err) == 0 &&
-		    w->r->type == PROTO_PONG) {
-			const double step = pong_value(w->r->pong.msg, "step_ms=") * 1e-3;
-			if (sg == SPEC_TARGET) {
-				c.step = step;
-				c.slope = pong_value(w->r->pong.msg, "slope=");
-				c.head = pong_value(w->r->pong.msg, "head_ms=") * 1e-3;
-				c.trip = score_trip(v, cl, w->m, w->r);
-			} else {
-				c.draft = step;
-			}
+		if (client_call(cl[sg], w->m, w->r, &err) < 0 || w->r->type != PROTO_PONG) {
+			client_free(&cl[sg]);
+			continue;
 		}
-		client_free(&cl);
+		const double step = pong_value(w->r->pong.msg, "step_ms=") * 1e-3;
+		if (sg == SPEC_TARGET) {
+			c.step = step;
+			c.slope = pong_value(w->r->pong.msg, "slope=");
+			c.head = pong_value(w->r->pong.msg, "head_ms=") * 1e-3;
+			c.trip = score_trip(v, cl[sg], w->m, w->r);
+		} else {
+			c.draft = step;
+		}
+	}
+	c.overlap = 1;
+	if (cl[SPEC_TARGET] && cl[SPEC_DRAFT]) {
+		const double o = overlap(v, cl[SPEC_TARGET], cl[SPEC_DRAFT], w->m, w->r);
+		if (o >= 0)
+			c.overlap = o;
 	}
 	if (c.step > 0 && c.trip > 0) {
 		v->env.costs = c;
 		fprintf(stderr, "%s: cost model: target step %.3f ms, block slope %.2f, draft step "
-			"%.3f ms, trip %.3f ms, MTP head %.3f ms\n", prog, c.step * 1e3, c.slope,
-			c.draft * 1e3, c.trip * 1e3, c.head * 1e3);
+			"%.3f ms, trip %.3f ms, MTP head %.3f ms, overlap %.2f\n", prog,
+			c.step * 1e3, c.slope, c.draft * 1e3, c.trip * 1e3, c.head * 1e3, c.overlap);
 	}
 	v->costs_known = 1;
 out:
+	client_free(&cl[0]);
+	client_free(&cl[1]);
 	pthread_mutex_unlock(&v->costs_lock);
 }
 

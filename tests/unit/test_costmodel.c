@@ -83,6 +83,12 @@ int main(void)
 	CHECK(near(cost_round_seconds(&slow, COST_PIPELINED, a, 1),
 		   0.1e-3 + 4e-3 + (1 - 0.8 * 0.7) * (0.1e-3 + 2e-3), 1e-12));
 
+	/* overlap 1: the draft's steps ahead add to the block */
+	cost_terms ov;
+	CHECK(cost_terms_parse("2,0.5,0.25,0.1,0,1", &ov, &err) == 0 && near(ov.overlap, 1, 1e-12));
+	CHECK(near(cost_round_seconds(&ov, COST_PIPELINED, a, 3),
+		   0.1e-3 + blk3 + 2e-3 + (1 - full) * (0.1e-3 + 1.5e-3), 1e-12));
+
 	/* the best lookahead is the brute-force argmax of the same formula */
 	for (int kind = COST_SEQUENTIAL; kind <= COST_MTP; kind++) {
 		int best = 1;
@@ -95,7 +101,7 @@ int main(void)
 	}
 	/* certain acceptance and free blocks: the longest; none accepted: 1 */
 	const double one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, zero[8] = { 0 };
-	cost_terms free_blk = { 1e-3, 0.1e-3, 0, 0.1e-3, 0 };
+	cost_terms free_blk = { 1e-3, 0.1e-3, 0, 0.1e-3, 0, 0 };
 	CHECK(cost_best_lookahead(&free_blk, COST_PIPELINED, one, 7) == 7);
 	CHECK(cost_best_lookahead(&c, COST_PIPELINED, zero, 7) == 1);
 
@@ -112,7 +118,7 @@ int main(void)
 	/* bad strings name what is wrong */
 	static const struct { const char *s, *want; } bad[] = {
 		{ "", "target step" }, { "1", "separated by commas" }, { "1,2,3", "separated by commas" },
-		{ "1,2,3,4,5,6", "trailing" }, { "1,2,3,4;", "trailing" }, { "0,1,1,1", "must be > 0" },
+		{ "1,2,3,4,5,0.5,7", "trailing" }, { "1,2,3,4,5,2", "overlap" }, { "1,2,3,4;", "trailing" }, { "0,1,1,1", "must be > 0" },
 		{ "1,-1,1,1", "draft step" }, { "1,x,1,1", "draft step" },
 		{ "1,1,nan,1", "block slope" }, { "1,1,1,1e9", "trip" },
 	};
