@@ -9,7 +9,9 @@
 # slope and the draft's step as the servers measured them (the verifier's
 # log), the fixed cost of a round from the none runs (1 / their tokens per
 # second minus a step), and the acceptance per position the policy's runs
-# measured.
+# measured. The start of each utterance (the prompt's prefill in both
+# models and the first round: a request for 2 tokens, timed apart) is
+# taken as measured, and the rest of it predicted.
 # Usage: bench/speedup.sh [N_SENTENCES] [POLICY...]
 #   default 10 sentences of bench/everyday-sentences.tsv and the policies
 #   none sd pcg lantern mtp-pcg mtp-viterbi sd:seq pcg:seq (":seq": the
@@ -37,16 +39,21 @@ while IFS= read -r text; do
 		[ "$pol" = "$p" ] || seq=--sequential
 		out="-o $work/out.wav"
 		[ "${TOKENS:-0}" = 1 ] && out=--tokens
+		# the start alone: the prompt's prefill in both models and the
+		# first round (2 tokens), which the cost model of rounds leaves out
+		# shellcheck disable=SC2086
+		first=$(pcg-synth --policy "$pol" $seq --tokens ${SYNTH_FLAGS:-} --max-tokens 2 "$text" \
+			2>&1 >/dev/null | awk '/^tokens / { for (k = 1; k <= NF; k++) if ($k == "in") print $(k + 1) }')
 		# shellcheck disable=SC2086
 		pcg-synth --policy "$pol" $seq $out ${SYNTH_FLAGS:-} "$text" 2>&1 >/dev/null |
-			awk -v p="$p" '
+			awk -v p="$p" -v first="$first" '
 			/^tokens / { tok = $2; for (k = 1; k <= NF; k++) if ($k == "in") sec = $(k + 1) }
 			/^policy / { L = 0; if ($0 ~ /auto \(/) { L = $5; sub(/^\(/, "", L) } else L = $4; sub(/,/, "", L)
 				     for (k = 1; k <= NF; k++) if ($k ~ /%$/) { pp = $k; sub(/%/, "", pp) } }
 			/^rounds / { gsub(",", ""); r = $2; mal = $13 }
 			/^acceptance per position:/ { for (k = 4; k <= NF && k < 12; k++) a[k - 3] = $k; na = NF - 3 }
 			END { printf "%s %s %s %s %s %s %s", p, tok, sec, r, mal, L, pp
-			      for (k = 1; k <= 7; k++) printf " %s", (k <= na ? a[k] : 0); printf "\n" }' \
+			      for (k = 1; k <= 7; k++) printf " %s", (k <= na ? a[k] : 0); printf " %s\n", first }' \
 			>>"$work/runs"
 	done
 done <"$work/text"
@@ -57,14 +64,16 @@ printf "cost terms (the verifier's, learnt): target step %s ms, block slope %s, 
 	"$step" "$slope" "$dstep" "$head" "$ovl"
 # per policy: tokens, seconds, rounds-weighted acceptance per position, mean L
 awk '{ tok[$1] += $2; sec[$1] += $3; r[$1] += $4; L[$1] += $6 * $4; pp[$1] += $7 * $4
-       for (k = 1; k <= 7; k++) a[$1, k] += $(7 + k) * $4; n[$1]++ }
+       for (k = 1; k <= 7; k++) a[$1, k] += $(7 + k) * $4; f[$1] += $15; n[$1]++ }
 END { for (p in tok) { printf "%s %.0f %.4f %.0f %.4f %.1f", p, tok[p], sec[p], r[p], L[p] / r[p], pp[p] / r[p]
-                       for (k = 1; k <= 7; k++) printf " %.4f", a[p, k] / r[p]; printf "\n" } }' \
+                       for (k = 1; k <= 7; k++) printf " %.4f", a[p, k] / r[p]; printf " %.4f %d\n", f[p], n[p] } }' \
 	"$work/runs" >"$work/sum"
 none_tps=$(awk '$1 == "none" { print $2 / $3 }' "$work/sum")
 [ -n "$none_tps" ] || { echo "speedup.sh: no none runs to compare with" >&2; exit 1; }
-fixed=$(awk -v t="$none_tps" -v s="$step" 'BEGIN { f = 1000 / t - s; printf "%.4f", f < 0 ? 0 : f }')
-printf "fixed cost of a round, from none: %s ms\n" "$fixed"
+# none's rounds after its start: a step and the fixed cost each
+fixed=$(awk -v s="$step" '$1 == "none" { f = 1000 * ($3 - $14) / ($2 - 2 * $15) - s
+	printf "%.4f", f < 0 ? 0 : f }' "$work/sum")
+printf "fixed cost of a round, from none's rounds after the start: %s ms\n" "$fixed"
 printf "%-14s %9s %8s %6s %6s %7s %10s %9s\n" policy tokens/s "vs none" MAL L piped predicted "meas/pred"
 for p in $pols; do
 	line=$(awk -v p="$p" '$1 == p' "$work/sum")
@@ -78,8 +87,10 @@ for p in $pols; do
 	esac
 	# most rounds drafted ahead: pipelined
 	[ "$kind" != sequential ] || [ "${6%.*}" -lt 50 ] || kind=pipelined
-	pred=$(bench-costmodel --costs "$step,$dstep,$slope,$fixed,$head,$ovl" --kind "$kind" \
+	rate=$(bench-costmodel --costs "$step,$dstep,$slope,$fixed,$head,$ovl" --kind "$kind" \
 		--accept "$acc" --lookahead "$5" | sed -n 's/^\([0-9.]*\) tokens.s predicted.*/\1/p')
+	# the start as measured, the rest at the predicted rate
+	pred=$(awk -v t="$2" -v f="${14}" -v n="${15}" -v r="$rate" 'BEGIN { printf "%.2f", t / (f + (t - 2 * n) / r) }')
 	awk -v p="$p" -v t="$tps" -v b="$none_tps" -v m="$mal" -v L="$5" -v pr="$pred" -v pp="$6" \
 		'BEGIN { printf "%-14s %9.1f %7.2fx %6.2f %6.2f %6.0f%% %10.1f %9.2f\n", p, t, t / b, m, L, pp, pr, t / pr }'
 done

@@ -480,20 +480,22 @@ static int forced_in_block(const spec_session *s, int Lr, int fb[PROTO_MAX_N + 1
 }
 
 /* The acceptance of each draft position given the ones before it, from the
- * rounds so far with a prior of AUTO_PRIOR worth two rounds; a position
- * never tried takes the estimate of the one before it. */
+ * rounds so far: the first with a prior of AUTO_PRIOR, each later one with
+ * the estimate of the one before it as its prior, worth two rounds each (a
+ * position seldom tried is taken to be like the one before it, so that a
+ * longer lookahead gets tried when the shorter ones are accepted). */
 #define AUTO_PRIOR 0.5
-#define AUTO_PROBE 8
 static void acceptance(const spec_session *s, double *a, int n)
 {
-	double last = AUTO_PRIOR;
+	double prior = AUTO_PRIOR;
 
 	for (int i = 0; i < n; i++) {
-		if (s->tries_pos[i] > 0)
-			last = (s->acc_pos[i] + 2 * AUTO_PRIOR) / (s->tries_pos[i] + 2);
-		a[i] = last;
+		a[i] = (s->acc_pos[i] + 2 * prior) / (s->tries_pos[i] + 2);
+		prior = a[i];
 	}
 }
+
+#define AUTO_PROBE 8
 
 /* The round a session runs, for the cost model. */
 static cost_kind kind_of(const spec_session *s, int pipe)
