@@ -5,6 +5,8 @@
  * acceptance per draft position (the share of rounds that accepted it, as
  * pcg-synth's "acceptance per position" prints it). With --lookahead 0 it
  * also prints the lookahead the model finds best and what it predicts.
+ * --drafting SHARE mixes in rounds of the target alone, as lookahead auto
+ * runs them where drafting would not pay.
  * Usage: bench-costmodel --costs STEP_MS,DRAFT_MS,SLOPE,TRIP_MS
  *          --kind none|sequential|pipelined|mtp|viterbi [--accept A1,A2,...] [--lookahead L]
  */
@@ -16,7 +18,7 @@
 #include "opts.h"
 
 static const char *costs, *kind_s, *accept_s;
-static double lookahead;
+static double lookahead, drafting;
 
 static const pcg_opt opts[] = {
 	{ "costs", PCG_OPT_STR | PCG_OPT_REQUIRED, &costs, NULL, 1, 0, "S,D,B,T[,H]",
@@ -27,7 +29,9 @@ static const pcg_opt opts[] = {
 	{ "accept", PCG_OPT_STR, &accept_s, "", 0, 0, "A1,A2,...",
 	  "the share of rounds that accepted draft position 1, 2, ..." },
 	{ "lookahead", PCG_OPT_FLOAT, &lookahead, "0", 0, 15, "L",
-	  "drafts a round (a mean is rounded; 0: the best, as auto chooses)" },
+	  "drafts a drafting round (a mean is rounded; 0: the best, as auto chooses)" },
+	{ "drafting", PCG_OPT_FLOAT, &drafting, "1", 0, 1, "SHARE",
+	  "the share of rounds that draft; the others are the target's alone" },
 	{ NULL },
 };
 
@@ -80,10 +84,12 @@ int main(int argc, char **argv)
 		L = cost_best_lookahead(&c, (cost_kind)kind, a, 7);
 		printf("best lookahead %d\n", L);
 	}
-	printf("%.1f tokens/s predicted (a round %.3f ms, %.3f tokens)\n",
-	       cost_tokens_per_second(&c, (cost_kind)kind, a, L),
-	       cost_round_seconds(&c, (cost_kind)kind, a, L) * 1e3,
-	       kind == COST_NONE ? 1.0 : kind == COST_VITERBI ? L + 1.0
-	       : cost_tokens_per_round(a, L));
+	const double e = kind == COST_NONE ? 1.0 : kind == COST_VITERBI ? L + 1.0
+			 : cost_tokens_per_round(a, L);
+	const double t = cost_round_seconds(&c, (cost_kind)kind, a, L);
+	const double t1 = cost_round_seconds(&c, COST_NONE, a, 1);
+	const double d = kind == COST_NONE ? 0 : drafting;
+	printf("%.1f tokens/s predicted (a drafting round %.3f ms, %.3f tokens; %.0f%% of rounds "
+	       "drafting)\n", (d * e + (1 - d)) / (d * t + (1 - d) * t1), t * 1e3, e, 100 * d);
 	return 0;
 }

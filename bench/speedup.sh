@@ -49,11 +49,11 @@ while IFS= read -r text; do
 			awk -v p="$p" -v first="$first" '
 			/^tokens / { tok = $2; for (k = 1; k <= NF; k++) if ($k == "in") sec = $(k + 1) }
 			/^policy / { L = 0; if ($0 ~ /auto \(/) { L = $5; sub(/^\(/, "", L) } else L = $4; sub(/,/, "", L)
-				     for (k = 1; k <= NF; k++) if ($k ~ /%$/) { pp = $k; sub(/%/, "", pp) } }
+				     np = 0; dr = 100; for (k = 1; k <= NF; k++) if ($k ~ /%$/) { v = $k; sub(/%/, "", v); if ($(k + 3) == "drafting,") dr = v; else pp = v } }
 			/^rounds / { gsub(",", ""); r = $2; mal = $13 }
 			/^acceptance per position:/ { for (k = 4; k <= NF && k < 12; k++) a[k - 3] = $k; na = NF - 3 }
 			END { printf "%s %s %s %s %s %s %s", p, tok, sec, r, mal, L, pp
-			      for (k = 1; k <= 7; k++) printf " %s", (k <= na ? a[k] : 0); printf " %s\n", first }' \
+			      for (k = 1; k <= 7; k++) printf " %s", (k <= na ? a[k] : 0); printf " %s %s\n", first, dr }' \
 			>>"$work/runs"
 	done
 done <"$work/text"
@@ -64,9 +64,9 @@ printf "cost terms (the verifier's, learnt): target step %s ms, block slope %s, 
 	"$step" "$slope" "$dstep" "$head" "$ovl"
 # per policy: tokens, seconds, rounds-weighted acceptance per position, mean L
 awk '{ tok[$1] += $2; sec[$1] += $3; r[$1] += $4; L[$1] += $6 * $4; pp[$1] += $7 * $4
-       for (k = 1; k <= 7; k++) a[$1, k] += $(7 + k) * $4; f[$1] += $15; n[$1]++ }
+       for (k = 1; k <= 7; k++) a[$1, k] += $(7 + k) * $4; f[$1] += $15; d[$1] += $16 * $4; n[$1]++ }
 END { for (p in tok) { printf "%s %.0f %.4f %.0f %.4f %.1f", p, tok[p], sec[p], r[p], L[p] / r[p], pp[p] / r[p]
-                       for (k = 1; k <= 7; k++) printf " %.4f", a[p, k] / r[p]; printf " %.4f %d\n", f[p], n[p] } }' \
+                       for (k = 1; k <= 7; k++) printf " %.4f", a[p, k] / r[p]; printf " %.4f %d %.4f\n", f[p], n[p], d[p] / r[p] / 100 } }' \
 	"$work/runs" >"$work/sum"
 none_tps=$(awk '$1 == "none" { print $2 / $3 }' "$work/sum")
 [ -n "$none_tps" ] || { echo "speedup.sh: no none runs to compare with" >&2; exit 1; }
@@ -74,7 +74,7 @@ none_tps=$(awk '$1 == "none" { print $2 / $3 }' "$work/sum")
 fixed=$(awk -v s="$step" '$1 == "none" { f = 1000 * ($3 - $14) / ($2 - 2 * $15) - s
 	printf "%.4f", f < 0 ? 0 : f }' "$work/sum")
 printf "fixed cost of a round, from none's rounds after the start: %s ms\n" "$fixed"
-printf "%-14s %9s %8s %6s %6s %7s %10s %9s\n" policy tokens/s "vs none" MAL L piped predicted "meas/pred"
+printf "%-14s %9s %8s %6s %6s %9s %7s %10s %9s\n" policy tokens/s "vs none" MAL L drafting piped predicted "meas/pred"
 for p in $pols; do
 	line=$(awk -v p="$p" '$1 == p' "$work/sum")
 	[ -n "$line" ] || continue
@@ -88,9 +88,11 @@ for p in $pols; do
 	# most rounds drafted ahead: pipelined
 	[ "$kind" != sequential ] || [ "${6%.*}" -lt 50 ] || kind=pipelined
 	rate=$(bench-costmodel --costs "$step,$dstep,$slope,$fixed,$head,$ovl" --kind "$kind" \
-		--accept "$acc" --lookahead "$5" | sed -n 's/^\([0-9.]*\) tokens.s predicted.*/\1/p')
+		--accept "$acc" --drafting "${16}" \
+		--lookahead "$(awk -v l="$5" -v d="${16}" 'BEGIN { print (d > 0 ? l / d : 0) }')" |
+		sed -n 's/^\([0-9.]*\) tokens.s predicted.*/\1/p')
 	# the start as measured, the rest at the predicted rate
 	pred=$(awk -v t="$2" -v f="${14}" -v n="${15}" -v r="$rate" 'BEGIN { printf "%.2f", t / (f + (t - 2 * n) / r) }')
-	awk -v p="$p" -v t="$tps" -v b="$none_tps" -v m="$mal" -v L="$5" -v pr="$pred" -v pp="$6" \
-		'BEGIN { printf "%-14s %9.1f %7.2fx %6.2f %6.2f %6.0f%% %10.1f %9.2f\n", p, t, t / b, m, L, pp, pr, t / pr }'
+	awk -v p="$p" -v t="$tps" -v b="$none_tps" -v m="$mal" -v L="$5" -v pr="$pred" -v pp="$6" -v d="${16}" \
+		'BEGIN { printf "%-14s %9.1f %7.2fx %6.2f %6.2f %8.0f%% %6.0f%% %10.1f %9.2f\n", p, t, t / b, m, L, 100 * d, pp, pr, t / pr }'
 done

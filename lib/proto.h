@@ -104,9 +104,10 @@ enum proto_stat {
 	PROTO_STAT_TOKENS,     /* speech tokens */
 	PROTO_STAT_T_TOTAL,    /* seconds of the session */
 	PROTO_STAT_RESENDS,    /* contexts resent to a server that lost them */
-	PROTO_STAT_LOOKAHEAD,  /* drafts per drafting round (the lookahead, on average) */
+	PROTO_STAT_LOOKAHEAD,  /* drafts per round (the lookahead, on average over all rounds) */
 	PROTO_STAT_PIPELINED,  /* the share of drafting rounds whose draft drafted ahead */
 	PROTO_STAT_PREDICTED,  /* tokens/s the cost model predicts (lib/costmodel) */
+	PROTO_STAT_DRAFTING,   /* the share of rounds that drafted (the rest: the target alone) */
 	PROTO_STAT_POS0        /* the first per-position acceptance */
 };
 

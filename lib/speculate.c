@@ -864,6 +864,7 @@ void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 	st[PROTO_STAT_LOOKAHEAD] = rounds > 0 ? s->sum_l / rounds : 0;
 	st[PROTO_STAT_PIPELINED] = s->n_drafting > 0 ? (double)s->n_piped / s->n_drafting : 0;
 	st[PROTO_STAT_PREDICTED] = spec_predict(s);
+	st[PROTO_STAT_DRAFTING] = rounds > 0 ? (double)s->n_drafting / rounds : 0;
 	const int per_pos = !s->is_none || s->viterbi;
 	res->n_stats = PROTO_STAT_POS0 + (per_pos ? s->L : 0);
 	for (int i = 0; i < PROTO_STAT_POS0; i++)

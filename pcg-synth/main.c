@@ -250,7 +250,8 @@ static void print_result(const proto_result *r, const char *path, double t_first
 				policy_name, lookahead, 100 * s[PROTO_STAT_PIPELINED], seed);
 		else
 			fprintf(o, "policy %s, lookahead auto (%.2f a round), %.0f%% of rounds "
-				"pipelined, seed %d\n", policy_name, s[PROTO_STAT_LOOKAHEAD],
+				"drafting, %.0f%% of those pipelined, seed %d\n", policy_name,
+				s[PROTO_STAT_LOOKAHEAD], 100 * s[PROTO_STAT_DRAFTING],
 				100 * s[PROTO_STAT_PIPELINED], seed);
 		fprintf(o, "tokens %.0f (%.2f s of audio) in %.3f s: %.1f tokens/s\n",
 			s[PROTO_STAT_TOKENS], s[PROTO_STAT_TOKENS] / 50, s[PROTO_STAT_T_TOTAL],
