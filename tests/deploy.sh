@@ -3,11 +3,12 @@
 # systemd units of deploy/systemd: systemd-analyze verify passes them (when
 # installed), their Documentation pages ship, and each example settings file
 # defines what its unit's ExecStart uses and names files that exist. Then
-# four hosts, each a network namespace: draftd, targetd, the verifier and
-# pcg-synth, joined to the verifier's by veth pairs, over tcp with CURVE keys
-# from pcg-keygen (server keypairs, allow lists, the verifier's peers file);
-# on the demo voice, the tokens of a few policies (same seed, lookahead 3)
-# are those of the single-host pipeline of pcg-up. Needs root and iproute2
+# four hosts, each a network namespace: draftd, targetd, the verifier (with
+# codec-decode on its loopback) and pcg-synth, joined to the verifier's by
+# veth pairs, over tcp with CURVE keys from pcg-keygen (server keypairs, allow
+# lists, the verifier's peers file); on the demo voice, the tokens of a few
+# policies (same seed, lookahead 3) and the audio of one are those of the
+# single-host pipeline of pcg-up. Needs root and iproute2
 # for the hosts; skips otherwise.
 set -u
 ROOT=${PCG_ROOT:-$(pwd)}
@@ -48,7 +49,8 @@ else
 	echo "systemd-analyze not installed: the units' syntax is not checked"
 fi
 
-[ "$(id -u)" = 0 ] || { echo "not root: the hosts (network namespaces) need root: skipped"; exit 77; }
+[ "$(id -u)" = 0 ] ||
+	{ echo "not root: the hosts (network namespaces) need root: skipped"; exit 77; }
 command -v ip >/dev/null 2>&1 || { echo "no ip (iproute2): skipped"; exit 77; }
 
 # The hosts: c (pcg-synth), v (the verifier), d (draftd), t (targetd), a
@@ -93,7 +95,8 @@ for k in draftd targetd verifier synth; do pcg-keygen $k >/dev/null || bad "pcg-
 cp verifier.pub draftd.allow
 cp verifier.pub targetd.allow
 cp synth.pub verifier.allow
-{ echo "tcp://$D:7601 $(cat draftd.pub)"; echo "tcp://$TG:7602 $(cat targetd.pub)"; } >verifier.peers
+echo "tcp://$D:7601 $(cat draftd.pub)" >verifier.peers
+echo "tcp://$TG:7602 $(cat targetd.pub)" >>verifier.peers
 cd .. || exit 1
 
 # Started with ip netns exec directly: $! is then the daemon.
@@ -103,10 +106,15 @@ pids="$pids $!"
 ip netns exec "${n}d" draftd --model "$demo/draft" --listen "tcp://$D:7601" --threads 1 \
 	--curve-key keys/draftd.key --curve-allow keys/draftd.allow 2>d.log &
 pids="$pids $!"
+# The codec on the verifier's loopback needs no keys.
+ip netns exec "${n}v" codec-decode --daemon --codec auto --weights "$demo/codec" \
+	--listen tcp://127.0.0.1:7603 --threads 1 2>c.log &
+pids="$pids $!"
 ip netns exec "${n}v" verifier --tokenizer "$demo/tokenizer.json" --voice "$demo/voice.json" \
 	--asg "$demo/asg" --tm "$demo/tm" --knn "$demo/knn" --listen "tcp://$V:7600" \
-	--draft "tcp://$D:7601" --target "tcp://$TG:7602" --curve-key keys/verifier.key \
-	--curve-allow keys/verifier.allow --curve-peers keys/verifier.peers 2>v.log &
+	--draft "tcp://$D:7601" --target "tcp://$TG:7602" --codec tcp://127.0.0.1:7603 \
+	--curve-key keys/verifier.key --curve-allow keys/verifier.allow \
+	--curve-peers keys/verifier.peers 2>v.log &
 pids="$pids $!"
 synth() {
 	timeout 20 ip netns exec "${n}c" pcg-synth --verifier "tcp://$V:7600" \
@@ -117,7 +125,7 @@ until synth --ping --timeout-ms 1000 >ping 2>&1; do
 	i=$((i + 1))
 	[ $i -lt 30 ] || { bad "not ready after 30 tries: $(cat ping); $(tail -n 3 v.log)"; finish; }
 	for p in $pids; do kill -0 "$p" 2>/dev/null ||
-		{ bad "a daemon exited: $(tail -n 2 t.log d.log v.log)"; finish; }; done
+		{ bad "a daemon exited: $(tail -n 2 t.log d.log c.log v.log)"; finish; }; done
 	sleep 0.2
 done
 ok "four hosts: $(cat ping)"
@@ -132,6 +140,7 @@ for p in $policies; do
 	expect 0 "across hosts: --policy $p" synth --policy "$p" --lookahead 3 --seed 7 --tokens "$text"
 	cp out "net-$p.tok"
 done
+expect 0 "across hosts: audio" synth --policy pcg --lookahead 3 --seed 7 -o net.wav "$text"
 kill $pids 2>/dev/null
 wait 2>/dev/null
 pids=
@@ -146,6 +155,10 @@ for p in $policies; do
 	[ "$(wc -w <out)" -gt 10 ] && ok "$p: $(wc -w <out) tokens" || bad "$p: $(wc -w <out) tokens"
 	same "net-$p.tok" out "$p: the tokens across hosts are those of one host"
 done
+expect 0 "one host: audio" timeout 20 pcg-synth --policy pcg --lookahead 3 --seed 7 \
+	-o one.wav "$text"
+[ -s one.wav ] && same net.wav one.wav "the audio across hosts is that of one host" ||
+	bad "no audio"
 expect 0 "pcg-down" pcg-down
 rt_up=
 finish
