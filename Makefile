@@ -7,7 +7,11 @@
 #   make test       builds everything, runs tests/run (offline, a few minutes)
 #   make test-gpu   the CUDA tests on a GPU, also under compute-sanitizer
 #   make demo       runs the demo job on the embedded tiny model
-#   make install    PREFIX=/usr/local (bin/, share/man/)
+#   make install    PREFIX=/usr/local (bin/, share/man/, the demo voice in
+#                   share/pcg-tts/, systemd units in SYSTEMDUNITDIR, default
+#                   PREFIX/lib/systemd/system, their user in SYSUSERSDIR, default
+#                   PREFIX/lib/sysusers.d, and example unit settings in
+#                   share/pcg-tts/systemd/); DESTDIR stages it for a package
 #   make eval-deps  pip-installs what pcg-eval's WER needs (tools/eval/requirements.txt)
 #   make test-deps  pip-installs gguf-py and numpy, for the tests that check our GGUF
 #                   files with llama.cpp's own reader (they skip loudly without it),
@@ -16,6 +20,10 @@
 # CUDA sources (lib/cuda/*.cu) build when nvcc is found; CUDA=0 turns that off.
 
 PREFIX   ?= /usr/local
+# Where systemd looks for packaged units and sysusers.d entries under PREFIX
+# (/usr/local/lib/systemd/system is in its search path, as /usr/lib/... is).
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
 CC       ?= cc
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
@@ -194,6 +202,16 @@ install: all
 		install -D -m 644 $$f $(DESTDIR)$(PREFIX)/share/pcg-tts/$$f; done
 	for m in man/*.[1-8]; do \
 		install -D -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$${m##*.}/$${m##*/}; done
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(PREFIX)/share/pcg-tts/systemd
+	for f in deploy/systemd/*.service.in; do \
+		sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@DATADIR@|$(PREFIX)/share/pcg-tts|g' $$f \
+			>$(DESTDIR)$(SYSTEMDUNITDIR)/$$(basename $$f .in) && \
+		chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$(basename $$f .in) || exit 1; done
+	for f in deploy/systemd/*.conf.in; do \
+		sed -e 's|@DATADIR@|$(PREFIX)/share/pcg-tts|g' $$f \
+			>$(DESTDIR)$(PREFIX)/share/pcg-tts/systemd/$$(basename $$f .in) && \
+		chmod 644 $(DESTDIR)$(PREFIX)/share/pcg-tts/systemd/$$(basename $$f .in) || exit 1; done
+	install -m 644 deploy/systemd/pcg-tts.sysusers $(DESTDIR)$(SYSUSERSDIR)/pcg-tts.conf
 
 clean:
 	rm -rf build bin
