@@ -84,8 +84,7 @@ int main(int argc, char **argv)
 		L = cost_best_lookahead(&c, (cost_kind)kind, a, 7);
 		printf("best lookahead %d\n", L);
 	}
-	const double e = kind == COST_NONE ? 1.0 : kind == COST_VITERBI ? L + 1.0
-			 : cost_tokens_per_round(a, L);
+	const double e = kind == COST_NONE ? 1.0 : cost_tokens_per_round(a, L);
 	const double t = cost_round_seconds(&c, (cost_kind)kind, a, L);
 	const double t1 = cost_round_seconds(&c, COST_NONE, a, 1);
 	const double d = kind == COST_NONE ? 0 : drafting;

@@ -50,8 +50,7 @@ double cost_round_seconds(const cost_terms *c, cost_kind kind, const double *a, 
 double cost_tokens_per_second(const cost_terms *c, cost_kind kind, const double *a, int L)
 {
 	const double t = cost_round_seconds(c, kind, a, L);
-	const double e = kind == COST_NONE ? 1 : kind == COST_VITERBI ? L + 1
-									 : cost_tokens_per_round(a, L);
+	const double e = kind == COST_NONE ? 1 : cost_tokens_per_round(a, L);
 
 	return t > 0 ? e / t : 0;
 }

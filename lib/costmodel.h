@@ -15,7 +15,8 @@
  *                B = block(L + 1), D = (L + 1) draft steps
  *
  *   MTP heads:   1 trip + block(L + 1) + (L + 1) L head
- *   mtp-viterbi: 1 trip + step + L head, for L + 1 tokens
+ *   mtp-viterbi: 1 trip + step + L head, for E(L) tokens (a = 1: every
+ *                head's token is kept, unless a round stops short)
  *
  * where block(n) = step (1 + slope (n - 1)) is the target's pass over n
  * positions, a trip is the fixed cost of one request to a server and back

@@ -235,7 +235,7 @@ static int request_check(const server *sv, const proto_msg *q, proto_msg *rep)
 
 /* What one MTP head costs at one position, as a score with heads spends
  * it: its logits over rows and their softmax (the fastest of a few, per
- * head). 0 when it cannot be measured. */
+ * head, each from cold caches). 0 when it cannot be measured. */
 static double head_cost(server *sv, const llama_rows *rows)
 {
 	const llama_config *c = llama_get_config(sv->model);
@@ -246,9 +246,13 @@ static double head_cost(server *sv, const llama_rows *rows)
 	pcg_err err = { "" };
 	double best = 0;
 
+	const size_t FLUSH = 64u << 20; /* from cold caches, as cost_measure */
+	double *flush = calloc(FLUSH / sizeof(double), sizeof(double));
 	for (int r = 0; hs && pr && r < 6; r++) {
 		for (int i = 0; i < c->hidden; i++)
 			hs[i] = (float)((i * 37 + r) % 17) / 17.0f - 0.5f;
+		for (size_t i = 0; flush && i < FLUSH / sizeof *flush; i += 8)
+			flush[i] += 1;
 		const double t = pcg_now();
 		if (mtp_logits(sv->heads, hs, 0, nh, rows, sv->hlogits, &err) < 0)
 			break;
@@ -258,6 +262,7 @@ static double head_cost(server *sv, const llama_rows *rows)
 		if (r > 0 && (best == 0 || dt < best)) /* the first warms the caches */
 			best = dt;
 	}
+	free(flush);
 	free(hs);
 	free(pr);
 	return best;

@@ -711,6 +711,12 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 		for (int i = 0; i < 1 + heads && i < room; i++)
 			out[n_emit++] = row_id(s, (int)path[i]);
 		accepted = n_emit - 1;
+		/* for the cost model: each head's token kept, until a round
+		 * stops short of a forced token */
+		for (int i = 0; i < heads && i <= accepted; i++) {
+			s->tries_pos[i]++;
+			s->acc_pos[i] += i < accepted;
+		}
 	} else if (target_only) {
 		int row = pcg_sample(s->qv, W, pcg_rng_uniform(&rng));
 		out[n_emit++] = row_id(s, row < 0 ? W - 1 : row);
