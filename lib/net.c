@@ -2,6 +2,8 @@
 #include "net.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <pthread.h>
@@ -331,6 +333,103 @@ static void monitor_stop(void *s)
 	pthread_mutex_unlock(&monitors_lock);
 }
 
+/* How long a probe of a server's greeting may take: on loopback it takes a
+ * millisecond; a slow or silent server makes it inconclusive, not an error. */
+#define PROBE_MS 500
+
+/* ms left of PROBE_MS since t0 (CLOCK_MONOTONIC), at least 0. */
+static int probe_left(const struct timespec *t0)
+{
+	struct timespec t;
+	long ms;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	ms = PROBE_MS - ((t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000);
+	return ms < 0 ? 0 : (int)ms;
+}
+
+/* A tcp connection to one of ai's addresses, within PROBE_MS of t0; -1 if
+ * none. */
+static int probe_connect(const struct addrinfo *ai, const struct timespec *t0)
+{
+	for (; ai != NULL; ai = ai->ai_next) {
+		int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), e = 0;
+		struct pollfd p = { fd, POLLOUT, 0 };
+		socklen_t el = sizeof e;
+		if (fd < 0)
+			continue;
+		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ||
+		    (errno == EINPROGRESS && poll(&p, 1, probe_left(t0)) == 1 &&
+		     getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) == 0 && e == 0))
+			return fd;
+		close(fd);
+	}
+	return -1;
+}
+
+/* Reads the security mechanism that the ZMTP 3 server at url (tcp://
+ * [SOURCE;]HOST:PORT) speaks from its greeting (RFC 23: a signature of 0xFF,
+ * 8 bytes, 0x7F; major and minor version; the mechanism, 20 bytes padded
+ * with NULs). Only our signature and major version are sent, so the server
+ * sends its whole greeting and then waits for the rest of ours, which never
+ * comes: unlike libzmq's own handshake, this is no race. Fills mech and
+ * returns 0, or -1 when no such greeting came within PROBE_MS. */
+static int probe_mechanism(const char *url, char mech[21])
+{
+	static const uint8_t hello[11] = { 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 3 };
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV }, *ai = NULL;
+	struct timespec t0;
+	char host[256];
+	const char *h = strchr(url, ';') ? strchr(url, ';') + 1 : url + 6, *port = strrchr(h, ':');
+	uint8_t g[32]; /* up to the end of the mechanism */
+	size_t got = 0, n;
+	int fd, rc = -1;
+
+	if (port == NULL || (size_t)(port - h) >= sizeof host)
+		return -1;
+	n = (size_t)(port - h);
+	if (n >= 2 && h[0] == '[' && h[n - 1] == ']') { /* [IPv6] */
+		h++;
+		n -= 2;
+	}
+	memcpy(host, h, n);
+	host[n] = '\0';
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (getaddrinfo(host, port + 1, &hints, &ai) != 0)
+		return -1;
+	fd = probe_connect(ai, &t0);
+	freeaddrinfo(ai);
+	if (fd < 0)
+		return -1;
+	if (send(fd, hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello)
+		goto out;
+	while (got < sizeof g) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		ssize_t r;
+		if (poll(&p, 1, probe_left(&t0)) != 1)
+			goto out;
+		r = recv(fd, g + got, sizeof g - got, 0);
+		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+			goto out;
+		got += r > 0 ? (size_t)r : 0;
+	}
+	if (g[0] != 0xff || g[9] != 0x7f || g[10] < 3)
+		goto out; /* not ZMTP 3 */
+	memcpy(mech, g + 12, 20);
+	mech[20] = '\0';
+	n = strlen(mech);
+	rc = n > 0 ? 0 : -1;
+	for (size_t i = 0; i < 20 && rc == 0; i++) /* upper-case letters, digits, -_.+; NULs */
+		if (i < n ? !((mech[i] >= 'A' && mech[i] <= 'Z') || (mech[i] >= '0' && mech[i] <= '9') ||
+			      strchr("-_.+", mech[i]))
+			  : mech[i] != '\0')
+			rc = -1;
+out:
+	close(fd);
+	return rc;
+}
+
 /* Reads the events waiting on m's PAIR. Returns -1 with err when they say
  * the handshake cannot succeed, else 0. */
 static int monitor_read(struct monitor *m, pcg_err *err)
@@ -367,22 +466,33 @@ static int monitor_read(struct monitor *m, pcg_err *err)
 					"allow list", m->url, value, curve.pub);
 		case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
 			if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH && m->curve)
-				return pcg_fail(err, "%s: the server does not use CURVE; give it a "
-						"key and an allow list, or give this client no key "
-						"for it", m->url);
+				goto not_curve;
 			if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-				return pcg_fail(err, "%s: the server uses CURVE; give this client "
-						"a key (--curve-key) and the server's public key",
-						m->url);
+				goto uses_curve;
 			if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
 				goto mismatch;
 			return pcg_fail(err, "%s: the CURVE handshake failed (ZMTP protocol error "
 					"0x%x)", m->url, value);
-		case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+		case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: {
+			/* The server closed the connection in the handshake. With
+			 * another mechanism, both ends close as soon as they have
+			 * the other's greeting, often before sending the rest of
+			 * their own: which end learns of the mismatch is a race
+			 * that the client mostly loses (it then only sees the
+			 * connection end, retry after retry). So ask the server's
+			 * greeting which mechanism it speaks. */
+			char mech[21];
+			if (probe_mechanism(m->url, mech) == 0) {
+				if (m->curve && strcmp(mech, "CURVE") != 0)
+					goto not_curve;
+				if (!m->curve && !strcmp(mech, "CURVE"))
+					goto uses_curve;
+				if (!m->curve && strcmp(mech, "NULL") != 0)
+					return pcg_fail(err, "%s: the server uses %s security, which "
+							"this client does not speak", m->url, mech);
+			}
 			/* A CURVE server drops a client whose HELLO it cannot open:
-			 * sealed for another server key. (A plain server drops a
-			 * CURVE client too, and whether the client learns of the
-			 * mechanism first is a race.) Twice, so that a server
+			 * sealed for another server key. Twice, so that a server
 			 * going away in the middle of one handshake is not taken
 			 * for it (libzmq retries within 100 ms). Without CURVE a
 			 * dropped handshake says nothing of keys. */
@@ -390,7 +500,14 @@ static int monitor_read(struct monitor *m, pcg_err *err)
 				goto mismatch;
 			break;
 		}
+		}
 	}
+not_curve:
+	return pcg_fail(err, "%s: the server does not use CURVE; give it a key and an allow list, "
+			"or give this client no key for it", m->url);
+uses_curve:
+	return pcg_fail(err, "%s: the server uses CURVE; give this client a key (--curve-key) "
+			"and the server's public key", m->url);
 mismatch:
 	return pcg_fail(err, "%s: the server's key does not match (or the server does not use "
 			"CURVE): it dropped the CURVE handshake; check the server key this client "

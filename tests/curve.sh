@@ -103,17 +103,22 @@ expect 1 "pcg-synth --ping with the wrong server key" in_ns pcg-synth --verifier
 	--curve-key client.key --curve-server stranger.pub --timeout-ms 30000 --ping
 err_has "the server's key does not match"
 at_once "--ping, the wrong server key"
-t0=$(date +%s)
-expect 1 "pcg-synth without a key, to a CURVE server on loopback" in_ns pcg-synth \
-	--verifier tcp://127.0.0.1:7721 --timeout-ms 30000 "Let me in."
-err_has "the server uses CURVE"
-at_once "no key for a CURVE server"
-t0=$(date +%s)
-expect 1 "pcg-synth with keys, to a plain server on loopback" in_ns pcg-synth \
-	--verifier tcp://127.0.0.1:7700 --curve-key client.key --curve-server server.pub \
-	--timeout-ms 30000 --policy none --max-tokens 5 "Let me in."
-err_has "the server does not use CURVE"
-at_once "keys for a plain server"
+# A mechanism mismatch: which end of libzmq's handshake learns of it is a
+# race that the client mostly loses (it sees the connection dropped), so
+# each is tried a few times.
+for try in 1 2 3; do
+	t0=$(date +%s)
+	expect 1 "pcg-synth without a key, to a CURVE server on loopback ($try)" in_ns pcg-synth \
+		--verifier tcp://127.0.0.1:7721 --timeout-ms 30000 "Let me in."
+	err_has "tcp://127.0.0.1:7721: the server uses CURVE"
+	at_once "no key for a CURVE server ($try)"
+	t0=$(date +%s)
+	expect 1 "pcg-synth with keys, to a plain server on loopback ($try)" in_ns pcg-synth \
+		--verifier tcp://127.0.0.1:7700 --curve-key client.key --curve-server server.pub \
+		--timeout-ms 30000 --policy none --max-tokens 5 "Let me in."
+	err_has "tcp://127.0.0.1:7700: the server does not use CURVE; give it a key"
+	at_once "keys for a plain server ($try)"
+done
 
 # Key files that are not regular files: refused at once, naming the file
 mkfifo fifo
