@@ -2,7 +2,7 @@
 # tests/pipeline.sh: the whole pipeline as separate processes on a tiny
 # model: every policy synthesises through pcg-up's ipc sockets; the same
 # seed gives the same tokens over ipc, over tcp and inproc (one process), and
-# again on a rerun;
+# again on a rerun (lookahead auto, its verifiers given the same cost terms);
 # another seed gives other tokens; pcg-down leaves no process or socket.
 set -u
 T=${TEST_TMP:-$(mktemp -d)}
@@ -15,7 +15,11 @@ trap cleanup EXIT
 pcg-mkmodel --out tiny --std 0.3 --seed 2 >/dev/null || exit 1
 asg-build --model tiny --theta 0.3 --quiet -o tiny.asg || exit 1
 asg-build --model tiny --knn 4 --quiet -o tiny.knn || exit 1
-pcg-up --target tiny --draft-layers 0 --asg tiny.asg --knn tiny.knn >up.log 2>&1 || { cat up.log; exit 1; }
+# The cost model's terms given, the same to every verifier below: lookahead
+# auto then chooses alike in each, so their tokens can be compared.
+costs=0.5,0.1,0.3,0.1
+pcg-up --target tiny --draft-layers 0 --asg tiny.asg --knn tiny.knn --costs $costs >up.log 2>&1 ||
+	{ cat up.log; exit 1; }
 ok "pcg-up: $(tail -n 2 up.log | head -n 1)"
 for pol in none sd ssd pcg greedy typical topk lantern; do
 	if pcg-synth --policy $pol --max-tokens 40 --tokens "A short test." >"ipc.$pol" 2>"err.$pol"; then
@@ -35,8 +39,10 @@ pcg-synth --policy pcg --f16 --max-tokens 40 --tokens "A short test." >f16.pcg &
 pcg-synth --policy bogus "x" 2>err; [ $? -eq 1 ] && grep -q "policy" err && ok "unknown policy: error" || bad "unknown policy"
 # A policy's parameters travel by name: another setting, other acceptance; the
 # verifier refuses what the rule does not take.
-pcg-synth --policy lantern --policy-args delta=0 --max-tokens 40 --tokens "A short test." >l0 2>el0 &&
-pcg-synth --policy lantern --policy-args delta=0.5,k=4 --max-tokens 40 --tokens "A short test." >l5 2>el5 &&
+pcg-synth --policy lantern --policy-args delta=0 --lookahead 3 --max-tokens 40 --tokens "A short test." \
+	>l0 2>el0 &&
+pcg-synth --policy lantern --policy-args delta=0.5,k=4 --lookahead 3 --max-tokens 40 --tokens \
+	"A short test." >l5 2>el5 &&
 	[ "$(sed -n 's/.*acceptance rate \([0-9.]*\).*/\1/p' el0)" != "$(sed -n 's/.*acceptance rate \([0-9.]*\).*/\1/p' el5)" ] &&
 	ok "lantern --policy-args delta: another acceptance" || bad "lantern args: $(cat el0 el5)"
 pcg-synth --policy topk --policy-args delta=0.5 "x" 2>err; [ $? -eq 2 ] && grep -q "takes no parameter 'delta'" err &&
@@ -46,7 +52,7 @@ ls rt/*.sock rt/*.pid >/dev/null 2>&1 && bad "sockets or PID files left" || ok "
 
 # With codec-decode: four processes, a 16 kHz mono file of 320 samples per code.
 # No --asg this time: pcg needs the client to send one.
-pcg-up --target tiny --draft-layers 0 \
+pcg-up --target tiny --draft-layers 0 --costs $costs \
 	--codec-weights "$PCG_ROOT/tests/fixtures/xcodec2/tiny" >up2.log 2>&1 || { cat up2.log; exit 1; }
 pcg-synth --policy pcg --max-tokens 40 "A short test." >/dev/null 2>err
 [ $? -eq 1 ] && grep -q "needs an ASG" err && ok "pcg without an ASG: error" || bad "pcg without ASG: $(cat err)"
@@ -77,7 +83,8 @@ pcg-down >/dev/null 2>&1
 targetd --model tiny --listen tcp://127.0.0.1:7652 2>t.log & pids="$!"
 draftd --model tiny --layers 0 --listen tcp://127.0.0.1:7651 2>d.log & pids="$pids $!"
 verifier --tokenizer tiny/tokenizer.json --asg tiny.asg --listen tcp://127.0.0.1:7650 \
-	--draft tcp://127.0.0.1:7651 --target tcp://127.0.0.1:7652 2>v.log & pids="$pids $!"
+	--draft tcp://127.0.0.1:7651 --target tcp://127.0.0.1:7652 --costs $costs 2>v.log &
+pids="$pids $!"
 for pol in sd pcg none; do
 	pcg-synth --verifier tcp://127.0.0.1:7650 --timeout-ms 20000 --policy $pol --max-tokens 40 \
 		--tokens "A short test." >"tcp.$pol" 2>err || bad "tcp $pol: $(cat err)"
@@ -89,7 +96,8 @@ wait
 pids=
 
 # One process: the verifier runs the model servers as threads on inproc://.
-verifier --local tiny --local-draft-layers 0 --asg tiny.asg --listen "ipc://$T/local.sock" 2>l.log &
+verifier --local tiny --local-draft-layers 0 --asg tiny.asg --listen "ipc://$T/local.sock" \
+	--costs $costs 2>l.log &
 pids=$!
 for pol in sd pcg none; do
 	pcg-synth --verifier "ipc://$T/local.sock" --timeout-ms 20000 --policy $pol --max-tokens 40 \
