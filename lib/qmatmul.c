@@ -862,10 +862,53 @@ void pcg_qx_free(pcg_qx *q)
 	memset(q, 0, sizeof *q);
 }
 
+/* One product's rows in chunks, each chunk by the kernel of the path. */
+enum { PATH_VNNI512, PATH_AVXVNNI, PATH_AVX2, PATH_REF };
+typedef struct chunks {
+	float *y;
+	int ldy, r0, nr, chunk, path;
+	const pcg_qx *q;
+	const uint8_t *xu;
+	const pcg_mat *W;
+} chunks;
+
+static void run_chunk(const chunks *k, int c)
+{
+	const int a = k->r0 + c * k->chunk;
+	const int n = k->r0 + k->nr - a < k->chunk ? k->r0 + k->nr - a : k->chunk;
+
+	switch (k->path) {
+#if defined(__x86_64__)
+	case PATH_VNNI512: rows_vnni_any(k->y, k->ldy, k->q, k->xu, k->W, a, n, k->r0); break;
+	case PATH_AVXVNNI: rows_avxvnni_any(k->y, k->ldy, k->q, k->W, a, n, k->r0); break;
+	case PATH_AVX2: rows_avx2_any(k->y, k->ldy, k->q, k->W, a, n, k->r0); break;
+#endif
+	default: pcg_qdot_ref(k->y + (a - k->r0), k->ldy, k->q, k->W, a, n); break;
+	}
+}
+
+/* Every chunk, in parallel; with one thread in no parallel region at all
+ * (libgomp ends even a team of one with futex wake-ups, tens a step). */
+static void run_chunks(const chunks *k)
+{
+	const int nchunks = (k->nr + k->chunk - 1) / k->chunk;
+
+	if (nchunks == 1 || pcg_get_threads() == 1) {
+		for (int c = 0; c < nchunks; c++)
+			run_chunk(k, c);
+		return;
+	}
+#pragma omp parallel for schedule(static)
+	for (int c = 0; c < nchunks; c++)
+		run_chunk(k, c);
+}
+
 int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr)
 {
 	const int K = W->cols;
 	pcg_qx q;
+	chunks k = { .y = y, .ldy = ldy, .r0 = r0, .nr = nr, .chunk = 64, .path = PATH_REF,
+		     .q = &q, .W = W };
 
 	if (pcg_qx_alloc(&q, B, K) < 0)
 		return -1;
@@ -887,75 +930,31 @@ int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 			uint8_t *dst = xu + (size_t)b * Kp;
 			if (q4) { /* K is a multiple of 32: whole groups of 16 */
 				memset(dst, 0, (size_t)Kp);
-				for (int k = 0; k < K; k += 16) {
-					const int g = k >> 4 & 3, to = (k & ~63) + 16 * (g == 1 ? 2 : g == 2 ? 1 : g);
-					memcpy(dst + to, src + k, 16);
+				for (int j = 0; j < K; j += 16) {
+					const int g = j >> 4 & 3, to = (j & ~63) + 16 * (g == 1 ? 2 : g == 2 ? 1 : g);
+					memcpy(dst + to, src + j, 16);
 				}
 			} else {
-				for (int k = 0; k < K; k++)
-					dst[k] = (uint8_t)(src[k] + 128);
+				for (int j = 0; j < K; j++)
+					dst[j] = (uint8_t)(src[j] + 128);
 				memset(dst + K, 128, (size_t)(Kp - K));
 			}
 		}
-		const int chunk = 16, nchunks = (nr + chunk - 1) / chunk;
-		/* one thread: no parallel region (its end wakes futexes) */
-		if (nchunks == 1 || pcg_get_threads() == 1) {
-			for (int c = 0; c < nchunks; c++) {
-				const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
-				rows_vnni_any(y, ldy, &q, xu, W, a, n, r0);
-			}
-		} else {
-#pragma omp parallel for schedule(static)
-			for (int c = 0; c < nchunks; c++) {
-				const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
-				rows_vnni_any(y, ldy, &q, xu, W, a, n, r0);
-			}
-		}
+		k.path = PATH_VNNI512;
+		k.chunk = 16;
+		k.xu = xu;
+		run_chunks(&k);
 		free(xu);
 		pcg_qx_free(&q);
 		return 0;
 	}
 	if (!strcmp(p, "avx-vnni") || !strcmp(p, "avx2")) {
-		const int vnni = !strcmp(p, "avx-vnni");
-		const int chunk = 16, nchunks = (nr + chunk - 1) / chunk;
-		/* one thread: no parallel region (its end wakes futexes) */
-		if (nchunks == 1 || pcg_get_threads() == 1) {
-			for (int c = 0; c < nchunks; c++) {
-				const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
-				if (vnni)
-					rows_avxvnni_any(y, ldy, &q, W, a, n, r0);
-				else
-					rows_avx2_any(y, ldy, &q, W, a, n, r0);
-			}
-		} else {
-#pragma omp parallel for schedule(static)
-			for (int c = 0; c < nchunks; c++) {
-				const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
-				if (vnni)
-					rows_avxvnni_any(y, ldy, &q, W, a, n, r0);
-				else
-					rows_avx2_any(y, ldy, &q, W, a, n, r0);
-			}
-		}
-		pcg_qx_free(&q);
-		return 0;
+		k.path = !strcmp(p, "avx-vnni") ? PATH_AVXVNNI : PATH_AVX2;
+		k.chunk = 16;
 	}
 #endif
 	(void)p;
-	const int chunk = 64, nchunks = (nr + chunk - 1) / chunk;
-	/* one thread: no parallel region (its end wakes futexes) */
-	if (nchunks == 1 || pcg_get_threads() == 1) {
-		for (int c = 0; c < nchunks; c++) {
-			const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
-			pcg_qdot_ref(y + (a - r0), ldy, &q, W, a, n);
-		}
-	} else {
-#pragma omp parallel for schedule(static)
-		for (int c = 0; c < nchunks; c++) {
-			const int a = r0 + c * chunk, n = r0 + nr - a < chunk ? r0 + nr - a : chunk;
-			pcg_qdot_ref(y + (a - r0), ldy, &q, W, a, n);
-		}
-	}
+	run_chunks(&k);
 	pcg_qx_free(&q);
 	return 0;
 }

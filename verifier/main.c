@@ -301,6 +301,20 @@ typedef struct worker {
 	proto_msg *m, *r;
 } worker;
 
+/* The replica holding the session of q did not answer (err): it is set
+ * aside for a while, and the session goes to another. */
+static void move_session(worker *w, int sg, const proto_msg *q, const pcg_err *err)
+{
+	stage *st = &w->v->stages[sg];
+	const int k = w->cur[sg];
+
+	atomic_store(&st->dead_until[k], mono() + 10);
+	atomic_fetch_sub(&st->load[k], 1);
+	fprintf(stderr, "%s: %s: %s; session %llu moves to another replica\n", prog, st->name,
+		err->msg, (unsigned long long)proto_model(q)->session);
+	w->cur[sg] = stage_pick(st, k);
+}
+
 /* spec_io's call: to the replica that holds the session. One that does not
  * answer is set aside for a while and the session moves to another, whose
  * "unknown-session" makes the round loop resend the whole context: the
@@ -319,11 +333,7 @@ static int io_call(void *ctx, int sg, proto_msg *q, proto_msg *r, pcg_err *err)
 			return 0;
 		if (st->n == 1 || q->type == PROTO_DROP)
 			return -1;
-		atomic_store(&st->dead_until[k], mono() + 10);
-		atomic_fetch_sub(&st->load[k], 1);
-		fprintf(stderr, "%s: %s: %s; session %llu moves to another replica\n", prog,
-			st->name, err->msg, (unsigned long long)proto_model(q)->session);
-		w->cur[sg] = stage_pick(st, k);
+		move_session(w, sg, q, err);
 	}
 	return -1;
 }
@@ -346,7 +356,6 @@ static int io_start(void *ctx, int sg, proto_msg *q, pcg_err *err)
 static int io_finish(void *ctx, int sg, proto_msg *q, proto_msg *r, pcg_err *err)
 {
 	worker *w = ctx;
-
 	stage *st = &w->v->stages[sg];
 
 	if (w->inflight[sg]) {
@@ -356,11 +365,7 @@ static int io_finish(void *ctx, int sg, proto_msg *q, proto_msg *r, pcg_err *err
 			return 0;
 		if (st->n == 1)
 			return -1;
-		atomic_store(&st->dead_until[k], mono() + 10);
-		atomic_fetch_sub(&st->load[k], 1);
-		fprintf(stderr, "%s: %s: %s; session %llu moves to another replica\n", prog,
-			st->name, err->msg, (unsigned long long)proto_model(q)->session);
-		w->cur[sg] = stage_pick(st, k);
+		move_session(w, sg, q, err);
 	}
 	return io_call(ctx, sg, q, r, err);
 }

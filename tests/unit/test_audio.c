@@ -24,18 +24,7 @@ static char dir[512];
 /* Files in dir whose name ends in .partial. */
 static int partials(void)
 {
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	if (d == NULL)
-		return -1;
-	while ((e = readdir(d)) != NULL) {
-		size_t l = strlen(e->d_name);
-		n += l > 8 && !strcmp(e->d_name + l - 8, ".partial");
-	}
-	closedir(d);
-	return n;
+	return check_partials(dir);
 }
 
 static void formats(const float *x, size_t n)
