@@ -496,6 +496,7 @@ static void acceptance(const spec_session *s, double *a, int n)
 }
 
 #define AUTO_PROBE 8
+#define AUTO_MARGIN 1.05 /* the cost model predicts the pipeline to 10 % */
 
 /* The round a session runs, for the cost model. */
 static cost_kind kind_of(const spec_session *s, int pipe)
@@ -532,9 +533,10 @@ static int next_lookahead(spec_session *s)
 		L = s->pipe_next ? lp : ls;
 		best = s->pipe_next ? tp : ts;
 	}
-	/* drafting that does not pay: the target alone (exact under every
-	 * rule), with a round of one draft every AUTO_PROBE to measure on */
-	if (cost_tokens_per_second(c, COST_NONE, a, 1) >= best &&
+	/* drafting that does not pay by more than the model's error: the
+	 * target alone (exact under every rule), with a round of one draft
+	 * every AUTO_PROBE to measure on */
+	if (cost_tokens_per_second(c, COST_NONE, a, 1) * AUTO_MARGIN >= best &&
 	    (s->rounds + 1) % AUTO_PROBE != 0) {
 		s->pipe_next = 0;
 		return 0;
