@@ -45,6 +45,7 @@ struct spec_session {
 	 * ready for the next round: ids ax, vectors in p from vector p_off */
 	int pipe, n_ahead, p_off, ax[PROTO_MAX_N];
 	int pipe_next, n_piped;  /* whether the next round drafts ahead; rounds that did */
+	int probe_every, next_probe; /* auto, the target alone: when it drafts to measure */
 	/* the lookahead: the request's, or chosen each round (auto_l) from the
 	 * acceptance per position so far (tries, accepted) by lib/costmodel */
 	int auto_l, L_next;
@@ -534,13 +535,24 @@ static int next_lookahead(spec_session *s)
 		best = s->pipe_next ? tp : ts;
 	}
 	/* drafting that does not pay by more than the model's error: the
-	 * target alone (exact under every rule), with a round of one draft
-	 * every AUTO_PROBE to measure on */
-	if (cost_tokens_per_second(c, COST_NONE, a, 1) * AUTO_MARGIN >= best &&
-	    (s->rounds + 1) % AUTO_PROBE != 0) {
-		s->pipe_next = 0;
-		return 0;
+	 * target alone (exact under every rule), with a round that drafts now
+	 * and then to measure on, AUTO_PROBE rounds apart at first and twice
+	 * as far each time it confirms (a probe costs the draft its catch-up
+	 * over the tokens since the last) */
+	if (cost_tokens_per_second(c, COST_NONE, a, 1) * AUTO_MARGIN >= best) {
+		if (s->probe_every == 0) {
+			s->probe_every = AUTO_PROBE;
+			s->next_probe = s->rounds + AUTO_PROBE;
+		}
+		if (s->rounds + 1 < s->next_probe) {
+			s->pipe_next = 0;
+			return 0;
+		}
+		s->probe_every *= 2;
+		s->next_probe = s->rounds + 1 + s->probe_every;
+		return L;
 	}
+	s->probe_every = 0;
 	return L;
 }
 
