@@ -19,6 +19,7 @@
 
 static const char *costs, *kind_s, *accept_s;
 static double lookahead, drafting;
+static int heads;
 
 static const pcg_opt opts[] = {
 	{ "costs", PCG_OPT_STR | PCG_OPT_REQUIRED, &costs, NULL, 1, 0, "S,D,B,T[,H]",
@@ -30,6 +31,8 @@ static const pcg_opt opts[] = {
 	  "the share of rounds that accepted draft position 1, 2, ..." },
 	{ "lookahead", PCG_OPT_FLOAT, &lookahead, "0", 0, 15, "L",
 	  "drafts a drafting round (a mean is rounded; 0: the best, as auto chooses)" },
+	{ "heads", PCG_OPT_INT, &heads, "0", 0, 16, "H",
+	  "mtp: the heads a score asks for at each position (0: the lookahead)" },
 	{ "drafting", PCG_OPT_FLOAT, &drafting, "1", 0, 1, "SHARE",
 	  "the share of rounds that draft; the others are the target's alone" },
 	{ NULL },
@@ -61,6 +64,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench-costmodel: %s\n", err.msg);
 		return 2;
 	}
+	c.heads = heads;
 	for (const char *p = accept_s; *p && n < 16;) {
 		char *end;
 		u[n++] = strtod(p, &end);

@@ -87,7 +87,9 @@ for p in $pols; do
 	esac
 	# most rounds drafted ahead: pipelined
 	[ "$kind" != sequential ] || [ "${6%.*}" -lt 50 ] || kind=pipelined
-	rate=$(bench-costmodel --costs "$step,$dstep,$slope,$fixed,$head,$ovl" --kind "$kind" \
+	nh=0
+	[ "$kind" != mtp ] || nh=3 # pcg-synth's auto asks for 3 heads at each position
+	rate=$(bench-costmodel --costs "$step,$dstep,$slope,$fixed,$head,$ovl" --kind "$kind" --heads $nh \
 		--accept "$acc" --drafting "${16}" \
 		--lookahead "$(awk -v l="$5" -v d="${16}" 'BEGIN { print (d > 0 ? l / d : 0) }')" |
 		sed -n 's/^\([0-9.]*\) tokens.s predicted.*/\1/p')

@@ -14,7 +14,8 @@
  *                + (1 - F) (1 trip + L draft steps),
  *                B = block(L + 1), D = (L + 1) draft steps
  *
- *   MTP heads:   1 trip + block(L + 1) + (L + 1) L head
+ *   MTP heads:   1 trip + block(L + 1) + (L + 1) H head (H heads asked for
+ *                at each position: L, or more when the next round may want them)
  *   mtp-viterbi: 1 trip + step + L head, for E(L) tokens (a = 1: every
  *                head's token is kept, unless a round stops short)
  *
@@ -44,6 +45,7 @@ typedef struct cost_terms {
 	double trip;   /* a request to a server and back, beyond its compute */
 	double head;   /* one MTP head at one position (0: none measured) */
 	double overlap; /* in [0, 1]: the draft and the target at once, beyond the longer */
+	int heads;     /* MTP heads a score asks for at each position (0: L); not parsed */
 } cost_terms;
 
 /* Which round: the target alone, drafts from a draft server (one after the

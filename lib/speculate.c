@@ -233,7 +233,7 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 	}
 	if (s->is_none && !s->mtp)
 		s->L = 0;
-	if (s->viterbi || s->is_none || s->mtp) /* the heads asked for are the lookahead */
+	if (s->is_none) /* the target alone; mtp-viterbi keeps every head it asks for */
 		s->auto_l = 0;
 	if (s->mtp && req->lookahead == 0)
 		s->L = SPEC_MTP_HEADS;
@@ -293,6 +293,7 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 	free(pids);
 	if (s->env.costs.step <= 0)
 		cost_terms_parse(SPEC_COSTS, &s->env.costs, err);
+	s->env.costs.heads = s->mtp ? s->heads : 0; /* a score asks for them all */
 	s->L_next = next_lookahead(s);
 	s->t0 = pcg_now();
 	return s;
@@ -678,8 +679,13 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	const int A = !target_only && !s->mtp && s->pipe_next ? propose_ahead(s, Lr, fb) : 0;
 	s->n_piped += A > 0;
 	request(s, s->q, PROTO_SCORE, target_only ? 1 : n_tail + 1);
-	s->q->score.heads = s->heads;
-	const int nq = s->q->score.req.n, heads = s->heads;
+	/* MTP heads cost the target a product and lm_head each at every
+	 * position: not asked for while auto leaves the rounds to the target
+	 * alone, but for the round before its next probe */
+	const int quiet = s->mtp && s->auto_l && s->probe_every > 0 &&
+			  s->rounds + 2 < s->next_probe;
+	s->q->score.heads = quiet ? 0 : s->heads;
+	const int nq = s->q->score.req.n, heads = s->q->score.heads;
 	t = pcg_now();
 	if (A > 0) {
 		double t_wait;
@@ -779,7 +785,7 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 		const int a = target_only ? 0 : accepted;
 		for (int k = 0; k < heads; k++)
 			s->hp[k] = s->hv + ((size_t)a * (1 + heads) + 1 + k) * W;
-		s->have_heads = 1;
+		s->have_heads = heads > 0;
 	}
 	if (kept_ahead) {
 		float *tp = s->p;

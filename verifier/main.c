@@ -486,15 +486,17 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The round trip of a one-position score to targetd beyond its compute
- * (what a round pays for a request: the sockets, the server's parse,
- * schedule and reply), the median of a few, on a session of its own that
- * is dropped after. Returns seconds, or 0 when the server did not answer. */
-static double score_trip(verifier *v, pcg_client *cl, proto_msg *q, proto_msg *r)
+/* One-position scores to targetd, with heads MTP heads, on a session of
+ * their own that is dropped after: the median time a score takes, and in
+ * *beyond the median time beyond its compute (what a round pays for a
+ * request: the sockets, the server's parse, schedule and reply). Returns
+ * seconds, or 0 when the server did not answer. */
+static double score_time(verifier *v, pcg_client *cl, proto_msg *q, proto_msg *r, int heads,
+			 double *beyond)
 {
 	enum { N = 7 };
 	pcg_err err = { "" };
-	double dt[N];
+	double dt[N], bt[N];
 	int n = 0;
 	const uint64_t session = atomic_fetch_add(&v->next_session, 1);
 	const llasa_vocab *voc = &v->voc;
@@ -511,17 +513,24 @@ static double score_trip(verifier *v, pcg_client *cl, proto_msg *q, proto_msg *r
 		m->samp = (pcg_sampling){ 0.8f, 50, 1.0f };
 		m->rows = (llama_rows){ 1, { voc->speech_first },
 					{ voc->speech_first + voc->speech_count } };
+		q->score.heads = heads;
 		const double t = pcg_now();
 		if (client_call(cl, q, r, &err) < 0 || r->type != PROTO_PROBS)
 			break;
 		const double compute = r->probs.n_stats > 0 ? r->probs.stats[0] : 0;
-		if (i > 0) /* the first is a prefill */
-			dt[n++] = pcg_now() - t - compute;
+		if (i > 0) { /* the first is a prefill */
+			dt[n] = pcg_now() - t;
+			bt[n] = dt[n] - compute;
+			n++;
+		}
 	}
 	proto_init(q, PROTO_DROP, 0);
 	q->drop.session = session;
 	client_call(cl, q, r, &err);
 	qsort(dt, (size_t)n, sizeof *dt, cmp_double);
+	qsort(bt, (size_t)n, sizeof *bt, cmp_double);
+	if (beyond)
+		*beyond = n > 0 ? bt[n / 2] : 0;
 	return n > 0 ? dt[n / 2] : 0;
 }
 
@@ -638,7 +647,14 @@ static void learn_costs(worker *w)
 			c.step = step;
 			c.slope = pong_value(w->r->pong.msg, "slope=");
 			c.head = pong_value(w->r->pong.msg, "head_ms=") * 1e-3;
-			c.trip = score_trip(v, cl[sg], w->m, w->r);
+			const int nh = (int)pong_value(w->r->pong.msg, "heads=");
+			const double plain = score_time(v, cl[sg], w->m, w->r, 0, &c.trip);
+			/* MTP heads as a score with them pays: beside the
+			 * server's own measure, what they add to a score */
+			const int h = nh < SPEC_MTP_HEADS ? nh : SPEC_MTP_HEADS;
+			const double with = h > 0 ? score_time(v, cl[sg], w->m, w->r, h, NULL) : 0;
+			if (with > plain && (with - plain) / h > c.head)
+				c.head = (with - plain) / h;
 		} else {
 			c.draft = step;
 		}

@@ -72,6 +72,10 @@ int main(void)
 	CHECK(cost_terms_parse("2,0,0.25,0.1,0.05", &h, &err) == 0 && near(h.head, 0.05e-3, 1e-12));
 	CHECK(near(cost_round_seconds(&h, COST_MTP, a, 3), 0.1e-3 + blk3 + 12 * 0.05e-3, 1e-12));
 	CHECK(near(cost_round_seconds(&h, COST_VITERBI, a, 3), 0.1e-3 + 2e-3 + 3 * 0.05e-3, 1e-12));
+	h.heads = 3; /* 3 heads asked for at each position of a block of 2 */
+	CHECK(near(cost_round_seconds(&h, COST_MTP, a, 1),
+		   0.1e-3 + 2e-3 * (1 + 0.25) + 6 * 0.05e-3, 1e-12));
+	h.heads = 0;
 	const double all[4] = { 1, 1, 1, 1 };
 	CHECK(near(cost_tokens_per_second(&h, COST_VITERBI, all, 3), 4 / (2.25e-3), 1e-12));
 	const double full = 0.8 * 0.7 * 0.6 * 0.5;
@@ -102,7 +106,7 @@ int main(void)
 	}
 	/* certain acceptance and free blocks: the longest; none accepted: 1 */
 	const double one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, zero[8] = { 0 };
-	cost_terms free_blk = { 1e-3, 0.1e-3, 0, 0.1e-3, 0, 0 };
+	cost_terms free_blk = { 1e-3, 0.1e-3, 0, 0.1e-3, 0, 0, 0 };
 	CHECK(cost_best_lookahead(&free_blk, COST_PIPELINED, one, 7) == 7);
 	CHECK(cost_best_lookahead(&c, COST_PIPELINED, zero, 7) == 1);
 
