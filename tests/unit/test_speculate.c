@@ -747,13 +747,36 @@ static void test_edges(rig *g, route *to)
 	bad_request(g, "best", LOOKAHEAD, g->groups, "'policy'");
 	bad_request(g, "mtp-best", LOOKAHEAD, g->groups, "'policy'");
 	bad_request(g, "pcg", LOOKAHEAD, NULL, "pcg needs an ASG");
-	{ /* n = 0: the lookahead is auto (the cost model's, each round) */
-		proto_synth *req = synth("sd", 1, 10);
-		req->lookahead = 0;
-		spec_session *s = spec_new(&g->env, req, NULL, 901, &err);
-		CHECKF(s != NULL, "sd with n 0 (auto): %s", err.msg);
-		spec_free(&s);
-		free(req);
+	{ /* n = 0: the lookahead is auto (the cost model's, each round): it
+	   * depends on the tokens alone, so a rerun gives the same tokens;
+	   * with drafting that costs nothing it drafts, with a draft that
+	   * costs more than the target it leaves the rounds to the target */
+		static const char *costs[2] = { "1,0.01,0,0.01", "1,5,1,0.5" };
+		proto_msg *ra = calloc(1, sizeof *ra), *rb = calloc(1, sizeof *rb);
+		for (int c = 0; c < 2; c++) {
+			spec_env env = g->env;
+			CHECK(cost_terms_parse(costs[c], &env.costs, &err) == 0);
+			for (int rep = 0; rep < 2; rep++) {
+				proto_synth *req = synth("sd", 3, 24);
+				req->lookahead = 0;
+				spec_session *s = spec_new(&env, req, NULL, 902 + 2 * c + rep, &err);
+				free(req);
+				CHECKF(s != NULL, "sd with n 0 (auto): %s", err.msg);
+				int rc = 0;
+				while (s && rc == 0)
+					rc = spec_round(s, &io, &err);
+				CHECKF(rc == 1, "auto: %s", err.msg);
+				if (s)
+					spec_result(s, 0, rep ? rb : ra);
+				spec_free(&s);
+			}
+			CHECK(same_tokens(&ra->result, &rb->result));
+			const double drafting = ra->result.stats[PROTO_STAT_DRAFTING];
+			CHECKF(c == 0 ? drafting > 0.5 : drafting < 0.5, "costs %s: %.2f of the rounds "
+			       "drafted", costs[c], drafting);
+		}
+		free(ra);
+		free(rb);
 	}
 	bad_request(g, "sd", PROTO_MAX_N, NULL, "'n'");
 	bad_request(g, "pcg", -1, g->groups, "'n'");
