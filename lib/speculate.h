@@ -22,6 +22,15 @@
  *      with certainty before the token it precedes, and counts neither as
  *      drafted nor as accepted.
  *
+ * Pipelined (the default): while the target scores the block, the draft
+ * drafts Lnext + 1 tokens on from x_Lr (spec_io's start and finish), as if
+ * all were accepted; when x_1..x_Lr are, the first of them is verified
+ * against q_{Lr+1} in place of the bonus token, and when it is accepted the
+ * rest are the next round's drafts. The lookahead is the request's, or
+ * (n = 0, auto) chosen before each round by lib/costmodel from the
+ * acceptance so far and env->costs, with the target alone where drafting
+ * would not pay.
+ *
  * The model servers are reached through spec_io: the verifier passes its
  * clients (lib/client.h), pcg-sim and the tests a server in this process
  * (modelserver_local). Every random draw comes from the request's seed and
