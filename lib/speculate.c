@@ -46,6 +46,7 @@ struct spec_session {
 	int pipe, n_ahead, p_off, ax[PROTO_MAX_N];
 	int pipe_next, n_piped;  /* whether the next round drafts ahead; rounds that did */
 	int probe_every, next_probe; /* auto, the target alone: when it drafts to measure */
+	int ahead_pipe;          /* the choice the drafts ahead were made for */
 	/* the lookahead: the request's, or chosen each round (auto_l) from the
 	 * acceptance per position so far (tries, accepted) by lib/costmodel */
 	int auto_l, L_next;
@@ -512,11 +513,15 @@ static cost_kind kind_of(const spec_session *s, int pipe)
  * the lookahead and the kind of round the cost model predicts the most
  * tokens per second for, from the acceptance measured so far. It depends
  * on the tokens alone, never on timing. */
-static int next_lookahead(spec_session *s)
+/* The cost model's choice from the acceptance so far: the lookahead,
+ * whether its rounds draft ahead (*pipe), and whether drafting beats the
+ * target alone by more than the model's error (*pays). No state changes. */
+static int best_lookahead(const spec_session *s, int *pipe, int *pays)
 {
 	double a[PROTO_MAX_N];
 
-	s->pipe_next = s->pipe;
+	*pipe = s->pipe;
+	*pays = 1;
 	if (!s->auto_l)
 		return s->L;
 	acceptance(s, a, s->L + 1);
@@ -531,29 +536,39 @@ static int next_lookahead(spec_session *s)
 		const double ts = cost_tokens_per_second(c, COST_SEQUENTIAL, a, ls);
 		const int lp = s->pipe ? cost_best_lookahead(c, COST_PIPELINED, a, s->L) : 0;
 		const double tp = s->pipe ? cost_tokens_per_second(c, COST_PIPELINED, a, lp) : 0;
-		s->pipe_next = tp > ts;
-		L = s->pipe_next ? lp : ls;
-		best = s->pipe_next ? tp : ts;
+		*pipe = tp > ts;
+		L = *pipe ? lp : ls;
+		best = *pipe ? tp : ts;
 	}
-	/* drafting that does not pay by more than the model's error: the
-	 * target alone (exact under every rule), with a round that drafts now
-	 * and then to measure on, AUTO_PROBE rounds apart at first and twice
-	 * as far each time it confirms (a probe costs the draft its catch-up
-	 * over the tokens since the last) */
-	if (cost_tokens_per_second(c, COST_NONE, a, 1) * AUTO_MARGIN >= best) {
-		if (s->probe_every == 0) {
-			s->probe_every = AUTO_PROBE;
-			s->next_probe = s->rounds + AUTO_PROBE;
-		}
-		if (s->rounds + 1 < s->next_probe) {
-			s->pipe_next = 0;
-			return 0;
-		}
-		s->probe_every *= 2;
-		s->next_probe = s->rounds + 1 + s->probe_every;
+	*pays = cost_tokens_per_second(c, COST_NONE, a, 1) * AUTO_MARGIN < best;
+	return L;
+}
+
+/* The next round's lookahead and whether it drafts ahead (s->pipe_next),
+ * once a round. Where drafting does not pay by more than the model's
+ * error, the target alone (exact under every rule), with a round that
+ * drafts now and then to measure on, AUTO_PROBE rounds apart at first and
+ * twice as far each time it confirms (a probe costs the draft its catch-up
+ * over the tokens since the last). */
+static int next_lookahead(spec_session *s)
+{
+	int pays;
+	const int L = best_lookahead(s, &s->pipe_next, &pays);
+
+	if (pays) {
+		s->probe_every = 0;
 		return L;
 	}
-	s->probe_every = 0;
+	if (s->probe_every == 0) {
+		s->probe_every = AUTO_PROBE;
+		s->next_probe = s->rounds + AUTO_PROBE;
+	}
+	if (s->rounds + 1 < s->next_probe) {
+		s->pipe_next = 0;
+		return 0;
+	}
+	s->probe_every *= 2;
+	s->next_probe = s->rounds + 1 + s->probe_every;
 	return L;
 }
 
@@ -565,7 +580,9 @@ static int next_lookahead(spec_session *s)
  * draft ahead). */
 static int propose_ahead(spec_session *s, int Lr, const int *fb)
 {
-	int A = next_lookahead(s) + 1, f = fb[Lr + 1];
+	int pays, f = fb[Lr + 1];
+	const int L = best_lookahead(s, &s->ahead_pipe, &pays);
+	int A = (pays ? L : 0) + 1;
 
 	if (A > s->max_tokens - s->nsp - Lr)
 		A = s->max_tokens - s->nsp - Lr;
@@ -578,8 +595,13 @@ static int propose_ahead(spec_session *s, int Lr, const int *fb)
 	pq->seed = (s->seed ^ 0x61686561642d6472ull) * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds;
 	for (int k = 1; k < A; k++)
 		for (; s->env.voice && f < s->fc.n && s->fc.frame[f] < s->nsp + Lr + k + 1; f++) {
-			if (pq->n_forced == PROTO_MAX_N)
-				return k; /* more phonemes than a propose carries: draft less */
+			if (pq->n_forced == PROTO_MAX_N) { /* more phonemes than a propose
+							    * carries: draft less */
+				while (pq->n_forced > 0 && pq->forced_at[pq->n_forced - 1] == k)
+					pq->n_forced--; /* forced_at < n */
+				proto_model_mut(s->qd)->n = k;
+				return k;
+			}
 			pq->forced_at[pq->n_forced] = k;
 			pq->forced[pq->n_forced++] = s->fc.id[f];
 		}
@@ -818,6 +840,8 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	s->st[PROTO_STAT_ACCEPTED] += accepted;
 	s->sum_l += s->viterbi ? heads : target_only ? 0 : Lr;
 	s->n_drafting += s->viterbi || !target_only;
+	if (kept_ahead)
+		s->pipe_next = s->ahead_pipe && A > 1;
 	s->L_next = kept_ahead ? A - 1 : next_lookahead(s);
 	return s->ended || s->nsp >= s->max_tokens;
 }
