@@ -31,8 +31,9 @@ double cost_round_seconds(const cost_terms *c, cost_kind kind, const double *a, 
 		return c->trip + c->step;
 	case COST_MTP:
 		return c->trip + block(c, L + 1) + (L + 1) * (c->heads > 0 ? c->heads : L) * c->head;
-	case COST_VITERBI:
-		return c->trip + c->step + L * c->head;
+	case COST_VITERBI: /* the tokens it kept last round, new to the target */
+		return c->trip + c->step * (1 + c->slope * (cost_tokens_per_round(a, L) - 1)) +
+		       L * c->head;
 	case COST_SEQUENTIAL:
 		return 2 * c->trip + L * c->draft + block(c, L + 1);
 	case COST_PIPELINED: {

@@ -16,8 +16,10 @@
  *
  *   MTP heads:   1 trip + block(L + 1) + (L + 1) H head (H heads asked for
  *                at each position: L, or more when the next round may want them)
- *   mtp-viterbi: 1 trip + step + L head, for E(L) tokens (a = 1: every
- *                head's token is kept, unless a round stops short)
+ *   mtp-viterbi: 1 trip + block(E(L)) + L head, for E(L) tokens (a = 1:
+ *                every head's token is kept, unless a round stops short;
+ *                the target has not seen the tokens kept last round, so
+ *                its score runs them all)
  *
  * where block(n) = step (1 + slope (n - 1)) is the target's pass over n
  * positions, a trip is the fixed cost of one request to a server and back
