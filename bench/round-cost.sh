@@ -31,11 +31,10 @@ printf "model %s, target threads %d, %d speech tokens, step measured at context 
 for r in $(seq 1 "$runs"); do
 	tps=$(pcg-synth --policy none --tokens "$text" 2>&1 >/dev/null |
 		sed -n 's/^tokens .*: \([0-9.]*\) tokens.s$/\1/p')
-	pcg-down >/dev/null
-	# the step from bench-forward's tokens/s (its ms are rounded to 0.1)
+	# the step from bench-forward's tokens/s (its ms are rounded to 0.1);
+	# the idle servers wait passively, taking no core from it
 	sps=$(bench-forward --model "$model" --threads "$threads" --ctx "$ctx" --steps 64 |
 		sed -n 's/^decode speech range[^:]*: *\([0-9.]*\) tokens.s.*/\1/p')
-	pcg-up ${MODEL:+--target "$MODEL"} >/dev/null
 	echo "$tps $sps" >>"$work/runs"
 	awk -v t="$tps" -v s="$sps" 'BEGIN { printf "run: pipeline %.1f tokens/s (%.3f ms a token), bench-forward step %.3f ms: %.3f ms beyond\n", t, 1000 / t, 1000 / s, 1000 / t - 1000 / s }'
 done

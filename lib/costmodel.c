@@ -7,6 +7,8 @@
 
 #include "clock.h"
 #include "model.h"
+#include "mtp.h"
+#include "sampling.h"
 
 double cost_tokens_per_round(const double *a, int L)
 {
@@ -109,20 +111,38 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+double cost_median(double *v, int n)
+{
+	if (n < 1)
+		return 0;
+	qsort(v, (size_t)n, sizeof *v, cmp_double);
+	return v[n / 2];
+}
+
+/* Pushes a model's weights out of the caches, as the other processes of a
+ * pipeline do between two of its steps (a model of a few MB that stays in
+ * cache steps twice as fast as it does there): a walk over a buffer of
+ * EVICT bytes, beyond the last-level cache. */
+#define EVICT (64u << 20)
+static void evict(double *buf)
+{
+	for (size_t i = 0; buf != NULL && i < EVICT / sizeof *buf; i += 8)
+		buf[i] += 1;
+}
+
 int cost_measure(llama_model *m, const llama_rows *rows, double *step, double *slope,
 		 pcg_err *err)
 {
 	enum { REPS = 7, BLOCK = 4, MAX_CTX = 192 };
-	const size_t FLUSH = 64u << 20; /* beyond the last-level cache */
 	/* a context of the length an utterance runs at (attention is a share
 	 * of a small model's step), except where its prefill would take long:
 	 * a model beyond 256 MB reads so many weights a step that the cache
 	 * is a small share of it */
 	const int CTX = llama_mapped_bytes(m) > (256u << 20) ? 16 : MAX_CTX;
-	double *flush = calloc(FLUSH / sizeof(double), sizeof(double));
+	double *buf = calloc(EVICT / sizeof(double), sizeof(double));
 	const int V = llama_get_config(m)->vocab, count = llama_rows_count(m, rows);
 	int tok[MAX_CTX];
-	double t1[REPS], t4[REPS];
+	double best[BLOCK + 1] = { 0 };
 	llama_kv *kv = llama_kv_new(m);
 	float *logits = malloc((size_t)BLOCK * count * sizeof *logits);
 	int rc = -1;
@@ -136,33 +156,59 @@ int cost_measure(llama_model *m, const llama_rows *rows, double *step, double *s
 	if (llama_forward(m, kv, tok, CTX, 0, rows, NULL, err) < 0)
 		goto out;
 	/* one step, then a block, REPS times each, rolled back every time, each
-	 * from cold caches: in a pipeline the other processes run between two
-	 * steps of a model and push its weights out of the caches (a model of
-	 * a few MB that stays in cache here steps twice as fast as it does
-	 * there) */
+	 * from cold caches; the fastest of each (what another process's burst
+	 * adds is noise), the first of each left out (it warms the code) */
 	for (int r = 0; r <= REPS; r++)
 		for (int n = 1; n <= BLOCK; n += BLOCK - 1) {
-			if (flush != NULL)
-				for (size_t i = 0; i < FLUSH / sizeof *flush; i += 8)
-					flush[i] += 1;
+			evict(buf);
 			const double t = pcg_now();
 			if (llama_forward(m, kv, tok, n, n, rows, logits, err) < 0 ||
 			    llama_kv_truncate(kv, CTX, err) < 0)
 				goto out;
-			if (r > 0) /* the first of each warms the caches */
-				(n == 1 ? t1 : t4)[r - 1] = pcg_now() - t;
+			const double dt = pcg_now() - t;
+			if (r > 0 && (best[n] == 0 || dt < best[n]))
+				best[n] = dt;
 		}
-	/* the fastest of each: what another process's burst adds is noise */
-	qsort(t1, REPS, sizeof *t1, cmp_double);
-	qsort(t4, REPS, sizeof *t4, cmp_double);
-	*step = t1[0];
-	*slope = *step > 0 ? (t4[0] / *step - 1) / (BLOCK - 1) : 0;
+	*step = best[1];
+	*slope = *step > 0 ? (best[BLOCK] / *step - 1) / (BLOCK - 1) : 0;
 	if (*slope < 0)
 		*slope = 0;
 	rc = 0;
 out:
-	free(flush);
+	free(buf);
 	free(logits);
 	llama_kv_free(&kv);
 	return rc;
+}
+
+double cost_measure_heads(mtp_heads *h, const llama_model *m, const llama_rows *rows,
+			  const pcg_sampling *samp)
+{
+	const int H = llama_get_config(m)->hidden, nh = mtp_n_heads(h);
+	const int width = llama_rows_count(m, rows);
+	double *buf = calloc(EVICT / sizeof(double), sizeof(double));
+	float *hs = malloc((size_t)H * sizeof *hs);
+	float *logits = malloc((size_t)nh * width * sizeof *logits);
+	float *pr = malloc((size_t)width * sizeof *pr);
+	pcg_err err = { "" };
+	double best = 0;
+
+	for (int r = 0; hs && logits && pr && r < 6; r++) {
+		for (int i = 0; i < H; i++)
+			hs[i] = (float)((i * 37 + r) % 17) / 17.0f - 0.5f;
+		evict(buf);
+		const double t = pcg_now();
+		if (mtp_logits(h, hs, 0, nh, rows, logits, &err) < 0)
+			break;
+		for (int k = 0; k < nh; k++)
+			pcg_probs(logits + (size_t)k * width, width, samp, pr, &err);
+		const double dt = (pcg_now() - t) / nh;
+		if (r > 0 && (best == 0 || dt < best)) /* the first warms the code */
+			best = dt;
+	}
+	free(buf);
+	free(hs);
+	free(logits);
+	free(pr);
+	return best;
 }

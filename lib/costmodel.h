@@ -75,13 +75,28 @@ int cost_best_lookahead(const cost_terms *c, cost_kind kind, const double *a, in
 int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err);
 
 /* Measures a model's terms where it runs, as a server does once (at its
- * first ping): the fastest of a few decode steps and of a few blocks of 4 positions
- * after 16 positions of context, over the output rows rows (NULL: the
- * whole vocabulary). step in seconds, slope as in cost_terms. Returns 0,
- * or -1 with err. */
+ * first ping): the fastest of a few decode steps and of a few blocks of 4
+ * positions, each from cold caches (in a pipeline the other processes run
+ * between two steps of a model), at an utterance's context (16 positions
+ * for a model beyond 256 MB, whose weights dwarf its cache), over the output
+ * rows rows (NULL: the whole vocabulary). step in seconds, slope as in
+ * cost_terms. Returns 0, or -1 with err. */
 struct llama_model;
 struct llama_rows;
+struct mtp_heads;
+struct pcg_sampling;
 int cost_measure(struct llama_model *m, const struct llama_rows *rows, double *step,
 		 double *slope, pcg_err *err);
+
+/* What one of m's MTP heads h costs at one position, as a score with heads
+ * spends it (its product, the heads' lm_head over rows, its softmax with
+ * samp), the
+ * fastest of a few per head from cold caches: cost_terms's head, in seconds
+ * (0 when it cannot be measured). */
+double cost_measure_heads(struct mtp_heads *h, const struct llama_model *m,
+			  const struct llama_rows *rows, const struct pcg_sampling *samp);
+
+/* The median of v[0..n) (v is sorted); 0 for n < 1. */
+double cost_median(double *v, int n);
 
 #endif

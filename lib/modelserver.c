@@ -233,40 +233,6 @@ static int request_check(const server *sv, const proto_msg *q, proto_msg *rep)
 	return 0;
 }
 
-/* What one MTP head costs at one position, as a score with heads spends
- * it: its logits over rows and their softmax (the fastest of a few, per
- * head, each from cold caches). 0 when it cannot be measured. */
-static double head_cost(server *sv, const llama_rows *rows)
-{
-	const llama_config *c = llama_get_config(sv->model);
-	const int nh = mtp_n_heads(sv->heads), width = llama_rows_count(sv->model, rows);
-	const pcg_sampling samp = { 0.8f, 50, 1.0f };
-	float *hs = calloc((size_t)c->hidden, sizeof *hs);
-	float *pr = malloc((size_t)width * sizeof *pr);
-	pcg_err err = { "" };
-	double best = 0;
-
-	const size_t FLUSH = 64u << 20; /* from cold caches, as cost_measure */
-	double *flush = calloc(FLUSH / sizeof(double), sizeof(double));
-	for (int r = 0; hs && pr && r < 6; r++) {
-		for (int i = 0; i < c->hidden; i++)
-			hs[i] = (float)((i * 37 + r) % 17) / 17.0f - 0.5f;
-		for (size_t i = 0; flush && i < FLUSH / sizeof *flush; i += 8)
-			flush[i] += 1;
-		const double t = pcg_now();
-		if (mtp_logits(sv->heads, hs, 0, nh, rows, sv->hlogits, &err) < 0)
-			break;
-		for (int k = 0; k < nh; k++)
-			pcg_probs(sv->hlogits + (size_t)k * width, width, &samp, pr, &err);
-		const double dt = (pcg_now() - t) / nh;
-		if (r > 0 && (best == 0 || dt < best)) /* the first warms the caches */
-			best = dt;
-	}
-	free(flush);
-	free(hs);
-	free(pr);
-	return best;
-}
 
 /* ping and drop, answered at once; any other type but propose and score
  * is an error. */
@@ -287,8 +253,9 @@ static void serve_now(server *sv, const proto_msg *q, proto_msg *rep)
 			const llama_rows top = { 1, { V - nr }, { V } };
 			if (cost_measure(sv->model, &top, &sv->step, &sv->slope, &err) < 0)
 				sv->step = sv->slope = 0;
+			const pcg_sampling samp = { 0.8f, 50, 1.0f }; /* LLaSA's */
 			if (sv->heads)
-				sv->head = head_cost(sv, &top);
+				sv->head = cost_measure_heads(sv->heads, sv->model, &top, &samp);
 			sv->measured = 1;
 		}
 		proto_init(rep, PROTO_PONG, q->id);

@@ -50,8 +50,8 @@ struct spec_session {
 	/* the lookahead: the request's, or chosen each round (auto_l) from the
 	 * acceptance per position so far (tries, accepted) by lib/costmodel */
 	int auto_l, L_next;
-	double tries_pos[PROTO_MAX_N + 1], acc_pos[PROTO_MAX_N + 1], sum_l;
-	int n_drafting;          /* rounds that drafted (sum_l: their drafts) */
+	double tries_pos[PROTO_MAX_N + 1], acc_pos[PROTO_MAX_N + 1];
+	int n_drafting;          /* rounds that drafted (st[DRAFTED]: their drafts) */
 	const float *hp[PROTO_MAX_HEADS + 1]; /* the heads at the last committed token */
 	int last[PROTO_MAX_N], last_groups[PROTO_MAX_N], n_last;
 	double st[PROTO_STAT_POS0], accept_pos[PROTO_MAX_N], t0, t_server;
@@ -326,9 +326,6 @@ void spec_free(spec_session **sp)
 	*sp = NULL;
 }
 
-static int check_reply(spec_session *s, const proto_msg *q, const proto_msg *r, int *sync,
-		       int attempt, int timed, pcg_err *err);
-
 /* Fills request q to extend from *sync: the context it lacks, then tail. */
 static int fill(spec_session *s, proto_msg *q, int sync, const int *tail, int n_tail,
 		pcg_err *err)
@@ -349,17 +346,10 @@ static int fill(spec_session *s, proto_msg *q, int sync, const int *tail, int n_
 
 /* Checks the reply r to q: 0 probabilities (*sync now holds the context),
  * 1 the server lost the session (*sync = 0: ask again with everything),
- * -1 with err otherwise. */
+ * -1 with err otherwise. timed: the server's compute counts in t_server
+ * (not the draft's work ahead, which overlaps the target's). */
 static int check(spec_session *s, const proto_msg *q, const proto_msg *r, int *sync,
-		 int attempt, pcg_err *err)
-{
-	return check_reply(s, q, r, sync, attempt, 1, err);
-}
-
-/* check, with timed: whether the server's compute counts in t_server
- * (not for the draft's work ahead, which overlaps the target's). */
-static int check_reply(spec_session *s, const proto_msg *q, const proto_msg *r, int *sync,
-		       int attempt, int timed, pcg_err *err)
+		 int attempt, int timed, pcg_err *err)
 {
 	const int heads = q->type == PROTO_SCORE ? q->score.heads : 0;
 	const proto_model_req *m = proto_model(q);
@@ -394,7 +384,7 @@ static int ask(spec_session *s, const spec_io *io, int stage, int *sync, const i
 			return -1;
 		if (io->call(io->ctx, stage, q, r, err) < 0)
 			return -1;
-		const int c = check(s, q, r, sync, attempt, err);
+		const int c = check(s, q, r, sync, attempt, 1, err);
 		if (c <= 0)
 			return c;
 	}
@@ -441,7 +431,7 @@ static int ask_both(spec_session *s, const spec_io *io, const int *tail, int n_t
 		*err = e2;
 		return -1;
 	}
-	int c = check_reply(s, s->qd, s->rd, &d_sync, 0, 0, err);
+	int c = check(s, s->qd, s->rd, &d_sync, 0, 0, err);
 	s->d_sync = d_sync;
 	if (c == 1) /* the draft lost the session: once more, with everything */
 		c = ask(s, io, SPEC_DRAFT, &s->d_sync, tail, n_tail, s->qd, s->rd, 1, err);
@@ -508,14 +498,12 @@ static cost_kind kind_of(const spec_session *s, int pipe)
 	       : pipe ? COST_PIPELINED : COST_SEQUENTIAL;
 }
 
-/* The lookahead of the next round and whether it drafts ahead: the
- * request's (pipelined unless it asked for sequential rounds), or (auto)
- * the lookahead and the kind of round the cost model predicts the most
- * tokens per second for, from the acceptance measured so far. It depends
- * on the tokens alone, never on timing. */
-/* The cost model's choice from the acceptance so far: the lookahead,
+/* The cost model's choice from the acceptance so far: the request's
+ * lookahead (pipelined unless it asked for sequential rounds), or (auto)
+ * the lookahead and kind of round predicted the most tokens per second;
  * whether its rounds draft ahead (*pipe), and whether drafting beats the
- * target alone by more than the model's error (*pays). No state changes. */
+ * target alone by more than the model's error (*pays). It depends on the
+ * tokens alone, never on timing; no state changes. */
 static int best_lookahead(const spec_session *s, int *pipe, int *pays)
 {
 	double a[PROTO_MAX_N];
@@ -838,7 +826,6 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	s->rounds++;
 	s->st[PROTO_STAT_DRAFTED] += s->viterbi ? heads : target_only ? 0 : Lr;
 	s->st[PROTO_STAT_ACCEPTED] += accepted;
-	s->sum_l += s->viterbi ? heads : target_only ? 0 : Lr;
 	s->n_drafting += s->viterbi || !target_only;
 	if (kept_ahead)
 		s->pipe_next = s->ahead_pipe && A > 1;
@@ -876,7 +863,7 @@ static double spec_predict(const spec_session *s)
 	const cost_terms *c = &s->env.costs;
 	const cost_kind kind = kind_of(s, 2 * s->n_piped >= s->n_drafting && s->n_piped > 0);
 	const int alone = s->rounds - s->n_drafting;
-	int L = s->n_drafting > 0 ? (int)(s->sum_l / s->n_drafting + 0.5) : 1;
+	int L = s->n_drafting > 0 ? (int)(s->st[PROTO_STAT_DRAFTED] / s->n_drafting + 0.5) : 1;
 
 	if (L < 1)
 		L = 1;
@@ -884,8 +871,7 @@ static double spec_predict(const spec_session *s)
 		a[i] = s->tries_pos[i] > 0 ? s->acc_pos[i] / s->tries_pos[i] : i > 0 ? a[i - 1] : 0;
 	if (kind == COST_NONE || s->n_drafting == 0)
 		return cost_tokens_per_second(c, COST_NONE, a, 1);
-	const double tokens = alone + s->n_drafting * (kind == COST_VITERBI ? L + 1.0
-								 : cost_tokens_per_round(a, L));
+	const double tokens = alone + s->n_drafting * cost_tokens_per_round(a, L);
 	const double t = alone * cost_round_seconds(c, COST_NONE, a, 1) +
 			 s->n_drafting * cost_round_seconds(c, kind, a, L);
 	return t > 0 ? tokens / t : 0;
@@ -911,7 +897,7 @@ void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 	/* messaging: time in calls minus the servers' own compute */
 	st[PROTO_STAT_T_MSG] = st[PROTO_STAT_T_DRAFT] + st[PROTO_STAT_T_TARGET] - s->t_server;
 	st[PROTO_STAT_RESENDS] = s->resends;
-	st[PROTO_STAT_LOOKAHEAD] = rounds > 0 ? s->sum_l / rounds : 0;
+	st[PROTO_STAT_LOOKAHEAD] = rounds > 0 ? st[PROTO_STAT_DRAFTED] / rounds : 0;
 	st[PROTO_STAT_PIPELINED] = s->n_drafting > 0 ? (double)s->n_piped / s->n_drafting : 0;
 	st[PROTO_STAT_PREDICTED] = spec_predict(s);
 	st[PROTO_STAT_DRAFTING] = rounds > 0 ? (double)s->n_drafting / rounds : 0;

@@ -480,10 +480,35 @@ static double pong_value(const char *msg, const char *key)
 	return p ? strtod(p + strlen(key), NULL) : 0;
 }
 
-static int cmp_double(const void *a, const void *b)
+/* A request of learn_costs to a model server: type on session, pos, its
+ * n_append speech tokens (from k on), n outputs, sampled as LLaSA's card
+ * says (temperature 0.8, top-k 50), over the speech rows. */
+static void calib_req(const verifier *v, proto_msg *q, proto_type type, uint64_t session,
+		      int pos, int n_append, int n, int k)
 {
-	const double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
+	const llasa_vocab *voc = &v->voc;
+
+	proto_init(q, type, 0);
+	proto_model_req *m = proto_model_mut(q);
+	m->session = session;
+	m->pos = pos;
+	m->n_append = n_append;
+	for (int i = 0; i < n_append; i++)
+		m->append[i] = voc->speech_first + (k + i) % voc->speech_count;
+	m->n = n;
+	m->samp = (pcg_sampling){ 0.8f, 50, 1.0f };
+	m->rows = (llama_rows){ 1, { voc->speech_first },
+				{ voc->speech_first + voc->speech_count } };
+}
+
+/* learn_costs's session at cl: gone. */
+static void calib_drop(pcg_client *cl, uint64_t session, proto_msg *q, proto_msg *r)
+{
+	pcg_err err = { "" };
+
+	proto_init(q, PROTO_DROP, 0);
+	q->drop.session = session;
+	client_call(cl, q, r, &err);
 }
 
 /* One-position scores to targetd, with heads MTP heads, on a session of
@@ -499,39 +524,24 @@ static double score_time(verifier *v, pcg_client *cl, proto_msg *q, proto_msg *r
 	double dt[N], bt[N];
 	int n = 0;
 	const uint64_t session = atomic_fetch_add(&v->next_session, 1);
-	const llasa_vocab *voc = &v->voc;
 
-	for (int i = 0; i < N + 1; i++) {
-		proto_init(q, PROTO_SCORE, 0);
-		proto_model_req *m = &q->score.req;
-		m->session = session;
-		m->pos = i == 0 ? 0 : 7 + i;
-		m->n_append = i == 0 ? 8 : 1;
-		for (int k = 0; k < m->n_append; k++)
-			m->append[k] = voc->speech_first + (i * 8 + k) % voc->speech_count;
-		m->n = 1;
-		m->samp = (pcg_sampling){ 0.8f, 50, 1.0f };
-		m->rows = (llama_rows){ 1, { voc->speech_first },
-					{ voc->speech_first + voc->speech_count } };
+	for (int i = 0; i < N + 1; i++) { /* the first is a prefill of 8 */
+		calib_req(v, q, PROTO_SCORE, session, i == 0 ? 0 : 7 + i, i == 0 ? 8 : 1, 1, 8 * i);
 		q->score.heads = heads;
 		const double t = pcg_now();
 		if (client_call(cl, q, r, &err) < 0 || r->type != PROTO_PROBS)
 			break;
 		const double compute = r->probs.n_stats > 0 ? r->probs.stats[0] : 0;
-		if (i > 0) { /* the first is a prefill */
+		if (i > 0) {
 			dt[n] = pcg_now() - t;
 			bt[n] = dt[n] - compute;
 			n++;
 		}
 	}
-	proto_init(q, PROTO_DROP, 0);
-	q->drop.session = session;
-	client_call(cl, q, r, &err);
-	qsort(dt, (size_t)n, sizeof *dt, cmp_double);
-	qsort(bt, (size_t)n, sizeof *bt, cmp_double);
+	calib_drop(cl, session, q, r);
 	if (beyond)
-		*beyond = n > 0 ? bt[n / 2] : 0;
-	return n > 0 ? dt[n / 2] : 0;
+		*beyond = cost_median(bt, n);
+	return cost_median(dt, n);
 }
 
 /* A score of 4 positions to ct, a propose of 4 tokens to cd, or both at
@@ -541,24 +551,14 @@ static double timed(verifier *v, pcg_client *ct, pcg_client *cd, int which, uint
 		    proto_msg *q, proto_msg *r)
 {
 	pcg_err err = { "" };
-	const llasa_vocab *voc = &v->voc;
 	pcg_client *cl[2] = { ct, cd };
 	const double t = pcg_now();
 
 	for (int k = 0; k < 2; k++) {
 		if (!(which & (1 << k)))
 			continue;
-		proto_init(q, k == 0 ? PROTO_SCORE : PROTO_PROPOSE, 0);
-		proto_model_req *m = proto_model_mut(q);
-		m->session = session;
-		m->pos = 8;
-		m->n_append = k == 0 ? 4 : 1;
-		for (int i = 0; i < m->n_append; i++)
-			m->append[i] = voc->speech_first + (7 * i + 3) % voc->speech_count;
-		m->n = 4;
-		m->samp = (pcg_sampling){ 0.8f, 50, 1.0f };
-		m->rows = (llama_rows){ 1, { voc->speech_first },
-					{ voc->speech_first + voc->speech_count } };
+		calib_req(v, q, k == 0 ? PROTO_SCORE : PROTO_PROPOSE, session, 8, k == 0 ? 4 : 1, 4,
+			  3);
 		if (client_send(cl[k], q, &err) < 0)
 			return -1;
 	}
@@ -581,16 +581,7 @@ static double overlap(verifier *v, pcg_client *ct, pcg_client *cd, proto_msg *q,
 	int ok = 1;
 
 	for (int k = 0; k < 2 && ok; k++) { /* the sessions' first 8 positions */
-		proto_init(q, k == 0 ? PROTO_SCORE : PROTO_PROPOSE, 0);
-		proto_model_req *m = proto_model_mut(q);
-		m->session = session;
-		m->n_append = 8;
-		for (int i = 0; i < 8; i++)
-			m->append[i] = v->voc.speech_first + i;
-		m->n = 1;
-		m->samp = (pcg_sampling){ 0.8f, 50, 1.0f };
-		m->rows = (llama_rows){ 1, { v->voc.speech_first },
-					{ v->voc.speech_first + v->voc.speech_count } };
+		calib_req(v, q, k == 0 ? PROTO_SCORE : PROTO_PROPOSE, session, 0, 8, 1, 0);
 		ok = client_call(k == 0 ? ct : cd, q, r, &err) == 0 && r->type == PROTO_PROBS;
 	}
 	for (int rep = 0; ok && rep < 4; rep++)
@@ -600,11 +591,8 @@ static double overlap(verifier *v, pcg_client *ct, pcg_client *cd, proto_msg *q,
 			if (rep > 0 && t < best[which]) /* the first warms them */
 				best[which] = t;
 		}
-	for (int k = 0; k < 2; k++) {
-		proto_init(q, PROTO_DROP, 0);
-		q->drop.session = session;
-		client_call(k == 0 ? ct : cd, q, r, &err);
-	}
+	calib_drop(ct, session, q, r);
+	calib_drop(cd, session, q, r);
 	if (!ok)
 		return -1;
 	const double hi = fmax(best[1], best[2]), lo = fmin(best[1], best[2]);
