@@ -92,7 +92,7 @@ int main(int argc, char **argv)
 				wh[i] = dts[d] == PCG_BF16 ? pcg_f32_to_bf16(wf[i]) : pcg_f32_to_f16(wf[i]);
 		}
 		for (int c = 0; c < COPIES; c++) {
-			W[c] = (pcg_mat){ wf + (size_t)c * N * K, dts[d], N, K };
+			W[c] = (pcg_mat){ .data = wf + (size_t)c * N * K, .dtype = dts[d], .rows = N, .cols = K };
 			if (dts[d] != PCG_F32)
 				W[c].data = (unsigned char *)wh + (size_t)c * mb;
 		}

@@ -372,7 +372,11 @@ void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 {
 	if (B <= 0 || nr <= 0)
 		return;
-	if (pcg_dtype_is_quant(W->dtype)) {
+	if (pcg_dtype_is_quant(W->dtype) && W->packed != NULL &&
+	    pcg_qmatmul(y, ldy, x, B, W, r0, nr) == 0) {
+		/* repacked rows: every position at once, each group of rows
+		 * applied to all of them while it is in cache (qpack.c) */
+	} else if (pcg_dtype_is_quant(W->dtype)) {
 		/* Blocks of up to 8 positions through the int8 kernels, a prefill
 		 * too: they beat dequantised tiles + sgemm per position (1.3x for
 		 * Q8_0 to 2x for the K-quants at 8 positions, bench-matmul), and a

@@ -22,6 +22,7 @@ typedef struct pcg_mat {
 	const void *data;
 	pcg_dtype dtype;
 	int rows, cols;
+	const void *packed; /* block-quantised: the rows repacked (qpack.h), or NULL */
 } pcg_mat;
 
 /* Rows of x at or below this count use the streaming kernels. */

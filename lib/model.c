@@ -21,6 +21,7 @@
 #include "backend.h"
 #include "device.h"
 #include "gguf.h"
+#include "qpack.h"
 #include "quant.h"
 #include "safetensors.h"
 #include "weights.h"
@@ -180,7 +181,7 @@ static int get_mat(llama_model *m, pcg_mat *out, const char *hf, int64_t rows, i
 	const gguf_tensor *t = gguf_need(m, hf, rows, cols, err);
 	if (t == NULL)
 		return -1;
-	*out = (pcg_mat){ t->data, t->dtype, (int)rows, (int)cols };
+	*out = (pcg_mat){ .data = t->data, .dtype = t->dtype, .rows = (int)rows, .cols = (int)cols };
 	if (heads > 0) {
 		const size_t rb = pcg_dtype_row_bytes(t->dtype, cols);
 		const int hd = (int)(rows / heads), half = hd / 2;
@@ -196,12 +197,22 @@ static int get_mat(llama_model *m, pcg_mat *out, const char *hf, int64_t rows, i
 		unmap_pages(t->data, t->nbytes);
 		out->data = p;
 	}
-	if (m->dequantize && pcg_dtype_is_quant(out->dtype)) {
+	if (m->qk_perm && !m->dequantize && pcg_qpack_ok(out)) {
+		/* on the CPU: repacked into groups of rows (qpack.h), the mapped
+		 * pages given back */
+		unsigned char *p = wt_alloc(&m->w, pcg_qpack_bytes(out) + 63);
+		if (p == NULL)
+			return pcg_fail(err, "tensor '%s': out of memory", t->name);
+		p += (64 - (uintptr_t)p % 64) % 64;
+		pcg_qpack(p, out);
+		unmap_pages(t->data, t->nbytes);
+		out->packed = p;
+	} else if (m->dequantize && pcg_dtype_is_quant(out->dtype)) {
 		float *f = wt_alloc(&m->w, (size_t)rows * cols * sizeof *f);
 		if (f == NULL)
 			return pcg_fail(err, "tensor '%s': out of memory", t->name);
 		pcg_dequantize(f, out->data, out->dtype, (size_t)rows * cols);
-		*out = (pcg_mat){ f, PCG_F32, (int)rows, (int)cols };
+		*out = (pcg_mat){ .data = f, .dtype = PCG_F32, .rows = (int)rows, .cols = (int)cols };
 	} else if (t->dtype == PCG_F32 && ((uintptr_t)t->data & 3u) != 0) {
 		return pcg_fail(err, "tensor '%s': misaligned F32 data", t->name);
 	}

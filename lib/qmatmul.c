@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qpack.h"
 #include "quant.h"
 
 #if defined(__x86_64__)
@@ -910,10 +911,12 @@ int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 	chunks k = { .y = y, .ldy = ldy, .r0 = r0, .nr = nr, .chunk = 64, .path = PATH_REF,
 		     .q = &q, .W = W };
 
+	const char *p = pcg_qmatmul_path();
+	if (W->packed != NULL && !strcmp(p, "avx512-vnni"))
+		return pcg_qpack_matmul(y, ldy, x, B, W, r0, nr);
 	if (pcg_qx_alloc(&q, B, K) < 0)
 		return -1;
 	pcg_qx_quantize(&q, x, B, K);
-	const char *p = pcg_qmatmul_path();
 #if defined(__x86_64__)
 	if (!strcmp(p, "avx512-vnni")) {
 		/* Rows of xq padded to Kp (a multiple of 64) with zeros: for

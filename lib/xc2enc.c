@@ -132,7 +132,7 @@ static int get_lin(xc2e_model *m, const st_ckpt *ck, lin *l, int out, int in, in
 	if ((out && s[0] != out) || (in && s[1] != in))
 		return pcg_fail(err, "tensor %s.weight: [%lld, %lld], want [%d, %d]", prefix,
 				(long long)s[0], (long long)s[1], out, in);
-	l->W = (pcg_mat){ w, PCG_F32, (int)s[0], (int)s[1] };
+	l->W = (pcg_mat){ .data = w, .dtype = PCG_F32, .rows = (int)s[0], .cols = (int)s[1] };
 	l->b = NULL;
 	if (bias && (l->b = load(m, ck, l->W.rows, NULL, err, "%s.bias", prefix)) == NULL)
 		return -1;
@@ -145,7 +145,7 @@ static int get_pw(xc2e_model *m, const st_ckpt *ck, lin *l, int out, int in, con
 {
 	const float *w = load(m, ck, (int64_t)out * in, NULL, err, "%s.weight", prefix);
 
-	l->W = (pcg_mat){ w, PCG_F32, out, in };
+	l->W = (pcg_mat){ .data = w, .dtype = PCG_F32, .rows = out, .cols = in };
 	l->b = NULL;
 	return w ? 0 : -1;
 }
@@ -439,7 +439,7 @@ static int to_bf16(xc2e_model *m, lin *l, pcg_err *err)
 			free(m->own[i]);
 			m->own[i] = NULL;
 		}
-	l->W = (pcg_mat){ h, PCG_BF16, l->W.rows, l->W.cols };
+	l->W = (pcg_mat){ .data = h, .dtype = PCG_BF16, .rows = l->W.rows, .cols = l->W.cols };
 	m->info.bf16_bytes += n * sizeof *h;
 	return 0;
 }
@@ -730,7 +730,7 @@ static void conv_module(const xc2e_model *m, const wlayer *L, float *x, int T, f
  * padding (k odd); col: T * in * k floats. */
 static void conv_tm(float *y, const float *x, int T, const conv *c, float *col)
 {
-	const pcg_mat W = { c->w, PCG_F32, c->out, c->in * c->k };
+	const pcg_mat W = { .data = c->w, .dtype = PCG_F32, .rows = c->out, .cols = c->in * c->k };
 
 	xc2_conv1d(y, x, T, c->in, c->k, &W, c->b, col);
 }

@@ -105,7 +105,7 @@ static void *make_weights(pcg_dtype t, int rows, int cols, pcg_mat *w)
 			pcg_f32_to_f16_n((uint16_t *)data + i, &f, 1);
 		}
 	}
-	*w = (pcg_mat){ data, t, rows, cols };
+	*w = (pcg_mat){ .data = data, .dtype = t, .rows = rows, .cols = cols };
 	return data;
 }
 

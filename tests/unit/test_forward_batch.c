@@ -270,8 +270,7 @@ static void check_rows_product(void)
 					for (int i = 0; i < N * K; i++)
 						wh[i] = dts[d] == PCG_BF16 ? pcg_f32_to_bf16(wf[i])
 									   : pcg_f32_to_f16(wf[i]);
-					pcg_mat W = { dts[d] == PCG_F32 ? (const void *)wf : wh, dts[d],
-						      N, K };
+					pcg_mat W = { .data = dts[d] == PCG_F32 ? (const void *)wf : wh, .dtype = dts[d], .rows = N, .cols = K };
 					pcg_matmul_rows(y, NR, x, B, &W, R0, NR);
 					for (int b = 0; b < B; b++) {
 						pcg_matmul(y1, NR, x + (size_t)b * K, 1, &W, R0, NR);

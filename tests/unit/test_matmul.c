@@ -56,7 +56,7 @@ static void check_case(pcg_dtype dt, int B, int N, int K, int r0, int nr, unsign
 		x[i] = (float)frand(&seed) * 4;
 	for (size_t i = 0; i < (size_t)B * (nr + 3); i++)
 		y[i] = NAN;
-	pcg_mat W = { w, dt, N, K };
+	pcg_mat W = { .data = w, .dtype = dt, .rows = N, .cols = K };
 	pcg_matmul(y, nr + 3, x, B, &W, r0, nr); /* ldy > nr: stride respected */
 	for (int b = 0; b < B; b++) {
 		for (int r = 0; r < nr; r++) {
@@ -98,7 +98,7 @@ static void check_widening(pcg_dtype dt)
 	}
 	for (int k = 0; k < K; k++)
 		x[(size_t)k * K + k] = 1.0f;
-	pcg_mat W = { w, dt, N, K };
+	pcg_mat W = { .data = w, .dtype = dt, .rows = N, .cols = K };
 	for (int b0 = 0; b0 < K; b0 += PCG_MATMUL_SMALL) /* the streaming kernels */
 		pcg_matmul(y + (size_t)b0 * N, N, x + (size_t)b0 * K, PCG_MATMUL_SMALL, &W, 0, N);
 	for (int k = 0; k < K; k++)
@@ -185,7 +185,7 @@ static void check_grouping(pcg_dtype dt)
 	}
 	for (int i = 0; i < B * K; i++)
 		x[i] = (float)frand(&seed);
-	pcg_mat W = { dt == PCG_F32 ? (const void *)wf : (const void *)wh, dt, N, K };
+	pcg_mat W = { .data = dt == PCG_F32 ? (const void *)wf : (const void *)wh, .dtype = dt, .rows = N, .cols = K };
 	pcg_matmul(y, N, x, B, &W, 3, N - 3);
 	for (int b = 0; b < B; b++)
 		for (int r = 3; r < N; r += 37) {

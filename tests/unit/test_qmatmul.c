@@ -27,9 +27,11 @@
 #include "dtype.h"
 #include "matmul.h"
 #include "qmatmul.h"
+#include "qpack.h"
 #include "quant.h"
 
 static unsigned seed = 12345;
+static int n_packed; /* products run on repacked rows */
 static const char *const paths[] = { "avx512-vnni", "avx-vnni", "avx2", "generic" };
 
 static unsigned rnd(void)
@@ -119,12 +121,26 @@ static void check_case(pcg_dtype t, int N, int K, int B, int r0, int nr)
 	for (int b = 0; b < B; b++)
 		for (int k = 0; k < K; k++)
 			xd[(size_t)b * K + k] = q.d[(size_t)b * q.nb + k / 256] * q.q[(size_t)b * K + k];
-	pcg_mat W = { w, t, N, K };
+	pcg_mat W = { .data = w, .dtype = t, .rows = N, .cols = K };
 	pcg_qdot_ref(yref, nr, &q, &W, r0, nr);
 
-	for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
-		if (!is_path_ok(paths[pi]))
+	void *packed = NULL;
+	for (size_t pi = 0; pi < 2 * sizeof paths / sizeof paths[0]; pi++) {
+		/* each path, then each path with the rows repacked where it packs */
+		const char *path = paths[pi / 2];
+		if (!is_path_ok(path))
 			continue;
+		W.packed = NULL;
+		if (pi % 2 == 1) {
+			if (!pcg_qpack_ok(&W))
+				continue;
+			free(packed);
+			packed = aligned_alloc(64, (pcg_qpack_bytes(&W) + 63) / 64 * 64);
+			CHECK(packed != NULL);
+			pcg_qpack(packed, &W);
+			W.packed = packed;
+			n_packed++;
+		}
 		bad = bad_ref = bad_block = 0;
 		for (int i = 0; i < B * (nr + 3); i++)
 			y[i] = NAN;
@@ -162,9 +178,12 @@ static void check_case(pcg_dtype t, int N, int K, int B, int r0, int nr)
 		}
 		CHECKF(bad == 0 && bad_ref == 0 && bad_block == 0,
 		       "%s path %s N=%d K=%d B=%d rows [%d,%d): %d off, %d off the reference, "
-		       "%d rows differ alone", pcg_dtype_name(t), paths[pi], N, K, B, r0, r0 + nr,
+		       "%d rows differ alone", pcg_dtype_name(t), path, N, K, B, r0, r0 + nr,
 		       bad, bad_ref, bad_block);
+		CHECKF(pi % 2 == 0 || strcmp(path, "avx512-vnni") == 0,
+		       "%s packs on path %s", pcg_dtype_name(t), path);
 	}
+	free(packed);
 	pcg_qx_free(&q);
 	free(w);
 	free(wf);
@@ -258,6 +277,14 @@ int main(void)
 		check_case(t, 37, kq ? 288 : 512, 4, 5, 29); /* a sub-range over threads */
 		check_case(t, 37, kq ? 288 : 512, 1, 36, 1);
 	}
+	/* Repacked rows, on a CPU with AVX-512 VNNI: Q8_0, Q4_0, Q4_K, Q6_K; a
+	 * product of more rows than a block through them at once (prefill). */
+	check_case(PCG_Q4_0, 45, 2080, 19, 3, 40);
+	check_case(PCG_Q6_K, 33, 512, 12, 0, 33);
+	if (pcg_qmatmul_set_path("avx512-vnni") == 0)
+		CHECKF(n_packed > 0, "no product ran on repacked rows");
+	else
+		printf("SKIP repacked rows: no AVX-512 VNNI on this CPU\n");
 	printf("qmatmul paths: %s (best here)\n", (pcg_qmatmul_set_path("avx512-vnni") == 0 ||
 						 pcg_qmatmul_set_path("generic") == 0)
 						? pcg_qmatmul_path() : "?");

@@ -1,0 +1,506 @@
+/* qpack.c: block-quantised products from weights repacked at load into
+ * groups of 16 interleaved rows (qpack.h).
+ *
+ * The row-wise kernels of qmatmul.c unpack a chunk of one row, multiply it
+ * by each position's activations and reduce the 16 lanes of the sum at the
+ * end: per position and 64 weights a vpdpbusd, a conversion and an FMA for
+ * the block scales, and the unpacking shared by the positions only. Here a
+ * 512-bit vector holds 4 consecutive weights of each of 16 rows (lane r:
+ * row r), so one vpdpbusd against 4 activation bytes broadcast to every lane
+ * does 64 multiply-adds for 16 rows at once, and the sums per row never
+ * need reducing. Per position and block of 32 weights of 16 rows: 8
+ * vpdpbusd (the activations a memory broadcast), one conversion and one FMA
+ * with the 16 rows' scales; the unpacking is shared by every position.
+ *
+ * The products are those of qmatmul.c (exact integer sums per sub-block,
+ * scaled in f32): vpdpbusd takes its first operand unsigned, so each format
+ * is stored as unsigned integers u with w = u - o (o = 8 for Q4_0, 128 for
+ * Q8_0, 32 for Q6_K, the K-quants' mins for Q4_K), and the o * (sum of the
+ * activations) of a sub-block comes off in the integer sum (the
+ * accumulator starts there) or in the float one (Q4_K's mins).
+ *
+ * Layouts, per group of 16 rows (rows past the matrix zero), per block:
+ *   Q4_0 (32 weights, 288 bytes): d[16] f16; then 4 x 64 bytes, part c
+ *        holding weights 8c..8c+7: byte 4r + j = u[r][8c + j] | u[r][8c + 4 + j] << 4
+ *   Q8_0 (32 weights, 544 bytes): d[16] f16; then 8 x 64 bytes, part c:
+ *        byte 4r + j = q[r][4c + j] + 128
+ *   Q4_K (256 weights, 2368 bytes): d[16], dmin[16] f16; sc[8][16], m[8][16]
+ *        (the 6-bit scales and mins, a byte each); then 32 parts of 64 bytes
+ *        as Q4_0's (part 4s + c: sub-block s, weights 32s + 8c ..)
+ *   Q6_K (256 weights, 3360 bytes): d[16] f16; sc[16][16] int8; then 32
+ *        parts of 64 bytes of the low 4 bits as Q4_0's; then 16 parts of 64
+ *        bytes of the top 2 bits: part s, byte 4r + j, bits 2i..2i+1 are
+ *        those of weight 16s + 4i + j of row r (the parts 2s, 2s + 1 above).
+ * The extra bytes over the file: Q4_K 2.8 % (its scales a byte each, not 6
+ * bits), the others none.
+ */
+#include "qpack.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "matmul.h"
+#include "qmatmul.h"
+#include "quant.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#define G PCG_QPACK_ROWS
+#define QB 256 /* activation block (qmatmul.h) */
+
+/* Bytes per group of 16 rows and block, and weights per block. */
+static int blk_bytes(pcg_dtype t)
+{
+	switch (t) {
+	case PCG_Q4_0: return 288;
+	case PCG_Q8_0: return 544;
+	case PCG_Q4_K: return 2368;
+	case PCG_Q6_K: return 3360;
+	default: return 0;
+	}
+}
+
+static size_t group_bytes(const pcg_mat *W)
+{
+	return (size_t)blk_bytes(W->dtype) * (size_t)(W->cols / pcg_dtype_block(W->dtype));
+}
+
+int pcg_qpack_ok(const pcg_mat *W)
+{
+	const char *e = getenv("PCG_QPACK"); /* 0: the row-wise kernels (to compare) */
+
+	if (e != NULL && !strcmp(e, "0"))
+		return 0;
+	return blk_bytes(W->dtype) > 0 && W->cols % pcg_dtype_block(W->dtype) == 0 &&
+	       W->rows > 0 && !strcmp(pcg_qmatmul_path(), "avx512-vnni");
+}
+
+size_t pcg_qpack_bytes(const pcg_mat *W)
+{
+	return (size_t)((W->rows + G - 1) / G) * group_bytes(W);
+}
+
+/* ------------------------------------------------------------- packing */
+
+/* Row r's unsigned integers u[K], their block scales and (Q4_K) mins: the
+ * source of every layout above. */
+static void row_ints(const unsigned char *row, pcg_dtype t, int K, uint8_t *u, uint16_t *d,
+		     uint16_t *dmin, uint8_t *sc, uint8_t *mn)
+{
+	const size_t bs = pcg_dtype_block_bytes(t);
+	const int qk = pcg_dtype_block(t);
+
+	for (int i = 0; i < K / qk; i++) {
+		const unsigned char *p = row + (size_t)i * bs;
+		uint8_t *ui = u + (size_t)i * qk;
+		switch (t) {
+		case PCG_Q4_0: {
+			pcg_block_q4_0 b;
+			memcpy(&b, p, sizeof b);
+			d[i] = b.d;
+			for (int l = 0; l < 16; l++) {
+				ui[l] = b.qs[l] & 15;
+				ui[l + 16] = b.qs[l] >> 4;
+			}
+			break;
+		}
+		case PCG_Q8_0: {
+			pcg_block_q8_0 b;
+			memcpy(&b, p, sizeof b);
+			d[i] = b.d;
+			for (int l = 0; l < 32; l++)
+				ui[l] = (uint8_t)(b.qs[l] + 128);
+			break;
+		}
+		case PCG_Q4_K: {
+			pcg_block_q4_k b;
+			memcpy(&b, p, sizeof b);
+			d[i] = b.d;
+			dmin[i] = b.dmin;
+			for (int s = 0; s < 8; s++)
+				pcg_get_scale_min(s, b.scales, &sc[8 * i + s], &mn[8 * i + s]);
+			for (int j = 0; j < 4; j++)
+				for (int l = 0; l < 32; l++) {
+					ui[64 * j + l] = b.qs[32 * j + l] & 15;
+					ui[64 * j + 32 + l] = b.qs[32 * j + l] >> 4;
+				}
+			break;
+		}
+		case PCG_Q6_K: {
+			pcg_block_q6_k b;
+			memcpy(&b, p, sizeof b);
+			d[i] = b.d;
+			memcpy(sc + 16 * i, b.scales, 16);
+			for (int h = 0; h < 2; h++) {
+				const uint8_t *ql = b.ql + 64 * h, *qh = b.qh + 32 * h;
+				uint8_t *o = ui + 128 * h;
+				for (int l = 0; l < 32; l++) {
+					o[l] = (uint8_t)((ql[l] & 15) | (qh[l] & 3) << 4);
+					o[l + 32] = (uint8_t)((ql[l + 32] & 15) | (qh[l] >> 2 & 3) << 4);
+					o[l + 64] = (uint8_t)((ql[l] >> 4) | (qh[l] >> 4 & 3) << 4);
+					o[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (qh[l] >> 6 & 3) << 4);
+				}
+			}
+			break;
+		}
+		default:
+			break;
+		}
+	}
+}
+
+/* 64 bytes of nibbles: weights k..k+7 of the 16 rows (u[r] at k). */
+static void put_nibbles(uint8_t *o, uint8_t *const u[G], int k)
+{
+	for (int r = 0; r < G; r++)
+		for (int j = 0; j < 4; j++)
+			o[4 * r + j] = (uint8_t)((u[r][k + j] & 15) | (u[r][k + 4 + j] & 15) << 4);
+}
+
+void pcg_qpack(void *dst, const pcg_mat *W)
+{
+	const pcg_dtype t = W->dtype;
+	const int K = W->cols, qk = pcg_dtype_block(t), nbk = K / qk;
+	const size_t rb = pcg_dtype_row_bytes(t, K), bb = (size_t)blk_bytes(t);
+	uint8_t *u[G];
+	uint16_t *d = malloc((size_t)G * nbk * 2 * sizeof *d);
+	uint8_t *sc = malloc((size_t)G * nbk * 32), *ub = malloc((size_t)G * K);
+
+	if (d == NULL || sc == NULL || ub == NULL)
+		abort(); /* a group of rows: a few hundred KB */
+	for (int g = 0; g < (W->rows + G - 1) / G; g++) {
+		uint8_t *gp = (uint8_t *)dst + (size_t)g * group_bytes(W);
+		for (int r = 0; r < G; r++) {
+			u[r] = ub + (size_t)r * K;
+			uint16_t *dr = d + (size_t)r * nbk * 2;
+			uint8_t *sr = sc + (size_t)r * nbk * 32;
+			if (g * G + r < W->rows) {
+				row_ints((const unsigned char *)W->data + (size_t)(g * G + r) * rb, t, K,
+					 u[r], dr, dr + nbk, sr, sr + nbk * 16);
+			} else { /* a zero row: zero scales, the integers of 0 */
+				memset(u[r], t == PCG_Q4_0 ? 8 : t == PCG_Q8_0 ? 128 : t == PCG_Q6_K ? 32 : 0,
+				       (size_t)K);
+				memset(dr, 0, (size_t)nbk * 2 * sizeof *dr);
+				memset(sr, 0, (size_t)nbk * 32);
+			}
+		}
+		for (int i = 0; i < nbk; i++) {
+			uint8_t *o = gp + (size_t)i * bb;
+			const int k0 = i * qk;
+			for (int r = 0; r < G; r++)
+				memcpy(o + 2 * r, &d[(size_t)r * nbk * 2 + i], 2);
+			o += 32;
+			if (t == PCG_Q4_K) {
+				for (int r = 0; r < G; r++)
+					memcpy(o + 2 * r, &d[(size_t)r * nbk * 2 + nbk + i], 2);
+				o += 32;
+				for (int s = 0; s < 8; s++)
+					for (int r = 0; r < G; r++) {
+						const uint8_t *sr = sc + (size_t)r * nbk * 32;
+						o[16 * s + r] = sr[8 * i + s];
+						o[128 + 16 * s + r] = sr[nbk * 16 + 8 * i + s];
+					}
+				o += 256;
+			} else if (t == PCG_Q6_K) {
+				for (int s = 0; s < 16; s++)
+					for (int r = 0; r < G; r++)
+						o[16 * s + r] = sc[(size_t)r * nbk * 32 + 16 * i + s];
+				o += 256;
+			}
+			if (t == PCG_Q8_0) {
+				for (int c = 0; c < 8; c++)
+					for (int r = 0; r < G; r++)
+						memcpy(o + 64 * c + 4 * r, u[r] + k0 + 4 * c, 4);
+				continue;
+			}
+			for (int c = 0; c < qk / 8; c++)
+				put_nibbles(o + 64 * c, u, k0 + 8 * c);
+			if (t == PCG_Q6_K) {
+				uint8_t *h = o + 64 * (qk / 8);
+				for (int s = 0; s < 16; s++)
+					for (int r = 0; r < G; r++)
+						for (int j = 0; j < 4; j++) {
+							uint8_t v = 0;
+							for (int q = 0; q < 4; q++)
+								v |= (uint8_t)((u[r][k0 + 16 * s + 4 * q + j] >> 4 & 3)
+									       << (2 * q));
+							h[64 * s + 4 * r + j] = v;
+						}
+			}
+		}
+	}
+	free(d);
+	free(sc);
+	free(ub);
+}
+
+/* ------------------------------------------------------------ products */
+
+#if defined(__x86_64__)
+#define V512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,f16c,fma")))
+
+/* The activations of one product: xq [B][K] int8, their scales per 256
+ * dx [B][nb], and per sub-block (32 weights; 16 for Q6_K) either the
+ * integer start of the sums, -o * (sum of xq), or (Q4_K) the sum as f32. */
+typedef struct acts {
+	const int8_t *xq;
+	const float *dx;
+	const int32_t *i0; /* [B][K / sub] */
+	const float *sf;   /* [B][K / 32], Q4_K */
+	int K, nb;
+} acts;
+
+static inline int32_t ld32(const int8_t *p)
+{
+	int32_t v;
+	memcpy(&v, p, 4);
+	return v;
+}
+
+/* Stores the 16 sums of group g, rows [r0, r0 + nr) of y's. */
+V512 static inline void store16(float *y, __m512 v, int g, int r0, int nr)
+{
+	const int a = g * G;
+	if (a >= r0 && a + G <= r0 + nr) {
+		_mm512_storeu_ps(y + (a - r0), v);
+		return;
+	}
+	float t[G];
+	_mm512_storeu_ps(t, v);
+	for (int r = 0; r < G; r++)
+		if (a + r >= r0 && a + r < r0 + nr)
+			y[a + r - r0] = t[r];
+}
+
+#define PF(p) __builtin_prefetch((const char *)(p) + 4096, 0, 1)
+
+/* Group g against positions b0 .. b0 + NB - 1 (NB <= 8). */
+V512 static inline __attribute__((always_inline)) void
+group(float *y, int ldy, const acts *x, const pcg_mat *W, const uint8_t *gp, int g, int r0,
+      int nr, int b0, const int NB)
+{
+	const int K = x->K, nb = x->nb;
+	const pcg_dtype t = W->dtype;
+	const __m512i m15 = _mm512_set1_epi8(15);
+	__m512 acc[8];
+
+	#pragma GCC unroll 8
+	for (int b = 0; b < NB; b++)
+		acc[b] = _mm512_setzero_ps();
+	if (t == PCG_Q4_0 || t == PCG_Q8_0) {
+		const int q8 = t == PCG_Q8_0, bb = q8 ? 544 : 288, nbk = K / 32;
+		for (int j = 0; j < nb; j++) {
+			__m512 s[8];
+			#pragma GCC unroll 8
+			for (int b = 0; b < NB; b++)
+				s[b] = _mm512_setzero_ps();
+			const int kb1 = 8 * j + 8 < nbk ? 8 * j + 8 : nbk;
+			for (int kb = 8 * j; kb < kb1; kb++) {
+				const uint8_t *p = gp + (size_t)kb * bb;
+				PF(p);
+				PF(p + 64 * 4);
+				if (q8) {
+					PF(p + 64 * 8);
+				}
+				const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)p));
+				__m512i w[8];
+				if (q8) {
+					#pragma GCC unroll 8
+					for (int c = 0; c < 8; c++)
+						w[c] = _mm512_loadu_si512(p + 32 + 64 * c);
+				} else {
+					#pragma GCC unroll 4
+					for (int c = 0; c < 4; c++) {
+						const __m512i v = _mm512_loadu_si512(p + 32 + 64 * c);
+						w[2 * c] = _mm512_and_si512(v, m15);
+						w[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+					}
+				}
+				#pragma GCC unroll 8
+				for (int b = 0; b < NB; b++) {
+					const int8_t *xb = x->xq + (size_t)(b0 + b) * K + 32 * kb;
+					__m512i i = _mm512_set1_epi32(x->i0[(size_t)(b0 + b) * nbk + kb]);
+					#pragma GCC unroll 8
+					for (int c = 0; c < 8; c++)
+						i = _mm512_dpbusd_epi32(i, w[c], _mm512_set1_epi32(ld32(xb + 4 * c)));
+					s[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), d, s[b]);
+				}
+			}
+			#pragma GCC unroll 8
+			for (int b = 0; b < NB; b++)
+				acc[b] = _mm512_fmadd_ps(s[b], _mm512_set1_ps(x->dx[(size_t)(b0 + b) * nb + j]),
+							 acc[b]);
+		}
+	} else if (t == PCG_Q4_K) {
+		for (int j = 0; j < nb; j++) {
+			const uint8_t *p = gp + (size_t)j * 2368;
+			const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)p));
+			const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(p + 32)));
+			__m512 s[8];
+			#pragma GCC unroll 8
+			for (int b = 0; b < NB; b++)
+				s[b] = _mm512_setzero_ps();
+			for (int sb = 0; sb < 8; sb++) {
+				const uint8_t *q = p + 320 + 256 * sb;
+				PF(q);
+				PF(q + 64);
+				PF(q + 128);
+				PF(q + 192);
+				const __m512 dsc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+					_mm_loadu_si128((const void *)(p + 64 + 16 * sb)))));
+				const __m512 dmn = _mm512_mul_ps(dm, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+					_mm_loadu_si128((const void *)(p + 192 + 16 * sb)))));
+				__m512i w[8];
+				#pragma GCC unroll 4
+				for (int c = 0; c < 4; c++) {
+					const __m512i v = _mm512_loadu_si512(q + 64 * c);
+					w[2 * c] = _mm512_and_si512(v, m15);
+					w[2 * c + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+				}
+				#pragma GCC unroll 8
+				for (int b = 0; b < NB; b++) {
+					const int8_t *xb = x->xq + (size_t)(b0 + b) * K + QB * j + 32 * sb;
+					__m512i i = _mm512_setzero_si512();
+					#pragma GCC unroll 8
+					for (int c = 0; c < 8; c++)
+						i = _mm512_dpbusd_epi32(i, w[c], _mm512_set1_epi32(ld32(xb + 4 * c)));
+					s[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), dsc, s[b]);
+					s[b] = _mm512_fnmadd_ps(
+						dmn, _mm512_set1_ps(x->sf[(size_t)(b0 + b) * (K / 32) + 8 * j + sb]),
+						s[b]);
+				}
+			}
+			#pragma GCC unroll 8
+			for (int b = 0; b < NB; b++)
+				acc[b] = _mm512_fmadd_ps(s[b], _mm512_set1_ps(x->dx[(size_t)(b0 + b) * nb + j]),
+							 acc[b]);
+		}
+	} else { /* Q6_K */
+		const __m512i m30 = _mm512_set1_epi8(0x30);
+		for (int j = 0; j < nb; j++) {
+			const uint8_t *p = gp + (size_t)j * 3360;
+			const uint8_t *ql = p + 288, *qh = p + 288 + 2048;
+			const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const void *)p));
+			__m512 s[8];
+			#pragma GCC unroll 8
+			for (int b = 0; b < NB; b++)
+				s[b] = _mm512_setzero_ps();
+			for (int sb = 0; sb < 16; sb++) {
+				PF(ql + 128 * sb);
+				PF(ql + 128 * sb + 64);
+				PF(qh + 64 * sb);
+				const __m512 dsc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+					_mm_loadu_si128((const void *)(p + 32 + 16 * sb)))));
+				const __m512i a = _mm512_loadu_si512(ql + 128 * sb);
+				const __m512i c2 = _mm512_loadu_si512(ql + 128 * sb + 64);
+				const __m512i h = _mm512_loadu_si512(qh + 64 * sb);
+				/* low nibble | the two top bits at 4-5: A | (B & C) */
+				__m512i w[4];
+				w[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(a, m15),
+								 _mm512_slli_epi16(h, 4), m30, 0xF8);
+				w[1] = _mm512_ternarylogic_epi32(
+					_mm512_and_si512(_mm512_srli_epi16(a, 4), m15),
+					_mm512_slli_epi16(h, 2), m30, 0xF8);
+				w[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(c2, m15), h, m30, 0xF8);
+				w[3] = _mm512_ternarylogic_epi32(
+					_mm512_and_si512(_mm512_srli_epi16(c2, 4), m15),
+					_mm512_srli_epi16(h, 2), m30, 0xF8);
+				#pragma GCC unroll 8
+				for (int b = 0; b < NB; b++) {
+					const int8_t *xb = x->xq + (size_t)(b0 + b) * K + QB * j + 16 * sb;
+					__m512i i = _mm512_set1_epi32(
+						x->i0[(size_t)(b0 + b) * (K / 16) + 16 * j + sb]);
+					#pragma GCC unroll 4
+					for (int c = 0; c < 4; c++)
+						i = _mm512_dpbusd_epi32(i, w[c], _mm512_set1_epi32(ld32(xb + 4 * c)));
+					s[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), dsc, s[b]);
+				}
+			}
+			#pragma GCC unroll 8
+			for (int b = 0; b < NB; b++)
+				acc[b] = _mm512_fmadd_ps(s[b], _mm512_set1_ps(x->dx[(size_t)(b0 + b) * nb + j]),
+							 acc[b]);
+		}
+	}
+	#pragma GCC unroll 8
+	for (int b = 0; b < NB; b++)
+		store16(y + (size_t)(b0 + b) * ldy, acc[b], g, r0, nr);
+}
+
+/* Group g against every position, 8 at a time. */
+V512 static void group_all(float *y, int ldy, const acts *x, const pcg_mat *W, int B, int g,
+			   int r0, int nr)
+{
+	const uint8_t *gp = (const uint8_t *)W->packed + (size_t)g * group_bytes(W);
+
+	for (int b0 = 0; b0 < B; b0 += 8) {
+		switch (B - b0 < 8 ? B - b0 : 8) {
+		case 1: group(y, ldy, x, W, gp, g, r0, nr, b0, 1); break;
+		case 2: group(y, ldy, x, W, gp, g, r0, nr, b0, 2); break;
+		case 3: group(y, ldy, x, W, gp, g, r0, nr, b0, 3); break;
+		case 4: group(y, ldy, x, W, gp, g, r0, nr, b0, 4); break;
+		case 5: group(y, ldy, x, W, gp, g, r0, nr, b0, 5); break;
+		case 6: group(y, ldy, x, W, gp, g, r0, nr, b0, 6); break;
+		case 7: group(y, ldy, x, W, gp, g, r0, nr, b0, 7); break;
+		default: group(y, ldy, x, W, gp, g, r0, nr, b0, 8); break;
+		}
+	}
+}
+
+int pcg_qpack_matmul(float *y, int ldy, const float *xf, int B, const pcg_mat *W, int r0,
+		     int nr)
+{
+	const int K = W->cols, q6 = W->dtype == PCG_Q6_K, sub = q6 ? 16 : 32;
+	const int o = W->dtype == PCG_Q4_0 ? 8 : W->dtype == PCG_Q8_0 ? 128 : q6 ? 32 : 0;
+	pcg_qx q;
+
+	if (pcg_qx_alloc(&q, B, K) < 0)
+		return -1;
+	int32_t *i0 = malloc((size_t)B * (K / sub) * sizeof *i0);
+	float *sf = malloc((size_t)B * (K / 32) * sizeof *sf);
+	if (i0 == NULL || sf == NULL) {
+		free(i0);
+		free(sf);
+		pcg_qx_free(&q);
+		return -1;
+	}
+	pcg_qx_quantize(&q, xf, B, K);
+	for (int b = 0; b < B; b++)
+		for (int s = 0; s < K / sub; s++) {
+			const int8_t *p = q.q + (size_t)b * K + (size_t)s * sub;
+			int32_t sum = 0;
+			for (int i = 0; i < sub; i++)
+				sum += p[i];
+			i0[(size_t)b * (K / sub) + s] = -o * sum;
+			if (!q6)
+				sf[(size_t)b * (K / 32) + s] = (float)sum;
+		}
+	const acts x = { .xq = q.q, .dx = q.d, .i0 = i0, .sf = sf, .K = K, .nb = q.nb };
+	const int g0 = r0 / G, g1 = (r0 + nr + G - 1) / G;
+
+	if (g1 - g0 == 1 || pcg_get_threads() == 1) {
+		for (int g = g0; g < g1; g++)
+			group_all(y, ldy, &x, W, B, g, r0, nr);
+	} else {
+#pragma omp parallel for schedule(static)
+		for (int g = g0; g < g1; g++)
+			group_all(y, ldy, &x, W, B, g, r0, nr);
+	}
+	free(i0);
+	free(sf);
+	pcg_qx_free(&q);
+	return 0;
+}
+#else
+int pcg_qpack_matmul(float *y, int ldy, const float *xf, int B, const pcg_mat *W, int r0,
+		     int nr)
+{
+	(void)y, (void)ldy, (void)xf, (void)B, (void)W, (void)r0, (void)nr;
+	return -1;
+}
+#endif
