@@ -16,6 +16,7 @@
 #include "matmul.h"
 
 #include "qmatmul.h"
+#include "qpack.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -372,7 +373,7 @@ void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 {
 	if (B <= 0 || nr <= 0)
 		return;
-	if (pcg_dtype_is_quant(W->dtype) && W->packed != NULL &&
+	if (pcg_dtype_is_quant(W->dtype) && pcg_qpack_active(W) &&
 	    pcg_qmatmul(y, ldy, x, B, W, r0, nr) == 0) {
 		/* repacked rows: every position at once, each group of rows
 		 * applied to all of them while it is in cache (qpack.c) */

@@ -912,7 +912,7 @@ int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 		     .q = &q, .W = W };
 
 	const char *p = pcg_qmatmul_path();
-	if (W->packed != NULL && !strcmp(p, "avx512-vnni"))
+	if (pcg_qpack_active(W))
 		return pcg_qpack_matmul(y, ldy, x, B, W, r0, nr);
 	if (pcg_qx_alloc(&q, B, K) < 0)
 		return -1;

@@ -80,6 +80,11 @@ int pcg_qpack_ok(const pcg_mat *W)
 	       W->rows > 0 && !strcmp(pcg_qmatmul_path(), "avx512-vnni");
 }
 
+int pcg_qpack_active(const pcg_mat *W)
+{
+	return W->packed != NULL && !strcmp(pcg_qmatmul_path(), "avx512-vnni");
+}
+
 size_t pcg_qpack_bytes(const pcg_mat *W)
 {
 	return (size_t)((W->rows + G - 1) / G) * group_bytes(W);

@@ -16,6 +16,10 @@
  * chosen is the one that reads packs). */
 int pcg_qpack_ok(const pcg_mat *W);
 
+/* Whether a product with W runs on its packed rows (it has them, and the
+ * quantised path chosen reads them). */
+int pcg_qpack_active(const pcg_mat *W);
+
 /* Bytes of the packed copy of W (rows rounded up to a group). */
 size_t pcg_qpack_bytes(const pcg_mat *W);
 
