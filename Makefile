@@ -187,6 +187,7 @@ gpu-pack: all $(CUDA_TESTS)
 	rm -rf build/gpu-pack && mkdir -p build/gpu-pack/bin build/gpu-pack/tests
 	for f in $(BINS) $(BENCHES); do strip --strip-debug -o build/gpu-pack/$$f $$f || exit 1; done
 	for f in $(CUDA_TESTS); do strip --strip-debug -o build/gpu-pack/tests/$${f##*/} $$f || exit 1; done
+	git describe --always --dirty >build/gpu-pack/commit 2>/dev/null || echo unknown >build/gpu-pack/commit
 	@du -sh build/gpu-pack
 
 demo: all
