@@ -6,6 +6,13 @@
 #   make bench      the benches that need no weights (bench/run), briefly
 #   make test       builds everything, runs tests/run (offline, a few minutes)
 #   make test-gpu   the CUDA tests on a GPU, also under compute-sanitizer
+#   make gpu-check  the first thing to run where a GPU is at hand (scripts/gpu-check):
+#                   the CUDA tests, LLaSA-1B's decode, the pipeline, the codec and
+#                   asg-build on the GPU, every step time-limited, a report for
+#                   docs/BENCHMARKS.md in build/gpu-check.md ($OUT/ when OUT is set)
+#   make gpu-pack   stripped copies of the programs and the CUDA tests in build/gpu-pack
+#                   (about 45 MB), what a GPU machine without the build needs for
+#                   scripts/gpu-check
 #   make demo       runs the demo job on the embedded tiny model
 #   make install    PREFIX=/usr/local (bin/, share/man/, the demo voice in
 #                   share/pcg-tts/, systemd units in SYSTEMDUNITDIR, default
@@ -166,6 +173,22 @@ test: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS) $(FUZZERS)
 # compute-sanitizer (tests/gpu).
 test-gpu: all $(CUDA_TESTS)
 	@tests/gpu
+
+# The figures that need a GPU, each step under its own time limit (the
+# script says which; without a GPU it writes a report of nothing measured).
+.PHONY: gpu-check gpu-pack
+gpu-check: all $(CUDA_TESTS)
+	@scripts/gpu-check
+
+# What scripts/gpu-check runs, without debug sections, for a GPU machine that
+# gets files but does not build: carry build/gpu-pack (bin/ then links to it).
+gpu-pack: all $(CUDA_TESTS)
+	@[ -n "$(CUDA_TESTS)" ] || { echo "gpu-pack: no CUDA build (nvcc not found, or CUDA=0)" >&2; exit 1; }
+	rm -rf build/gpu-pack && mkdir -p build/gpu-pack/bin build/gpu-pack/tests
+	for f in $(BINS) $(BENCHES); do strip --strip-debug -o build/gpu-pack/$$f $$f || exit 1; done
+	for f in $(CUDA_TESTS); do strip --strip-debug -o build/gpu-pack/tests/$${f##*/} $$f || exit 1; done
+	git describe --always --dirty >build/gpu-pack/commit 2>/dev/null || echo unknown >build/gpu-pack/commit
+	@du -sh build/gpu-pack
 
 demo: all
 	@scripts/demo

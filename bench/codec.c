@@ -5,9 +5,15 @@
  * decoding. Without --weights it writes a full-size decoder with seeded
  * random weights (unit-gain matrices, as tests/ref/make_xcodec2_fixtures.py)
  * into a temporary directory first, in a child process so that the peak RSS
- * reported is the decoder's alone.
- * Usage: bench-codec [--weights DIR] [--threads N] [--reps N] [--snr]
+ * reported is the decoder's alone; --keep DIR writes them there instead and
+ * keeps them (a directory codec-decode and pcg-up --codec-weights take), or
+ * reuses the file a former run left. --device cuda[:N] times the decoder on
+ * a GPU (lib/cuda/xcodec2.h, through the device kind's hooks, as
+ * codec-decode --device).
+ * Usage: bench-codec [--weights DIR | --keep DIR] [--device DEV] [--threads N] [--reps N]
+ *        [--snr]
  */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,16 +26,21 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "device.h"
 #include "matmul.h"
 #include "opts.h"
 #include "safetensors.h"
 #include "xcodec2.h"
 
-static const char *weights;
+static const char *weights, *keep, *device_s;
 static int threads, reps, snr, max_seconds;
 static const pcg_opt opts[] = {
 	{ "weights", PCG_OPT_STR, &weights, NULL, 1, 0, "DIR",
 	  "a full-size checkpoint (default: random weights in a temporary directory)" },
+	{ "keep", PCG_OPT_STR, &keep, NULL, 1, 0, "DIR",
+	  "write the random weights into DIR and keep them (reused when there)" },
+	{ "device", PCG_OPT_STR, &device_s, "cpu", 1, 0, "cpu|cuda[:N]",
+	  "where the decoder runs (--snr: the CPU only)" },
 	{ "threads", PCG_OPT_INT, &threads, "2", 0, 1024, "N", "threads" },
 	{ "reps", PCG_OPT_INT, &reps, "3", 1, 100, "N", "repetitions (the best is reported)" },
 	{ "max-seconds", PCG_OPT_INT, &max_seconds, "30", 1, 3600, "N",
@@ -140,6 +151,11 @@ static void write_random(const char *path)
 	}
 }
 
+static int cpu_decode(void *m, const int32_t *codes, int T, float *out, pcg_err *err)
+{
+	return xc2_decode(m, codes, T, out, err);
+}
+
 static double snr_db(const float *ref, const float *x, size_t n)
 {
 	double s = 0, e = 0;
@@ -157,7 +173,8 @@ int main(int argc, char **argv)
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 
 	if (first == PCG_OPTS_HELP) {
-		pcg_opts_usage(stdout, "bench-codec", "[--weights DIR] [--threads N] [--reps N] [--snr]",
+		pcg_opts_usage(stdout, "bench-codec",
+			       "[--weights DIR | --keep DIR] [--device DEV] [--threads N] [--reps N] [--snr]",
 			       opts);
 		return 0;
 	}
@@ -165,14 +182,42 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench-codec: %s\n", first < 0 ? err.msg : "unexpected argument");
 		return 2;
 	}
-	if (weights == NULL) {
-		snprintf(dir, sizeof dir, "%s/bench-codec.XXXXXX",
-			 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-		if (mkdtemp(dir) == NULL) {
-			perror("mkdtemp");
+	pcg_device device;
+	if (pcg_device_parse(device_s, &device, &err) < 0) {
+		fprintf(stderr, "bench-codec: --device: %s\n", err.msg);
+		return 2;
+	}
+	if (weights && keep) {
+		fprintf(stderr, "bench-codec: --weights and --keep: give one\n");
+		return 2;
+	}
+	if (snr && !pcg_device_is_host(device)) {
+		fprintf(stderr, "bench-codec: --snr: chunked decoding runs on the CPU only\n");
+		return 2;
+	}
+	/* Before minutes of writing weights: a device that is not there fails at once. */
+	if (pcg_device_check(device, &err) < 0)
+		die("device", &err);
+	struct stat st;
+	if (keep) {
+		snprintf(path, sizeof path, "%s/model.safetensors", keep);
+		if (stat(path, &st) == 0)
+			weights = keep;
+		else if (mkdir(keep, 0777) < 0 && errno != EEXIST) {
+			fprintf(stderr, "bench-codec: %s: %s\n", keep, strerror(errno));
 			return 1;
 		}
-		snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	}
+	if (weights == NULL) {
+		if (keep == NULL) {
+			snprintf(dir, sizeof dir, "%s/bench-codec.XXXXXX",
+				 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+			if (mkdtemp(dir) == NULL) {
+				perror("mkdtemp");
+				return 1;
+			}
+			snprintf(path, sizeof path, "%s/model.safetensors", dir);
+		}
 		double t0 = pcg_now();
 		pid_t pid = fork();
 		if (pid == 0) {
@@ -184,7 +229,7 @@ int main(int argc, char **argv)
 		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 			return 1;
 		printf("random full-size weights written in %.1f s\n", pcg_now() - t0);
-		weights = dir;
+		weights = keep ? keep : dir;
 	}
 	pcg_set_threads(threads);
 	xc2_config cfg;
@@ -195,6 +240,23 @@ int main(int argc, char **argv)
 		die("open", &err);
 	printf("opened in %.3f s (%.0f MB mapped); %d threads, %s kernels\n", pcg_now() - t0,
 	       xc2_mapped_bytes(m) / 1e6, pcg_get_threads(), pcg_matmul_isa());
+	/* The decoder on the device: the CPU's, or a GPU's through its hooks. */
+	void *dec = m;
+	int (*decode)(void *, const int32_t *, int, float *, pcg_err *) = cpu_decode;
+	if (!pcg_device_is_host(device)) {
+		char dname[64];
+		if (device.kind->xc2_open == NULL) {
+			fprintf(stderr, "bench-codec: %s: no X-codec2 decoder for %s devices\n",
+				device_s, device.kind->label);
+			return 1;
+		}
+		t0 = pcg_now();
+		if ((dec = device.kind->xc2_open(m, device.index, &err)) == NULL)
+			die("device", &err);
+		decode = device.kind->xc2_decode;
+		printf("copied to %s in %.3f s\n", pcg_device_name(device, dname, sizeof dname),
+		       pcg_now() - t0);
+	}
 
 	static const int seconds[] = { 5, 30 };
 	float *wav30 = NULL;
@@ -214,7 +276,7 @@ int main(int argc, char **argv)
 		for (int k = 0; k < reps; k++) {
 			double c0 = cpu_seconds();
 			t0 = pcg_now();
-			if (xc2_decode(m, codes, T, wav, &err) < 0)
+			if (decode(dec, codes, T, wav, &err) < 0)
 				die("decode", &err);
 			double dt = pcg_now() - t0, dc = cpu_seconds() - c0;
 			best = dt < best ? dt : best;
@@ -267,6 +329,8 @@ int main(int argc, char **argv)
 	}
 	free(wav30);
 	free(codes);
+	if (dec != m)
+		device.kind->xc2_close(dec);
 	xc2_close(&m);
 	if (dir[0]) {
 		unlink(path);

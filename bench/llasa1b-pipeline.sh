@@ -14,7 +14,11 @@
 # Usage: bench/llasa1b-pipeline.sh   (after bench/llasa1b.sh made the files)
 # Environment: BENCH_CACHE (as bench/llasa1b.sh), PRESET (llasa-1b),
 #   TOKENS (speech tokens per utterance, default 100), THREADS (per server,
-#   default 2), ASG (an ASG file for pcg; optional)
+#   default 2), ASG (an ASG file for pcg; optional), DEVICE (pcg-up --device:
+#   cpu, cuda or cuda:N; default cpu), CODEC (X-codec2 weights for
+#   codec-decode, the fourth process, and the audio goes to a file; default
+#   none: tokens only), ONLY=bf16 (the bf16 target alone, nothing else: no
+#   quantised files are made)
 set -eu
 cd "$(dirname "$0")/.."
 export PATH="$PWD/bin:$PWD/scripts:$PATH"
@@ -25,13 +29,17 @@ threads=${THREADS:-2}
 export PCG_RUNTIME_DIR="$cache/rt"
 model=$cache/$preset-random-bf16
 [ -f "$model/config.json" ] || { echo "run bench/llasa1b.sh first ($model)" >&2; exit 1; }
-for f in q8_0 q4_k_m q4_0; do
+device=${DEVICE:-cpu}
+codec=${CODEC:-}
+only=${ONLY:-}
+[ -z "$only" ] || [ "$only" = bf16 ] || { echo "ONLY: bf16 or nothing" >&2; exit 2; }
+[ -n "$only" ] || for f in q8_0 q4_k_m q4_0; do
 	[ -s "$cache/$preset-$f.gguf" ] ||
 		bin/pcg-quantize --quiet --type "$f" "$model" -o "$cache/$preset-$f.gguf"
 done
 trap 'pcg-down >/dev/null 2>&1' EXIT
 text="The quick brown fox jumps over the lazy dog, twice."
-echo "== $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $threads threads per server, $tokens speech tokens"
+echo "== $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $threads threads per server, $tokens speech tokens, device $device${codec:+, codec-decode on $codec}"
 
 # run NAME POLICY pcg-up-args...: one utterance, one line of results: the
 # whole request (prompt prefill included: the LLaSA prompt of this text is
@@ -42,12 +50,12 @@ echo "== $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $threads threa
 run() {
 	name=$1 pol=$2
 	shift 2
-	pcg-up --threads "$threads" "$@" >/dev/null
+	pcg-up --threads "$threads" --device "$device" ${codec:+--codec-weights "$codec"} "$@" >/dev/null
 	# the first request pays the page faults of the mapped weights: warm up
-	pcg-synth --policy none --seed 9 --max-tokens 8 "Warm up." >/dev/null
-	first=$(pcg-synth --policy "$pol" --seed 1 --max-tokens 1 "$text" 2>&1 >/dev/null |
+	pcg-synth --policy none --seed 9 --max-tokens 8 ${codec:+-o "$cache/pipeline.wav"} "Warm up." >/dev/null 2>&1
+	first=$(pcg-synth --policy "$pol" --seed 1 --max-tokens 1 ${codec:+-o "$cache/pipeline.wav"} "$text" 2>&1 >/dev/null |
 		awk '/^tokens / { for (i = 1; i <= NF; i++) if ($i == "in") print $(i + 1) }')
-	pcg-synth --policy "$pol" --seed 1 --max-tokens "$tokens" "$text" 2>&1 >/dev/null | awk -v n="$name" -v f="$first" '
+	pcg-synth --policy "$pol" --seed 1 --max-tokens "$tokens" ${codec:+-o "$cache/pipeline.wav"} "$text" 2>&1 >/dev/null | awk -v n="$name" -v f="$first" '
 		/^tokens / { tok = $2; for (i = 1; i <= NF; i++) if ($i == "in") sec = $(i + 1) }
 		/^rounds / { gsub(",", ""); a = $9; l = $13 }
 		END { st = (tok - 1) / (sec - f)
@@ -59,6 +67,7 @@ for f in bf16 q8_0 q4_k_m q4_0; do
 	t=$cache/$preset-$f.gguf
 	[ "$f" != bf16 ] || t=$model
 	run "$f target, none" none --target "$t"
+	[ -z "$only" ] || exit 0
 done
 run "q8_0 target, sd, q4_0 draft" sd --target "$cache/$preset-q8_0.gguf" --draft "$cache/$preset-q4_0.gguf"
 run "q8_0 target, sd, layers 0,1 draft" sd --target "$cache/$preset-q8_0.gguf" --draft-layers 0,1
