@@ -82,7 +82,7 @@ if [ -x "$cli_bin" ]; then
 fi
 
 # JSONL on stdout (parsed below), a readable table on stderr.
-"$bench_bin" -m "$model" -t "$threads" -r "$reps" -p 1,4 -n "$tg_n" \
+"$bench_bin" -m "$model" -t "$threads" -r "$reps" -p 1,4,8,128 -n "$tg_n" \
     -o jsonl -oe md > "$out"
 
 python3 - "$out" "$threads" "$reps" "$model" "$sysinfo" "$src" <<'EOF'
@@ -203,6 +203,9 @@ print(f"# medians over {reps} reps; best: tg_ms={tg_best:.2f} pp1_ms={res['pp1']
       f"pp4_ms={res['pp4'][1]:.2f} block4_over_one={res['pp4'][1] / tg_best:.3f}")
 print(f"llamacpp threads={threads} reps={reps} tg_tok_s={1000 / tg_ms:.2f} tg_ms={tg_ms:.2f} "
       f"pp1_ms={pp1:.2f} pp4_ms={pp4:.2f} block4_over_one={pp4 / tg_ms:.3f} "
-      f"block4_over_pp1={pp4 / pp1:.3f} type={ftype} cpu={cpu_info.replace(' ', '_')} "
+      f"block4_over_pp1={pp4 / pp1:.3f} "
+      + (f"block8_over_one={res['pp8'][0] / tg_ms:.3f} " if "pp8" in res else "")
+      + (f"pp128_tok_s={128000 / res['pp128'][0]:.2f} " if "pp128" in res else "")
+      + f"type={ftype} cpu={cpu_info.replace(' ', '_')} "
       f"simd={simd}")
 EOF

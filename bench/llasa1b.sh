@@ -69,16 +69,19 @@ for f in $formats; do
 	done | sort -g | tail -n 1 | cut -d' ' -f2-)
 	full=$(sed -n 's/^decode full[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p' "$pick")
 	speech=$(sed -n 's/^decode speech[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p' "$pick")
-	b4=$(sed -n 's/^block of [0-9]* vs 1 position, speech range: .* = \([0-9.]*\)x/\1/p' "$pick")
+	b4=$(sed -n 's/^block of 4 vs 1 position, speech range: .* = \([0-9.]*\)x/\1/p' "$pick")
+	b8=$(sed -n 's/^block of 8 vs 1 position, speech range: .* = \([0-9.]*\)x/\1/p' "$pick")
+	pre=$(sed -n 's/^prefill of [0-9]* positions (warm): .* = \([0-9.]*\) positions\/s/\1/p' "$pick")
 	rss=$(sed -n 's/^peak RSS .* = \([0-9.]*\)x.*/\1/p' "$pick")
 	frac=$(sed -n 's/.*decode (speech range) [0-9.]* ms = \([0-9.]*\)x the bound.*/\1/p' "$pick")
 	path=$(sed -n 's/.*kernels \([a-z0-9-]*\) (float) \([a-z0-9-]*\) (quantised).*/\1 \/ \2/p' "$pick")
-	line="$f [$path]: pcg-tts $full tok/s full lm_head, $speech tok/s speech range; block of 4 ${b4}x; RSS ${rss}x the file"
+	line="$f [$path]: pcg-tts $full tok/s full lm_head, $speech tok/s speech range; block of 4 ${b4}x, of 8 ${b8}x; prefill $pre pos/s; RSS ${rss}x the file"
 	[ -z "$frac" ] || line="$line; $(awk -v x="$frac" 'BEGIN { printf "%.0f%%", 100 / x }') of the read bandwidth"
 	if [ $have_llama = 1 ]; then
 		tg=$(sed -n 's/.*tg_tok_s=\([0-9.]*\).*/\1/p' "$cache/llama-$f.txt" | tail -n 1)
 		lb4=$(sed -n 's/.*block4_over_one=\([0-9.]*\).*/\1/p' "$cache/llama-$f.txt" | tail -n 1)
-		line="$line | llama.cpp $tg tok/s, 4-token batch ${lb4}x | ratio $(awk -v f="$full" -v s="$speech" -v t="$tg" 'BEGIN { printf "%.2fx full, %.2fx speech range", f / t, s / t }')"
+		lpp=$(sed -n 's/.*pp128_tok_s=\([0-9.]*\).*/\1/p' "$cache/llama-$f.txt" | tail -n 1)
+		line="$line | llama.cpp $tg tok/s, 4-token batch ${lb4}x, pp128 $lpp pos/s | ratio $(awk -v f="$full" -v s="$speech" -v t="$tg" -v p="$pre" -v lp="$lpp" 'BEGIN { printf "%.2fx full, %.2fx speech range, prefill %.2fx", f / t, s / t, (lp > 0 ? p / lp : 0) }')"
 	fi
 	echo "$line" >>"$summary"
 done
