@@ -128,11 +128,15 @@ static int cpu_rope(pcg_backend *be, float *x, int T, int n_heads, int hd, int p
 /* One (query, head) pair th of cpu_attention, with sc a score buffer of
  * pos0 + T floats. */
 static void attention_one(float *out, const float *q, const float *k, const float *v, int th,
-			  int pos0, int nh, int nkv, int hd, float *sc)
+			  int T, int pos0, int nh, int nkv, int hd, float *sc)
 {
 	const int group = nh / nkv, kv_dim = nkv * hd;
 	const float scale = 1.0f / sqrtf((float)hd);
-	const int t = th / nh, h = th % nh, n = pos0 + t + 1;
+	/* th runs over the kv heads, then the positions, then the query heads
+	 * of the kv head: the pairs that read one kv head's K and V come one
+	 * after another, so a block reads the cache once, not once per position */
+	const int in = th % (T * group), t = in / group, h = th / (T * group) * group + in % group;
+	const int n = pos0 + t + 1;
 	const float *qh = q + (size_t)t * nh * hd + h * hd;
 	const float *kb = k + (h / group) * hd;
 	const float *vb = v + (h / group) * hd;
@@ -174,7 +178,7 @@ static int cpu_attention(pcg_backend *be, float *out, const float *q, const floa
 				       * wakes futexes at its end, tens a step */
 		float *sc = malloc((size_t)ctx * sizeof *sc);
 		for (int th = 0; sc != NULL && th < T * nh; th++)
-			attention_one(out, q, k, v, th, pos0, nh, nkv, hd, sc);
+			attention_one(out, q, k, v, th, T, pos0, nh, nkv, hd, sc);
 		failed = sc == NULL;
 		free(sc);
 	} else {
@@ -188,7 +192,7 @@ static int cpu_attention(pcg_backend *be, float *out, const float *q, const floa
 #pragma omp for schedule(static)
 			for (int th = 0; th < T * nh; th++)
 				if (sc != NULL)
-					attention_one(out, q, k, v, th, pos0, nh, nkv, hd, sc);
+					attention_one(out, q, k, v, th, T, pos0, nh, nkv, hd, sc);
 			free(sc);
 		}
 	}
