@@ -167,81 +167,93 @@ static void put_nibbles(uint8_t *o, uint8_t *const u[G], int k)
 			o[4 * r + j] = (uint8_t)((u[r][k + j] & 15) | (u[r][k + 4 + j] & 15) << 4);
 }
 
-void pcg_qpack(void *dst, const pcg_mat *W)
+/* Group g of W into gp, with scratch for 16 rows (u: 16 K bytes, d: 32 nbk
+ * halves, sc: 512 nbk bytes). */
+static void pack_group(uint8_t *gp, const pcg_mat *W, int g, uint8_t *ub, uint16_t *d,
+		       uint8_t *sc)
 {
 	const pcg_dtype t = W->dtype;
 	const int K = W->cols, qk = pcg_dtype_block(t), nbk = K / qk;
 	const size_t rb = pcg_dtype_row_bytes(t, K), bb = (size_t)blk_bytes(t);
 	uint8_t *u[G];
-	uint16_t *d = malloc((size_t)G * nbk * 2 * sizeof *d);
-	uint8_t *sc = malloc((size_t)G * nbk * 32), *ub = malloc((size_t)G * K);
 
-	if (d == NULL || sc == NULL || ub == NULL)
-		abort(); /* a group of rows: a few hundred KB */
-	for (int g = 0; g < (W->rows + G - 1) / G; g++) {
-		uint8_t *gp = (uint8_t *)dst + (size_t)g * group_bytes(W);
-		for (int r = 0; r < G; r++) {
-			u[r] = ub + (size_t)r * K;
-			uint16_t *dr = d + (size_t)r * nbk * 2;
-			uint8_t *sr = sc + (size_t)r * nbk * 32;
-			if (g * G + r < W->rows) {
-				row_ints((const unsigned char *)W->data + (size_t)(g * G + r) * rb, t, K,
-					 u[r], dr, dr + nbk, sr, sr + nbk * 16);
-			} else { /* a zero row: zero scales, the integers of 0 */
-				memset(u[r], t == PCG_Q4_0 ? 8 : t == PCG_Q8_0 ? 128 : t == PCG_Q6_K ? 32 : 0,
-				       (size_t)K);
-				memset(dr, 0, (size_t)nbk * 2 * sizeof *dr);
-				memset(sr, 0, (size_t)nbk * 32);
-			}
-		}
-		for (int i = 0; i < nbk; i++) {
-			uint8_t *o = gp + (size_t)i * bb;
-			const int k0 = i * qk;
-			for (int r = 0; r < G; r++)
-				memcpy(o + 2 * r, &d[(size_t)r * nbk * 2 + i], 2);
-			o += 32;
-			if (t == PCG_Q4_K) {
-				for (int r = 0; r < G; r++)
-					memcpy(o + 2 * r, &d[(size_t)r * nbk * 2 + nbk + i], 2);
-				o += 32;
-				for (int s = 0; s < 8; s++)
-					for (int r = 0; r < G; r++) {
-						const uint8_t *sr = sc + (size_t)r * nbk * 32;
-						o[16 * s + r] = sr[8 * i + s];
-						o[128 + 16 * s + r] = sr[nbk * 16 + 8 * i + s];
-					}
-				o += 256;
-			} else if (t == PCG_Q6_K) {
-				for (int s = 0; s < 16; s++)
-					for (int r = 0; r < G; r++)
-						o[16 * s + r] = sc[(size_t)r * nbk * 32 + 16 * i + s];
-				o += 256;
-			}
-			if (t == PCG_Q8_0) {
-				for (int c = 0; c < 8; c++)
-					for (int r = 0; r < G; r++)
-						memcpy(o + 64 * c + 4 * r, u[r] + k0 + 4 * c, 4);
-				continue;
-			}
-			for (int c = 0; c < qk / 8; c++)
-				put_nibbles(o + 64 * c, u, k0 + 8 * c);
-			if (t == PCG_Q6_K) {
-				uint8_t *h = o + 64 * (qk / 8);
-				for (int s = 0; s < 16; s++)
-					for (int r = 0; r < G; r++)
-						for (int j = 0; j < 4; j++) {
-							uint8_t v = 0;
-							for (int q = 0; q < 4; q++)
-								v |= (uint8_t)((u[r][k0 + 16 * s + 4 * q + j] >> 4 & 3)
-									       << (2 * q));
-							h[64 * s + 4 * r + j] = v;
-						}
-			}
+	for (int r = 0; r < G; r++) {
+		u[r] = ub + (size_t)r * K;
+		uint16_t *dr = d + (size_t)r * nbk * 2;
+		uint8_t *sr = sc + (size_t)r * nbk * 32;
+		if (g * G + r < W->rows) {
+			row_ints((const unsigned char *)W->data + (size_t)(g * G + r) * rb, t, K, u[r],
+				 dr, dr + nbk, sr, sr + nbk * 16);
+		} else { /* a zero row: zero scales, the integers of 0 */
+			memset(u[r], t == PCG_Q4_0 ? 8 : t == PCG_Q8_0 ? 128 : t == PCG_Q6_K ? 32 : 0,
+			       (size_t)K);
+			memset(dr, 0, (size_t)nbk * 2 * sizeof *dr);
+			memset(sr, 0, (size_t)nbk * 32);
 		}
 	}
-	free(d);
-	free(sc);
-	free(ub);
+	for (int i = 0; i < nbk; i++) {
+		uint8_t *o = gp + (size_t)i * bb;
+		const int k0 = i * qk;
+		for (int r = 0; r < G; r++)
+			memcpy(o + 2 * r, &d[(size_t)r * nbk * 2 + i], 2);
+		o += 32;
+		if (t == PCG_Q4_K) {
+			for (int r = 0; r < G; r++)
+				memcpy(o + 2 * r, &d[(size_t)r * nbk * 2 + nbk + i], 2);
+			o += 32;
+			for (int s = 0; s < 8; s++)
+				for (int r = 0; r < G; r++) {
+					const uint8_t *sr = sc + (size_t)r * nbk * 32;
+					o[16 * s + r] = sr[8 * i + s];
+					o[128 + 16 * s + r] = sr[nbk * 16 + 8 * i + s];
+				}
+			o += 256;
+		} else if (t == PCG_Q6_K) {
+			for (int s = 0; s < 16; s++)
+				for (int r = 0; r < G; r++)
+					o[16 * s + r] = sc[(size_t)r * nbk * 32 + 16 * i + s];
+			o += 256;
+		}
+		if (t == PCG_Q8_0) {
+			for (int c = 0; c < 8; c++)
+				for (int r = 0; r < G; r++)
+					memcpy(o + 64 * c + 4 * r, u[r] + k0 + 4 * c, 4);
+			continue;
+		}
+		for (int c = 0; c < qk / 8; c++)
+			put_nibbles(o + 64 * c, u, k0 + 8 * c);
+		if (t == PCG_Q6_K) {
+			uint8_t *h = o + 64 * (qk / 8);
+			for (int s = 0; s < 16; s++)
+				for (int r = 0; r < G; r++)
+					for (int j = 0; j < 4; j++) {
+						uint8_t v = 0;
+						for (int q = 0; q < 4; q++)
+							v |= (uint8_t)((u[r][k0 + 16 * s + 4 * q + j] >> 4 & 3)
+								       << (2 * q));
+						h[64 * s + 4 * r + j] = v;
+					}
+		}
+	}
+}
+
+void pcg_qpack(void *dst, const pcg_mat *W)
+{
+	const int nbk = W->cols / pcg_dtype_block(W->dtype), ng = (W->rows + G - 1) / G;
+
+#pragma omp parallel if (ng > 1 && pcg_get_threads() > 1)
+	{
+		uint16_t *d = malloc((size_t)G * nbk * 2 * sizeof *d);
+		uint8_t *sc = malloc((size_t)G * nbk * 32), *ub = malloc((size_t)G * W->cols);
+		if (d == NULL || sc == NULL || ub == NULL)
+			abort(); /* a group of rows: a few hundred KB */
+#pragma omp for schedule(static)
+		for (int g = 0; g < ng; g++)
+			pack_group((uint8_t *)dst + (size_t)g * group_bytes(W), W, g, ub, d, sc);
+		free(d);
+		free(sc);
+		free(ub);
+	}
 }
 
 /* ------------------------------------------------------------ products */
