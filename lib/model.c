@@ -403,9 +403,7 @@ static int llasa_plus_name(const llama_model *m, const char *name)
 	       is_layer_name(name, "mtp_%d_block.", 1, m->n_mtp);
 }
 
-/* The directory holding the checkpoint of model directory dir, into buf:
- * dir/llasa_plus when it holds a model.safetensors, else dir. */
-static const char *ckpt_dir(const char *dir, char *buf, size_t size)
+const char *llama_checkpoint_dir(const char *dir, char *buf, size_t size)
 {
 	struct stat sb;
 
@@ -532,7 +530,7 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 		snprintf(path, sizeof path, "%s/config.json", dir);
 		if (llama_config_load(path, c, err) < 0)
 			goto fail;
-		m->ck = st_open(ckpt_dir(dir, cdir, sizeof cdir), err);
+		m->ck = st_open(llama_checkpoint_dir(dir, cdir, sizeof cdir), err);
 		m->w.ck = m->ck;
 		if (m->ck == NULL)
 			goto fail;

@@ -73,6 +73,12 @@ typedef struct llama_open_opts {
 llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *err);
 void llama_close(llama_model **m);
 
+/* Where llama_open reads the weights of model directory dir: dir/llasa_plus
+ * when it holds a model.safetensors, else dir (either may be in buf). The
+ * backbone's names are then under "llm." when "llm.model.embed_tokens.weight"
+ * is there. */
+const char *llama_checkpoint_dir(const char *dir, char *buf, size_t size);
+
 const llama_config *llama_get_config(const llama_model *m);
 /* Number of layers that run (the subset when one was given). */
 int llama_n_layers(const llama_model *m);
