@@ -14,6 +14,7 @@
 #include "asg.h"
 #include "device.h"
 #include "llasa.h"
+#include "model.h"
 #include "opts.h"
 #include "safetensors.h"
 #include "tokenizer.h"
@@ -116,13 +117,18 @@ static int parse_rows(const char *s, long *a, long *b)
 static float *load_rows(const char *path, const char *name, long *a, long *b, int *d,
 			pcg_err *err)
 {
-	st_ckpt *c = st_open(path, err);
+	char dir[4200], llm[256];
+	st_ckpt *c = st_open(model_dir ? llama_checkpoint_dir(path, dir, sizeof dir) : path, err);
 	const st_tensor *t;
 	float *E = NULL;
 
 	if (c == NULL)
 		return NULL;
 	t = st_find(c, name);
+	/* a Llasa+ checkpoint's backbone is under llm. (lib/model.h) */
+	snprintf(llm, sizeof llm, "llm.%s", name);
+	if (t == NULL && model_dir && (t = st_find(c, llm)) != NULL)
+		name = llm;
 	if (t == NULL) {
 		pcg_fail(err, "%s: no tensor '%s'", path, name);
 		goto out;

@@ -141,7 +141,7 @@ static void decode_batch(llama_model *m, llama_kv **kv, int B, const llama_rows 
 		for (int i = 0; i < batch_block; i++)
 			toks[b][i] = 100 + 17 * b + i;
 		seqs[b] = (llama_seq){ kv[b], toks[b], batch_block, batch_block,
-				       logits + (size_t)b * batch_block * count, NULL };
+				       logits + (size_t)b * batch_block * count, NULL, NULL };
 	}
 	for (int s = 0; s < steps; s++) {
 		for (int way = 0; way < 2; way++) {

@@ -4,7 +4,11 @@
  * the hidden state exposed (llama_forward_hidden: must cost the same), and
  * the n heads' logits from that state, with the full lm_head and with the
  * LLaSA speech range only; the fastest of 3 interleaved rounds of each.
- * Random heads are written to a scratch file.
+ * Random heads are written to a scratch file. A Llasa+ model (its own
+ * heads: decoder layers that run at every position, lib/model.h) is timed
+ * instead as a decode step without its heads (the model opened with
+ * no_mtp), with them, and their lm_head over both heads' outputs: what the
+ * heads add to a round, against the target's step.
  * Usage: bench-mtp --model DIR [--heads N] [--threads N] [--ctx N] [--steps N]
  */
 #include <stdio.h>
@@ -67,6 +71,92 @@ static double heads(mtp_heads *h, const float *hidden, const llama_rows *rows, f
 	return (pcg_now() - t) / steps;
 }
 
+/* Seconds per decode step from the context over rows, with the Llasa+
+ * heads' outputs (hs [n_mtp][H]) asked for unless hs is NULL. */
+static double decode_heads(llama_model *m, llama_kv *kv, const llama_rows *rows, float *logits,
+			   float *hs)
+{
+	pcg_err err;
+	int tok = 100;
+	double t;
+
+	llama_kv_truncate(kv, ctx, &err);
+	t = pcg_now();
+	for (int i = 0; i < steps; i++) {
+		llama_seq s = { kv, &tok, 1, 1, logits, NULL, hs };
+		if (llama_forward_batch(m, &s, 1, rows, NULL, &err) < 0)
+			die("decode", &err);
+		tok = (tok * 7 + 13) % 1000;
+	}
+	return (pcg_now() - t) / steps;
+}
+
+/* lm_head over the n heads' outputs hs, as targetd runs it for a score. */
+static double lm_heads(llama_model *m, const float *hs, int n, const llama_rows *rows,
+		       float *logits)
+{
+	pcg_err err;
+	double t = pcg_now();
+
+	for (int i = 0; i < steps; i++)
+		if (llama_lm_head(m, hs, n, rows, logits, &err) < 0)
+			die("lm_head", &err);
+	return (pcg_now() - t) / steps;
+}
+
+/* The Llasa+ heads of model_dir against the step of its backbone. */
+static int bench_llasa_plus(llama_model *m)
+{
+	pcg_err err = { "" };
+	llama_open_opts o = { .no_mtp = 1 };
+	llama_model *b = llama_open(model_dir, &o, &err);
+	if (b == NULL)
+		die("backbone", &err);
+	const llama_config *c = llama_get_config(m);
+	const int H = c->hidden, V = c->vocab, n = llama_n_mtp(m);
+	llama_kv *kv = llama_kv_new(m), *kb = llama_kv_new(b);
+	int *prompt = malloc((size_t)ctx * sizeof *prompt);
+	float *logits = malloc((size_t)(n + 1) * V * sizeof *logits);
+	float *hs = malloc((size_t)n * H * sizeof *hs);
+	if (!kv || !kb || !prompt || !logits || !hs)
+		return fprintf(stderr, "bench-mtp: out of memory\n"), 1;
+	for (int i = 0; i < ctx; i++)
+		prompt[i] = (i * 31 + 7) % V;
+	if (llama_forward(m, kv, prompt, ctx, 1, NULL, logits, &err) < 0 ||
+	    llama_forward(b, kb, prompt, ctx, 1, NULL, logits, &err) < 0)
+		die("prefill", &err);
+	const int sb = V > 65536 + 8 ? V - 65536 : V / 2;
+	llama_rows speech = { 2, { sb, sb - 3 }, { V, sb - 2 } };
+	double t_b = 1e30, t_m = 1e30, t_lm = 1e30;
+	/* the steps over the speech rows, as targetd runs them in the pipeline */
+	decode_heads(b, kb, &speech, logits, NULL);
+	decode_heads(m, kv, &speech, logits, hs);
+	for (int r = 0; r < 3; r++) {
+		double x = decode_heads(b, kb, &speech, logits, NULL);
+		double y = decode_heads(m, kv, &speech, logits, hs);
+		double z = lm_heads(m, hs, n, &speech, logits);
+		t_b = x < t_b ? x : t_b;
+		t_m = y < t_m ? y : t_m;
+		t_lm = z < t_lm ? z : t_lm;
+	}
+	printf("model %s (Llasa+, %d heads): hidden %d, vocab %d, %d layers, %d threads, "
+	       "context %d\n", model_dir, n, H, V, llama_n_layers(m), pcg_get_threads(), ctx);
+	printf("decode step, backbone alone (speech rows): %5.3f ms\n", t_b * 1e3);
+	printf("decode step with the heads' layers:     %8.3f ms\n", t_m * 1e3);
+	printf("their lm_head, speech rows (%d):     %8.3f ms\n", llama_rows_count(m, &speech),
+	       t_lm * 1e3);
+	printf("%d heads per step:                       %8.3f ms (%.3f decode steps)\n", n,
+	       (t_m - t_b + t_lm) * 1e3, (t_m - t_b + t_lm) / t_b);
+	free(prompt);
+	free(logits);
+	free(hs);
+	llama_kv_free(&kv);
+	llama_kv_free(&kb);
+	llama_close(&b);
+	llama_close(&m);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	pcg_err err = { "" };
@@ -85,6 +175,8 @@ int main(int argc, char **argv)
 	llama_model *m = llama_open(model_dir, NULL, &err);
 	if (m == NULL)
 		die("model", &err);
+	if (llama_n_mtp(m) > 0 && heads_path == NULL)
+		return bench_llasa_plus(m);
 	const llama_config *c = llama_get_config(m);
 	const int H = c->hidden, V = c->vocab;
 	if (heads_path == NULL) {

@@ -184,21 +184,22 @@ out:
 double cost_measure_heads(mtp_heads *h, const llama_model *m, const llama_rows *rows,
 			  const pcg_sampling *samp)
 {
-	const int H = llama_get_config(m)->hidden, nh = mtp_n_heads(h);
+	const int H = llama_get_config(m)->hidden, nh = h ? mtp_n_heads(h) : llama_n_mtp(m);
 	const int width = llama_rows_count(m, rows);
 	double *buf = calloc(EVICT / sizeof(double), sizeof(double));
-	float *hs = malloc((size_t)H * sizeof *hs);
+	float *hs = malloc((size_t)(nh > 0 ? nh : 1) * H * sizeof *hs);
 	float *logits = malloc((size_t)nh * width * sizeof *logits);
 	float *pr = malloc((size_t)width * sizeof *pr);
 	pcg_err err = { "" };
 	double best = 0;
 
-	for (int r = 0; hs && logits && pr && r < 6; r++) {
-		for (int i = 0; i < H; i++)
+	for (int r = 0; nh > 0 && hs && logits && pr && r < 6; r++) {
+		for (int i = 0; i < nh * H; i++)
 			hs[i] = (float)((i * 37 + r) % 17) / 17.0f - 0.5f;
 		evict(buf);
 		const double t = pcg_now();
-		if (mtp_logits(h, hs, 0, nh, rows, logits, &err) < 0)
+		if (h ? mtp_logits(h, hs, 0, nh, rows, logits, &err) < 0
+		      : llama_lm_head(m, hs, nh, rows, logits, &err) < 0)
 			break;
 		for (int k = 0; k < nh; k++)
 			pcg_probs(logits + (size_t)k * width, width, samp, pr, &err);

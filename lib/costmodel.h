@@ -92,7 +92,9 @@ int cost_measure(struct llama_model *m, const struct llama_rows *rows, double *s
  * spends it (its product, the heads' lm_head over rows, its softmax with
  * samp), the
  * fastest of a few per head from cold caches: cost_terms's head, in seconds
- * (0 when it cannot be measured). */
+ * (0 when it cannot be measured). h NULL: m's Llasa+ heads (lib/model.h),
+ * whose decoder layers run in every pass of m (so in its step): their
+ * lm_head and softmax. */
 double cost_measure_heads(struct mtp_heads *h, const struct llama_model *m,
 			  const struct llama_rows *rows, const struct pcg_sampling *samp);
 

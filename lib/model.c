@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -36,6 +37,14 @@ struct layer {
 	pcg_mat down;     /* (hidden, ffn) */
 };
 
+/* A Llasa+ head (model.h): mtp_<k>_* in the checkpoint. */
+struct mtp_head {
+	float *norm;      /* (hidden) mtp_<k>_local_RMSNorm.weight, eps LLAMA_MTP_EPS */
+	pcg_mat proj;     /* (hidden, hidden) mtp_<k>_proj.weight */
+	float *bias;      /* (hidden) mtp_<k>_proj.bias */
+	struct layer blk; /* mtp_<k>_block.*: cache layer n_layers + k - 1 */
+};
+
 struct llama_model {
 	llama_config cfg;
 	st_ckpt *ck;      /* a Hugging Face checkpoint, or */
@@ -48,6 +57,9 @@ struct llama_model {
 	float *norm;      /* (hidden) */
 	struct layer *layers;
 	int n_layers;
+	const char *prefix; /* of the backbone's names: "llm." in a Llasa+ checkpoint */
+	struct mtp_head *mtp; /* the Llasa+ heads */
+	int n_mtp;
 	float *inv_freq;  /* (head_dim / 2) */
 	pcg_weights w;    /* the tensors taken from ck, and f32 copies */
 	pcg_backend *be;  /* where the forward runs; the pointers above are its memory */
@@ -156,6 +168,16 @@ static const gguf_tensor *gguf_need(const llama_model *m, const char *hf, int64_
 	return t;
 }
 
+/* The checkpoint's name of tensor hf: a backbone tensor (model.*,
+ * lm_head.*) under the checkpoint's prefix, a head's (mtp_*) as it is. */
+static const char *st_name(const llama_model *m, const char *hf, char *buf, size_t size)
+{
+	if (m->prefix[0] == '\0' || !strncmp(hf, "mtp_", 4))
+		return hf;
+	snprintf(buf, size, "%s%s", m->prefix, hf);
+	return buf;
+}
+
 /* Drops the mapped pages of [p, p + n) from memory (they are file pages,
  * read again if touched): what was copied out of the mapping is not kept
  * twice. */
@@ -176,8 +198,10 @@ static void unmap_pages(const void *p, size_t n)
 static int get_mat(llama_model *m, pcg_mat *out, const char *hf, int64_t rows, int64_t cols,
 		   int heads, pcg_err *err)
 {
+	char buf[160];
+
 	if (m->gg == NULL)
-		return wt_mat(&m->w, out, hf, rows, cols, -1, err);
+		return wt_mat(&m->w, out, st_name(m, hf, buf, sizeof buf), rows, cols, -1, err);
 	const gguf_tensor *t = gguf_need(m, hf, rows, cols, err);
 	if (t == NULL)
 		return -1;
@@ -240,8 +264,10 @@ static void unpermute(float *x, int T, int heads, int hd)
 /* Vector hf of n values widened to f32 (owned by the model). */
 static float *get_vec(llama_model *m, const char *hf, int64_t n, pcg_err *err)
 {
+	char buf[160];
+
 	if (m->gg == NULL)
-		return wt_vec(&m->w, hf, n, err);
+		return wt_vec(&m->w, st_name(m, hf, buf, sizeof buf), n, err);
 	const gguf_tensor *t = gguf_need(m, hf, n, -1, err);
 	float *p = t ? wt_alloc(&m->w, (size_t)n * sizeof *p) : NULL;
 	if (t != NULL && p == NULL)
@@ -290,6 +316,19 @@ static int dev_vec(llama_model *m, float **v, int n, const char *what, pcg_err *
 	return 0;
 }
 
+static int dev_layer(llama_model *m, struct layer *L, pcg_err *err)
+{
+	const int H = m->cfg.hidden;
+
+	return dev_vec(m, &L->attn_norm, H, "input_layernorm", err) < 0 ||
+	       dev_mat(m, &L->wq, "q_proj", err) < 0 || dev_mat(m, &L->wk, "k_proj", err) < 0 ||
+	       dev_mat(m, &L->wv, "v_proj", err) < 0 || dev_mat(m, &L->wo, "o_proj", err) < 0 ||
+	       dev_vec(m, &L->ffn_norm, H, "post_attention_layernorm", err) < 0 ||
+	       dev_mat(m, &L->gate, "gate_proj", err) < 0 ||
+	       dev_mat(m, &L->up, "up_proj", err) < 0 ||
+	       dev_mat(m, &L->down, "down_proj", err) < 0 ? -1 : 0;
+}
+
 /* Opens the backend of dev and moves the weights there: each tensor once,
  * in its dtype (the tied lm_head is the embedding). */
 static int to_device(llama_model *m, pcg_device dev, pcg_err *err)
@@ -309,15 +348,168 @@ static int to_device(llama_model *m, pcg_device dev, pcg_err *err)
 		m->lm_head = m->embed;
 	else if (dev_mat(m, &m->lm_head, "lm_head", err) < 0)
 		return -1;
-	for (int i = 0; i < m->n_layers; i++) {
-		struct layer *L = &m->layers[i];
-		if (dev_vec(m, &L->attn_norm, c->hidden, "input_layernorm", err) < 0 ||
-		    dev_mat(m, &L->wq, "q_proj", err) < 0 || dev_mat(m, &L->wk, "k_proj", err) < 0 ||
-		    dev_mat(m, &L->wv, "v_proj", err) < 0 || dev_mat(m, &L->wo, "o_proj", err) < 0 ||
-		    dev_vec(m, &L->ffn_norm, c->hidden, "post_attention_layernorm", err) < 0 ||
-		    dev_mat(m, &L->gate, "gate_proj", err) < 0 ||
-		    dev_mat(m, &L->up, "up_proj", err) < 0 ||
-		    dev_mat(m, &L->down, "down_proj", err) < 0)
+	for (int i = 0; i < m->n_layers; i++)
+		if (dev_layer(m, &m->layers[i], err) < 0)
+			return -1;
+	for (int k = 0; k < m->n_mtp; k++) {
+		struct mtp_head *hd = &m->mtp[k];
+		if (dev_vec(m, &hd->norm, c->hidden, "mtp local_RMSNorm", err) < 0 ||
+		    dev_mat(m, &hd->proj, "mtp proj", err) < 0 ||
+		    dev_vec(m, &hd->bias, c->hidden, "mtp proj bias", err) < 0 ||
+		    dev_layer(m, &hd->blk, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------ Llasa+ checkpoints */
+
+/* A decoder layer's tensor names after its prefix. */
+static const char *const LAYER_NAMES[] = {
+	"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+	"self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+	"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+};
+#define N_LAYER_NAMES ((int)(sizeof LAYER_NAMES / sizeof LAYER_NAMES[0]))
+
+/* Whether s is "<fmt-with-%d><one of LAYER_NAMES>" for a number in [lo, hi]
+ * spelled without leading zeros (as PyTorch writes module indices). */
+static int is_layer_name(const char *s, const char *fmt, int lo, int hi)
+{
+	char want[160];
+
+	for (int i = lo; i <= hi; i++)
+		for (int j = 0; j < N_LAYER_NAMES; j++) {
+			snprintf(want, sizeof want, fmt, i);
+			strncat(want, LAYER_NAMES[j], sizeof want - strlen(want) - 1);
+			if (!strcmp(s, want))
+				return 1;
+		}
+	return 0;
+}
+
+/* Whether name is one a Llasa+ checkpoint of m's config (n_mtp heads)
+ * holds: the backbone's under "llm.", or a head's. */
+static int llasa_plus_name(const llama_model *m, const char *name)
+{
+	char want[160];
+
+	if (!strncmp(name, "llm.", 4)) {
+		const char *b = name + 4;
+		return !strcmp(b, "model.embed_tokens.weight") || !strcmp(b, "model.norm.weight") ||
+		       !strcmp(b, "lm_head.weight") ||
+		       (!strncmp(b, "model.layers.", 13) &&
+			is_layer_name(b, "model.layers.%d.", 0, m->cfg.n_layers - 1));
+	}
+	for (int k = 1; k <= m->n_mtp; k++) {
+		static const char *const own[] = { "proj.weight", "proj.bias",
+						   "local_RMSNorm.weight" };
+		for (int j = 0; j < 3; j++) {
+			snprintf(want, sizeof want, "mtp_%d_%s", k, own[j]);
+			if (!strcmp(name, want))
+				return 1;
+		}
+	}
+	return m->n_mtp > 0 && !strncmp(name, "mtp_", 4) &&
+	       is_layer_name(name, "mtp_%d_block.", 1, m->n_mtp);
+}
+
+const char *llama_checkpoint_dir(const char *dir, char *buf, size_t size)
+{
+	struct stat sb;
+
+	snprintf(buf, size, "%s/" LLAMA_LLASA_PLUS_DIR "/model.safetensors", dir);
+	if (stat(buf, &sb) == 0 && S_ISREG(sb.st_mode)) {
+		snprintf(buf, size, "%s/" LLAMA_LLASA_PLUS_DIR, dir);
+		return buf;
+	}
+	return dir;
+}
+
+/* A Llasa+ checkpoint (its backbone's names under "llm."): m->prefix, the
+ * number of heads (mtp_1_proj.weight .. consecutive), and every tensor
+ * checked to be one it should hold. Nothing for another checkpoint. */
+static int llasa_plus_scan(llama_model *m, int want_heads, pcg_err *err)
+{
+	char name[64];
+	int n = 0;
+
+	if (st_find(m->ck, "llm.model.embed_tokens.weight") == NULL)
+		return 0;
+	m->prefix = "llm.";
+	while (n < LLAMA_MAX_MTP && (snprintf(name, sizeof name, "mtp_%d_proj.weight", n + 1),
+				     st_find(m->ck, name) != NULL))
+		n++;
+	m->n_mtp = n;
+	for (int i = 0; i < st_count(m->ck); i++) {
+		const char *tn = st_get(m->ck, i)->name;
+		if (!llasa_plus_name(m, tn)) {
+			char shown[128];
+			size_t j;
+			for (j = 0; tn[j] && j + 1 < sizeof shown; j++)
+				shown[j] = tn[j] >= 0x20 && tn[j] < 0x7f ? tn[j] : '?';
+			shown[j] = '\0';
+			return pcg_fail(err, "tensor '%s' not expected in a Llasa+ checkpoint (the "
+					"backbone's %d layers under llm., heads mtp_1_* .. mtp_%d_*)",
+					shown, m->cfg.n_layers, n);
+		}
+	}
+	if (!want_heads)
+		m->n_mtp = 0;
+	return 0;
+}
+
+/* The decoder layer whose tensors are named base + LAYER_NAMES (base:
+ * "model.layers.<i>." or "mtp_<k>_block."); copy: a GGUF file's Q and K
+ * rows put in Hugging Face's order on loading. */
+static int load_layer(llama_model *m, struct layer *L, const char *base, int copy,
+		      pcg_err *err)
+{
+	const llama_config *c = &m->cfg;
+	const int H = c->hidden, q_dim = c->n_heads * c->head_dim;
+	const int kv_dim = c->n_kv_heads * c->head_dim;
+	const int qh = copy ? c->n_heads : 0, kh = copy ? c->n_kv_heads : 0;
+	char name[160];
+
+#define NAME(i) (snprintf(name, sizeof name, "%s%s", base, LAYER_NAMES[i]), name)
+	if ((L->attn_norm = get_vec(m, NAME(0), H, err)) == NULL ||
+	    get_mat(m, &L->wq, NAME(1), q_dim, H, qh, err) < 0 ||
+	    get_mat(m, &L->wk, NAME(2), kv_dim, H, kh, err) < 0 ||
+	    get_mat(m, &L->wv, NAME(3), kv_dim, H, 0, err) < 0 ||
+	    get_mat(m, &L->wo, NAME(4), H, q_dim, 0, err) < 0 ||
+	    (L->ffn_norm = get_vec(m, NAME(5), H, err)) == NULL ||
+	    get_mat(m, &L->gate, NAME(6), c->ffn, H, 0, err) < 0 ||
+	    get_mat(m, &L->up, NAME(7), c->ffn, H, 0, err) < 0 ||
+	    get_mat(m, &L->down, NAME(8), H, c->ffn, 0, err) < 0)
+		return -1;
+#undef NAME
+	return 0;
+}
+
+/* The Llasa+ heads of a checkpoint llasa_plus_scan found. */
+static int load_heads(llama_model *m, pcg_err *err)
+{
+	const int H = m->cfg.hidden;
+	char name[64];
+
+	if (m->n_mtp == 0)
+		return 0;
+	m->mtp = wt_alloc(&m->w, (size_t)m->n_mtp * sizeof *m->mtp);
+	if (m->mtp == NULL)
+		return pcg_fail(err, "out of memory");
+	for (int k = 0; k < m->n_mtp; k++) {
+		struct mtp_head *hd = &m->mtp[k];
+		snprintf(name, sizeof name, "mtp_%d_local_RMSNorm.weight", k + 1);
+		if ((hd->norm = get_vec(m, name, H, err)) == NULL)
+			return -1;
+		snprintf(name, sizeof name, "mtp_%d_proj.weight", k + 1);
+		if (get_mat(m, &hd->proj, name, H, H, 0, err) < 0)
+			return -1;
+		snprintf(name, sizeof name, "mtp_%d_proj.bias", k + 1);
+		if ((hd->bias = get_vec(m, name, H, err)) == NULL)
+			return -1;
+		snprintf(name, sizeof name, "mtp_%d_block.", k + 1);
+		if (load_layer(m, &hd->blk, name, 0, err) < 0)
 			return -1;
 	}
 	return 0;
@@ -327,7 +519,7 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 {
 	llama_model *m;
 	llama_config *c;
-	char path[4096], name[128];
+	char path[4096], name[128], cdir[4096];
 
 	m = calloc(1, sizeof *m);
 	if (m == NULL) {
@@ -335,6 +527,7 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 		return NULL;
 	}
 	c = &m->cfg;
+	m->prefix = "";
 	m->dequantize = opts && opts->dequantize;
 	pcg_device dev;
 	if (pcg_device_parse(opts ? opts->device : NULL, &dev, err) < 0)
@@ -348,10 +541,12 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 		snprintf(path, sizeof path, "%s/config.json", dir);
 		if (llama_config_load(path, c, err) < 0)
 			goto fail;
-		m->ck = st_open(dir, err);
+		m->ck = st_open(llama_checkpoint_dir(dir, cdir, sizeof cdir), err);
 		m->w.ck = m->ck;
 		if (m->ck == NULL)
 			goto fail;
+		if (llasa_plus_scan(m, !(opts && (opts->layers || opts->no_mtp)), err) < 0)
+			goto fail_named;
 	}
 
 	m->n_layers = opts && opts->layers ? opts->n_layers : c->n_layers;
@@ -382,8 +577,7 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 		}
 	}
 
-	const int H = c->hidden, q_dim = c->n_heads * c->head_dim;
-	const int kv_dim = c->n_kv_heads * c->head_dim;
+	const int H = c->hidden;
 	if (get_mat(m, &m->embed, "model.embed_tokens.weight", c->vocab, H, 0, err) < 0)
 		goto fail_named;
 	m->norm = get_vec(m, "model.norm.weight", H, err);
@@ -402,28 +596,12 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 				 c->n_layers);
 			goto fail_named;
 		}
-#define MAT(field, suffix, r, k, heads) \
-		snprintf(name, sizeof name, "model.layers.%d.%s", li, suffix); \
-		if (get_mat(m, &L->field, name, r, k, heads, err) < 0) \
+		snprintf(name, sizeof name, "model.layers.%d.", li);
+		if (load_layer(m, L, name, m->gg && !m->qk_perm, err) < 0)
 			goto fail_named;
-#define VEC(field, suffix, n) \
-		snprintf(name, sizeof name, "model.layers.%d.%s", li, suffix); \
-		if ((L->field = get_vec(m, name, n, err)) == NULL) \
-			goto fail_named;
-		const int copy = m->gg && !m->qk_perm;
-		const int qh = copy ? c->n_heads : 0, kh = copy ? c->n_kv_heads : 0;
-		VEC(attn_norm, "input_layernorm.weight", H)
-		MAT(wq, "self_attn.q_proj.weight", q_dim, H, qh)
-		MAT(wk, "self_attn.k_proj.weight", kv_dim, H, kh)
-		MAT(wv, "self_attn.v_proj.weight", kv_dim, H, 0)
-		MAT(wo, "self_attn.o_proj.weight", H, q_dim, 0)
-		VEC(ffn_norm, "post_attention_layernorm.weight", H)
-		MAT(gate, "mlp.gate_proj.weight", c->ffn, H, 0)
-		MAT(up, "mlp.up_proj.weight", c->ffn, H, 0)
-		MAT(down, "mlp.down_proj.weight", H, c->ffn, 0)
-#undef MAT
-#undef VEC
 	}
+	if (load_heads(m, err) < 0)
+		goto fail_named;
 	if (to_device(m, dev, err) < 0)
 		goto fail_named;
 	return m;
@@ -459,6 +637,7 @@ void llama_close(llama_model **mp)
 
 const llama_config *llama_get_config(const llama_model *m) { return &m->cfg; }
 int llama_n_layers(const llama_model *m) { return m->n_layers; }
+int llama_n_mtp(const llama_model *m) { return m->n_mtp; }
 size_t llama_mapped_bytes(const llama_model *m)
 {
 	return m->gg ? gguf_mapped_bytes(m->gg) : st_mapped_bytes(m->ck);
@@ -484,7 +663,7 @@ llama_kv *llama_kv_new(const llama_model *m)
 	if (kv == NULL)
 		return NULL;
 	kv->be = m->be;
-	kv->n_layers = m->n_layers;
+	kv->n_layers = m->n_layers + m->n_mtp; /* the heads' layers after the backbone's */
 	kv->kv_dim = m->cfg.n_kv_heads * m->cfg.head_dim;
 	kv->max_pos = m->cfg.max_pos;
 	kv->k = calloc((size_t)kv->n_layers, sizeof *kv->k);
@@ -686,7 +865,7 @@ static int check_seqs(const llama_model *m, const llama_seq *s, int n_seqs, pcg_
 		const llama_kv *kv = s[i].kv;
 		if (n_seqs > 1)
 			snprintf(seq, sizeof seq, "sequence %d: ", i);
-		if (kv == NULL || kv->be != m->be || kv->n_layers != m->n_layers ||
+		if (kv == NULL || kv->be != m->be || kv->n_layers != m->n_layers + m->n_mtp ||
 		    kv->kv_dim != kv_dim)
 			return pcg_fail(err, "forward: %snot a cache of this model", seq);
 		for (int j = 0; j < i; j++)
@@ -770,6 +949,106 @@ static int pass_mm(const llama_model *m, const struct pass *p, const llama_seq *
 	return 0;
 }
 
+/* The activations of a pass of N rows (backend memory): the residual
+ * stream x and the work buffers of a layer; fin and y [N, H] for the
+ * Llasa+ heads (NULL without). */
+struct acts {
+	float *x, *xb, *q, *att, *hb, *hb2, *fin, *y;
+	int N;
+};
+
+/* One decoder layer L over the rows of a pass, on residual stream x (a->x
+ * for the backbone, a->y for a head), its keys and values in cache layer
+ * l of every sequence. */
+static int layer_pass(llama_model *m, const struct pass *p, llama_seq *s, int n_seqs,
+		      const struct layer *L, int l, float *x, const struct acts *a, pcg_err *err)
+{
+	const llama_config *c = &m->cfg;
+	pcg_backend *be = m->be;
+	const int H = c->hidden, hd = c->head_dim, F = c->ffn, N = a->N;
+	const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+	float *xb = a->xb, *q = a->q, *att = a->att, *hb = a->hb, *hb2 = a->hb2;
+
+#define OP(call) do { if ((call) < 0) return -1; } while (0)
+	/* hidden_states = input_layernorm(hidden_states) */
+	OP(pcg_backend_rmsnorm(be, xb, x, L->attn_norm, N, H, c->eps, err));
+	/* q_proj */
+	OP(pass_mm(m, p, s, n_seqs, q, q_dim, xb, &L->wq, err));
+	if (m->qk_perm) /* a GGUF file's row order (host memory) */
+		unpermute(q, N, c->n_heads, hd);
+	for (int i = 0; i < n_seqs; i++) {
+		const llama_kv *kv = s[i].kv;
+		const int n = s[i].n, r = p->at[i].row, pos0 = kv->len;
+		float *qs = q + (size_t)r * q_dim;
+		float *kc = kv->k[l] + (size_t)pos0 * kv_dim; /* (n, kv_dim) slots */
+		float *vc = kv->v[l] + (size_t)pos0 * kv_dim;
+		/* k_proj, v_proj, straight into the sequence's cache */
+		OP(mm(be, kc, kv_dim, xb + (size_t)r * H, n, 0, &L->wk, 0, kv_dim, err));
+		OP(mm(be, vc, kv_dim, xb + (size_t)r * H, n, 0, &L->wv, 0, kv_dim, err));
+		if (m->qk_perm)
+			unpermute(kc, n, c->n_kv_heads, hd);
+		/* apply_rotary_pos_emb(q, k, cos, sin) at its positions */
+		OP(pcg_backend_rope(be, qs, n, c->n_heads, hd, pos0, m->inv_freq, err));
+		OP(pcg_backend_rope(be, kc, n, c->n_kv_heads, hd, pos0, m->inv_freq, err));
+		/* softmax(q k^T / sqrt(hd) + causal mask) v over its cache */
+		OP(pcg_backend_attention(be, att + (size_t)r * q_dim, qs, kv->k[l], kv->v[l], n,
+					 pos0, c->n_heads, c->n_kv_heads, hd, err));
+	}
+	/* hidden_states = residual + o_proj(attn_output) */
+	OP(pass_mm(m, p, s, n_seqs, xb, H, att, &L->wo, err));
+	OP(pcg_backend_add(be, x, xb, (size_t)N * H, err));
+	/* hidden_states = post_attention_layernorm(hidden_states) */
+	OP(pcg_backend_rmsnorm(be, xb, x, L->ffn_norm, N, H, c->eps, err));
+	/* mlp: down_proj(silu(gate_proj(x)) * up_proj(x)) */
+	OP(pass_mm(m, p, s, n_seqs, hb, F, xb, &L->gate, err));
+	OP(pass_mm(m, p, s, n_seqs, hb2, F, xb, &L->up, err));
+	OP(pcg_backend_swiglu(be, hb, hb2, (size_t)N * F, err));
+	OP(pass_mm(m, p, s, n_seqs, xb, H, hb, &L->down, err));
+	OP(pcg_backend_add(be, x, xb, (size_t)N * H, err));
+#undef OP
+	return 0;
+}
+
+/* The Llasa+ heads over every row of a pass (Llasa+'s
+ * inference_speedup_backbone_and_mtp1mtp2): hid = the final norm of the
+ * backbone's stream; head k's features = proj_k(local_RMSNorm_k(input))
+ * with input hid for k = 1 and head k-1's output after; its output =
+ * block_k(features) at the same positions, its keys and values in cache
+ * layer n_layers + k - 1. Each sequence asking gets the outputs of its last
+ * n_out positions. */
+static int heads_pass(llama_model *m, const struct pass *p, llama_seq *s, int n_seqs,
+		      const struct acts *a, pcg_err *err)
+{
+	const llama_config *c = &m->cfg;
+	pcg_backend *be = m->be;
+	const int H = c->hidden, N = a->N, nh = m->n_mtp;
+	const float *in = a->fin;
+
+#define OP(call) do { if ((call) < 0) return -1; } while (0)
+	/* hid = lm_outputs.hidden_states[-1] (after model.norm) */
+	OP(pcg_backend_rmsnorm(be, a->fin, a->x, m->norm, N, H, c->eps, err));
+	for (int k = 0; k < nh; k++) {
+		const struct mtp_head *hd = &m->mtp[k];
+		/* mtp_k_features = mtp_k_proj(mtp_k_local_RMSNorm(input)) */
+		OP(pcg_backend_rmsnorm(be, a->xb, in, hd->norm, N, H, LLAMA_MTP_EPS, err));
+		OP(pass_mm(m, p, s, n_seqs, a->y, H, a->xb, &hd->proj, err));
+		for (int r = 0; r < N; r++)
+			OP(pcg_backend_add(be, a->y + (size_t)r * H, hd->bias, (size_t)H, err));
+		/* mtp_k_outputs = mtp_k_block(mtp_k_features, causal mask, positions) */
+		OP(layer_pass(m, p, s, n_seqs, &hd->blk, m->n_layers + k, a->y, a, err));
+		for (int i = 0; i < n_seqs; i++) {
+			const int n_out = s[i].n_out, r0 = p->at[i].row + s[i].n - n_out;
+			for (int t = 0; s[i].heads != NULL && t < n_out; t++)
+				OP(pcg_backend_download(be, s[i].heads + ((size_t)t * nh + k) * H,
+							a->y + (size_t)(r0 + t) * H,
+							(size_t)H * sizeof(float), err));
+		}
+		in = a->y;
+	}
+#undef OP
+	return 0;
+}
+
 /* The pass over sequences s, checked; with samp, what goes to out is
  * pcg_probs of the logits, computed where the pass ran. The caches grow
  * only when the whole pass succeeded. */
@@ -779,9 +1058,10 @@ static int pass(llama_model *m, llama_seq *s, int n_seqs, const llama_rows *rows
 	const llama_config *c = &m->cfg;
 	pcg_backend *be = m->be;
 	const int H = c->hidden, hd = c->head_dim, F = c->ffn;
-	const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+	const int q_dim = c->n_heads * hd;
 	struct pass p = { 0 };
-	float *buf = NULL, *x, *xb, *q, *att, *hb, *hb2, *lg;
+	struct acts a;
+	float *buf = NULL, *x, *xb, *lg;
 	int rc = -1;
 
 	if (check_seqs(m, s, n_seqs, err) < 0 || check_rows(m, rows, err) < 0)
@@ -793,23 +1073,26 @@ static int pass(llama_model *m, llama_seq *s, int n_seqs, const llama_rows *rows
 		return -1;
 	const int n_logits = llama_rows_count(m, rows); /* rows checked */
 
-	/* Activations of the rows: x, xb (H); q, att (q_dim); hb, hb2 (F); the
-	 * logits of the outputs, unless they go straight into the caller's array
-	 * (one sequence on the host). */
+	/* Activations of the rows: x, xb (H); q, att (q_dim); hb, hb2 (F);
+	 * with heads fin, y (H); the logits of the outputs, unless they go
+	 * straight into the caller's array (one sequence on the host). */
 	const int direct = pcg_backend_is_host(be) && n_seqs == 1;
-	const size_t per = (size_t)2 * H + 2 * (size_t)q_dim + 2 * (size_t)F;
+	const size_t per = (size_t)(m->n_mtp > 0 ? 4 : 2) * H + 2 * (size_t)q_dim + 2 * (size_t)F;
 	const size_t lg_n = direct || !p.lm ? 0 : (size_t)p.outs * n_logits;
 	const int N = p.rows;
 	buf = scratch(m, (per * N + lg_n) * sizeof *buf, err);
 	if (buf == NULL)
 		goto out;
-	x = buf;
-	xb = x + (size_t)N * H;
-	q = xb + (size_t)N * H;
-	att = q + (size_t)N * q_dim;
-	hb = att + (size_t)N * q_dim;
-	hb2 = hb + (size_t)N * F;
-	lg = direct ? s[0].out : hb2 + (size_t)N * F;
+	a.N = N;
+	a.x = x = buf;
+	a.xb = xb = x + (size_t)N * H;
+	a.q = xb + (size_t)N * H;
+	a.att = a.q + (size_t)N * q_dim;
+	a.hb = a.att + (size_t)N * q_dim;
+	a.hb2 = a.hb + (size_t)N * F;
+	a.fin = m->n_mtp > 0 ? a.hb2 + (size_t)N * F : NULL;
+	a.y = m->n_mtp > 0 ? a.fin + (size_t)N * H : NULL;
+	lg = direct ? s[0].out : a.hb2 + (size_t)N * F + (m->n_mtp > 0 ? (size_t)2 * N * H : 0);
 
 #define OP(call) do { if ((call) < 0) goto out; } while (0)
 	/* inputs_embeds = embed_tokens(input_ids) */
@@ -817,46 +1100,10 @@ static int pass(llama_model *m, llama_seq *s, int n_seqs, const llama_rows *rows
 		OP(pcg_backend_embed(be, x + (size_t)p.at[i].row * H, &m->embed, s[i].tokens,
 				     s[i].n, err));
 
-	for (int l = 0; l < m->n_layers; l++) {
-		const struct layer *L = &m->layers[l];
-
-		/* hidden_states = input_layernorm(hidden_states) */
-		OP(pcg_backend_rmsnorm(be, xb, x, L->attn_norm, N, H, c->eps, err));
-		/* q_proj */
-		OP(pass_mm(m, &p, s, n_seqs, q, q_dim, xb, &L->wq, err));
-		if (m->qk_perm) /* a GGUF file's row order (host memory) */
-			unpermute(q, N, c->n_heads, hd);
-		for (int i = 0; i < n_seqs; i++) {
-			const llama_kv *kv = s[i].kv;
-			const int n = s[i].n, r = p.at[i].row, pos0 = kv->len;
-			float *qs = q + (size_t)r * q_dim;
-			float *kc = kv->k[l] + (size_t)pos0 * kv_dim; /* (n, kv_dim) slots */
-			float *vc = kv->v[l] + (size_t)pos0 * kv_dim;
-			/* k_proj, v_proj, straight into the sequence's cache */
-			OP(mm(be, kc, kv_dim, xb + (size_t)r * H, n, 0, &L->wk, 0, kv_dim, err));
-			OP(mm(be, vc, kv_dim, xb + (size_t)r * H, n, 0, &L->wv, 0, kv_dim, err));
-			if (m->qk_perm)
-				unpermute(kc, n, c->n_kv_heads, hd);
-			/* apply_rotary_pos_emb(q, k, cos, sin) at its positions */
-			OP(pcg_backend_rope(be, qs, n, c->n_heads, hd, pos0, m->inv_freq, err));
-			OP(pcg_backend_rope(be, kc, n, c->n_kv_heads, hd, pos0, m->inv_freq, err));
-			/* softmax(q k^T / sqrt(hd) + causal mask) v over its cache */
-			OP(pcg_backend_attention(be, att + (size_t)r * q_dim, qs, kv->k[l],
-						 kv->v[l], n, pos0, c->n_heads, c->n_kv_heads, hd,
-						 err));
-		}
-		/* hidden_states = residual + o_proj(attn_output) */
-		OP(pass_mm(m, &p, s, n_seqs, xb, H, att, &L->wo, err));
-		OP(pcg_backend_add(be, x, xb, (size_t)N * H, err));
-		/* hidden_states = post_attention_layernorm(hidden_states) */
-		OP(pcg_backend_rmsnorm(be, xb, x, L->ffn_norm, N, H, c->eps, err));
-		/* mlp: down_proj(silu(gate_proj(x)) * up_proj(x)) */
-		OP(pass_mm(m, &p, s, n_seqs, hb, F, xb, &L->gate, err));
-		OP(pass_mm(m, &p, s, n_seqs, hb2, F, xb, &L->up, err));
-		OP(pcg_backend_swiglu(be, hb, hb2, (size_t)N * F, err));
-		OP(pass_mm(m, &p, s, n_seqs, xb, H, hb, &L->down, err));
-		OP(pcg_backend_add(be, x, xb, (size_t)N * H, err));
-	}
+	for (int l = 0; l < m->n_layers; l++)
+		OP(layer_pass(m, &p, s, n_seqs, &m->layers[l], l, x, &a, err));
+	if (m->n_mtp > 0)
+		OP(heads_pass(m, &p, s, n_seqs, &a, err));
 
 	/* norm of each sequence's last n_out positions into its output rows of
 	 * xb; lm_head on those and the chosen vocabulary rows only */
@@ -908,7 +1155,7 @@ int llama_forward_batch(llama_model *m, llama_seq *seqs, int n_seqs, const llama
 int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
 		  const llama_rows *rows, float *logits, pcg_err *err)
 {
-	llama_seq s = { kv, tokens, n, n_out, logits, NULL };
+	llama_seq s = { kv, tokens, n, n_out, logits, NULL, NULL };
 
 	return pass(m, &s, 1, rows, NULL, err);
 }
@@ -916,7 +1163,7 @@ int llama_forward(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_
 int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n, int n_out,
 			 const llama_rows *rows, float *logits, float *hidden, pcg_err *err)
 {
-	llama_seq s = { kv, tokens, n, n_out, logits, hidden };
+	llama_seq s = { kv, tokens, n, n_out, logits, hidden, NULL };
 
 	return pass(m, &s, 1, rows, NULL, err);
 }
@@ -925,7 +1172,7 @@ int llama_forward_probs(llama_model *m, llama_kv *kv, const int *tokens, int n, 
 			const llama_rows *rows, const pcg_sampling *samp, float *probs,
 			float *hidden, pcg_err *err)
 {
-	llama_seq s = { kv, tokens, n, n_out, probs, hidden };
+	llama_seq s = { kv, tokens, n, n_out, probs, hidden, NULL };
 
 	return llama_forward_batch(m, &s, 1, rows, samp, err);
 }

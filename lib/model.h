@@ -9,6 +9,20 @@
  * when configured), grouped-query causal attention, SwiGLU MLP, final norm,
  * lm_head (embed_tokens when tie_word_embeddings is true, as transformers
  * does even when an lm_head tensor is stored).
+ *
+ * A Llasa+ checkpoint (Tian et al., ASRU 2025: the backbone under `llm.`,
+ * multi-token prediction heads mtp_<k>_*) is a model with heads: head k is
+ * a decoder layer of the backbone's shape on its own input,
+ *
+ *   u_1 = h,  u_k = y_{k-1};   y_k = block_k(proj_k(rmsnorm_k(u_k)))
+ *
+ * where h is the backbone's final state after the final norm, rmsnorm_k has
+ * eps LLAMA_MTP_EPS, proj_k is nn.Linear with bias, and block_k attends over
+ * the sequence with its own KV cache (kept in the sequence's llama_kv beside
+ * the backbone's layers, so it advances and rolls back with them). lm_head
+ * (no final norm) reads y_k, which predicts the token k + 1 after the one
+ * the backbone predicts (lib/mtp.h's offsets). Every pass runs the heads at
+ * every position, so that their caches stay whole.
  */
 #ifndef PCG_MODEL_H
 #define PCG_MODEL_H
@@ -33,18 +47,43 @@ typedef struct llama_open_opts {
 	 * the model opens (lib/quant.c; 4 bytes a weight): the same weights
 	 * through the float kernels, a reference for the quantised ones. */
 	int dequantize;
+	/* 1: a Llasa+ checkpoint's heads are left out (they cost two decoder
+	 * layers at every position). A layer subset never has them. */
+	int no_mtp;
 } llama_open_opts;
+
+/* Heads a Llasa+ checkpoint may hold (its release has 2), and their input
+ * norms' eps (LlamaRMSNorm's default, which their code keeps). */
+#define LLAMA_MAX_MTP 4
+#define LLAMA_MTP_EPS 1e-6f
+/* Where a Llasa+ checkpoint lies in a model directory as released (the
+ * llasa_plus folder of ASLP-lab/LLaSA_Plus beside Llasa-1B's files). */
+#define LLAMA_LLASA_PLUS_DIR "llasa_plus"
 
 /* Opens the model directory dir (config.json plus model.safetensors or an
  * index with shards), or a GGUF file (llama.cpp's format: its llama.*
- * metadata, F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K tensors). opts may be NULL. Returns NULL with err naming the
- * file, tensor or field on failure. */
+ * metadata, F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K tensors). opts may be
+ * NULL. A Llasa+ checkpoint is dir/llasa_plus/model.safetensors (read
+ * instead of a model.safetensors beside it) or dir/model.safetensors with
+ * `llm.` names; every tensor it holds must be the backbone's (under `llm.`)
+ * or a head's (mtp_<k>_proj.weight, mtp_<k>_proj.bias,
+ * mtp_<k>_local_RMSNorm.weight, mtp_<k>_block.<a decoder layer's names>,
+ * k = 1..n consecutive), in the shapes the config implies. Returns NULL
+ * with err naming the file, tensor or field on failure. */
 llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *err);
 void llama_close(llama_model **m);
+
+/* Where llama_open reads the weights of model directory dir: dir/llasa_plus
+ * when it holds a model.safetensors, else dir (either may be in buf). The
+ * backbone's names are then under "llm." when "llm.model.embed_tokens.weight"
+ * is there. */
+const char *llama_checkpoint_dir(const char *dir, char *buf, size_t size);
 
 const llama_config *llama_get_config(const llama_model *m);
 /* Number of layers that run (the subset when one was given). */
 int llama_n_layers(const llama_model *m);
+/* Number of Llasa+ heads the model runs (0: none). */
+int llama_n_mtp(const llama_model *m);
 /* Bytes of weights mapped from the checkpoint files. */
 size_t llama_mapped_bytes(const llama_model *m);
 
@@ -101,6 +140,8 @@ typedef struct llama_seq {
 	int n, n_out;        /* positions, outputs (the last n_out; 0 <= n_out <= n) */
 	float *out;          /* [n_out][count]: logits, or probabilities with samp; or NULL */
 	float *hidden;       /* [n_out][hidden] final states, or NULL */
+	float *heads;        /* [n_out][llama_n_mtp][hidden]: the Llasa+ heads' outputs y_k
+			      * (what lm_head reads for them), or NULL */
 } llama_seq;
 
 /* Runs n_seqs >= 1 sequences, each on its own cache, in one pass: every

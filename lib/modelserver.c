@@ -44,7 +44,9 @@ typedef struct server {
 	long long kv_mem;
 	unsigned long evicted;
 	mtp_heads *heads;      /* the model directory's mtp.safetensors, or NULL */
-	float *hlogits;        /* with heads: heads x vocab, one position's */
+	int layer_heads;       /* the model's Llasa+ heads (lib/model.h llama_n_mtp), or 0 */
+	float *hlogits;        /* with heads: heads x vocab, one position's (Llasa+:
+				* PROTO_MAX_N positions') */
 	float *hprobs;         /* with heads: PROTO_MAX_N x (1 + heads) x vocab */
 	double step, slope;    /* measured at the first ping (lib/costmodel): told in pongs */
 	double head;           /* one MTP head at one position, likewise */
@@ -61,6 +63,13 @@ static void logf_(const server *sv, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
+}
+
+/* The MTP heads a score may ask for: a Llasa+ model's own, or those of
+ * mtp.safetensors beside the model. */
+static int n_heads(const server *sv)
+{
+	return sv->layer_heads ? sv->layer_heads : sv->heads ? mtp_n_heads(sv->heads) : 0;
 }
 
 static session *find(server *sv, uint64_t id)
@@ -191,7 +200,7 @@ static int request_check(const server *sv, const proto_msg *q, proto_msg *rep)
 	const proto_model_req *r = proto_model(q);
 	const int vocab = llama_get_config(sv->model)->vocab;
 	const int heads = q->type == PROTO_SCORE ? q->score.heads : 0;
-	const int have = sv->heads ? mtp_n_heads(sv->heads) : 0;
+	const int have = n_heads(sv);
 
 	for (int i = 0; i < r->rows.n; i++)
 		if (r->rows.end[i] > vocab) {
@@ -227,7 +236,8 @@ static int request_check(const server *sv, const proto_msg *q, proto_msg *rep)
 	}
 	if (heads > have) {
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "field 'heads': %d MTP heads asked, "
-			    "the model has %d (%s)", heads, have, MTP_FILE_NAME);
+			    "the model has %d (%s)", heads, have,
+			    sv->layer_heads ? "Llasa+" : MTP_FILE_NAME);
 		return -1;
 	}
 	return 0;
@@ -254,7 +264,7 @@ static void serve_now(server *sv, const proto_msg *q, proto_msg *rep)
 			if (cost_measure(sv->model, &top, &sv->step, &sv->slope, &err) < 0)
 				sv->step = sv->slope = 0;
 			const pcg_sampling samp = { 0.8f, 50, 1.0f }; /* LLaSA's */
-			if (sv->heads)
+			if (n_heads(sv) > 0)
 				sv->head = cost_measure_heads(sv->heads, sv->model, &top, &samp);
 			sv->measured = 1;
 		}
@@ -262,7 +272,7 @@ static void serve_now(server *sv, const proto_msg *q, proto_msg *rep)
 		snprintf(rep->pong.msg, sizeof rep->pong.msg,
 			 "%s layers=%d vocab=%d hidden=%d heads=%d sessions=%d step_ms=%.4f "
 			 "slope=%.4f head_ms=%.4f", sv->prog, llama_n_layers(sv->model), c->vocab,
-			 c->hidden, sv->heads ? mtp_n_heads(sv->heads) : 0, sv->n, sv->step * 1e3,
+			 c->hidden, n_heads(sv), sv->n, sv->step * 1e3,
 			 sv->slope, sv->head * 1e3);
 		return;
 	case PROTO_DROP:
@@ -331,7 +341,8 @@ typedef struct pending {
 	/* kept from request to request (POOL_MAX) */
 	proto_msg *qbuf;           /* the request, parsed (ids copied) */
 	float *out;                /* n x width: probabilities; with heads, logits */
-	float *hidden;             /* with heads: n x hidden final states */
+	float *hidden;             /* with heads: n x hidden final states (Llasa+: n x heads
+				    * x hidden, the heads' outputs) */
 	size_t out_cap, hidden_cap; /* floats */
 } pending;
 
@@ -488,7 +499,8 @@ static int pending_start(server *sv, pending *p, proto_msg *rep)
 	p->width = llama_rows_count(sv->model, &r->rows);
 	const size_t H = (size_t)llama_get_config(sv->model)->hidden;
 	if (reserve(&p->out, &p->out_cap, (size_t)r->n * p->width) < 0 ||
-	    (p->heads > 0 && reserve(&p->hidden, &p->hidden_cap, (size_t)r->n * H) < 0)) {
+	    (p->heads > 0 && reserve(&p->hidden, &p->hidden_cap,
+				     (size_t)r->n * (sv->layer_heads ? sv->layer_heads : 1) * H) < 0)) {
 		proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory");
 		return -1;
 	}
@@ -527,7 +539,8 @@ static int pending_seq(server *sv, const pending *p, llama_seq *s)
 	s->n = n;
 	s->n_out = n == left ? want : 0;
 	s->out = s->n_out ? p->out : NULL;
-	s->hidden = s->n_out && p->heads > 0 ? p->hidden : NULL;
+	s->hidden = s->n_out && p->heads > 0 && !sv->layer_heads ? p->hidden : NULL;
+	s->heads = s->n_out && p->heads > 0 && sv->layer_heads ? p->hidden : NULL;
 	return 0;
 }
 
@@ -675,17 +688,25 @@ static int reply_probs(server *sv, pending *p, proto_msg *rep)
 
 	if (nh > 0) {
 		const double t = pcg_now();
-		const int H = llama_get_config(sv->model)->hidden;
+		const int H = llama_get_config(sv->model)->hidden, nl = sv->layer_heads;
+		/* Llasa+: the heads' outputs of every position through lm_head at
+		 * once (its weights stream once) */
+		if (nl > 0 && llama_lm_head(sv->model, p->hidden, r->n * nl, &r->rows,
+					    sv->hlogits, &err) < 0) {
+			proto_error(rep, p->q->id, PROTO_E_INTERNAL, "%s", err.msg);
+			return -1;
+		}
 		for (int i = 0; i < r->n; i++) {
 			float *o = sv->hprobs + (size_t)i * (1 + nh) * width;
+			const float *hl = sv->hlogits + (size_t)i * nl * width;
 			pcg_probs(p->out + (size_t)i * width, width, &r->samp, o, &err);
-			if (mtp_logits(sv->heads, p->hidden + (size_t)i * H, 0, nh, &r->rows,
-				       sv->hlogits, &err) < 0) {
+			if (nl == 0 && mtp_logits(sv->heads, p->hidden + (size_t)i * H, 0, nh,
+						  &r->rows, sv->hlogits, &err) < 0) {
 				proto_error(rep, p->q->id, PROTO_E_INTERNAL, "%s", err.msg);
 				return -1;
 			}
-			for (int k = 0; k < nh; k++)
-				pcg_probs(sv->hlogits + (size_t)k * width, width, &r->samp,
+			for (int k = 0; k < nh; k++) /* a Llasa+ position's first nh of nl */
+				pcg_probs(hl + (size_t)k * width, width, &r->samp,
 					  o + (size_t)(1 + k) * width, &err);
 		}
 		values = sv->hprobs;
@@ -858,7 +879,7 @@ static int sched_start(pcg_daemon *d, pcg_err *err)
 	(void)err;
 	sc->sock = d->sock;
 	logf_(sc->sv, "serving %s (%d layers, %d MTP heads) on %s", sc->model_dir,
-	      llama_n_layers(sc->sv->model), sc->sv->heads ? mtp_n_heads(sc->sv->heads) : 0,
+	      llama_n_layers(sc->sv->model), n_heads(sc->sv),
 	      d->url);
 	return 0;
 }
@@ -889,11 +910,14 @@ static int server_open(server *sv, const ms_config *cfg, pcg_err *err)
 	 * they read the whole target's last state). */
 	char hpath[4200];
 	snprintf(hpath, sizeof hpath, "%s/%s", cfg->model_dir, MTP_FILE_NAME);
-	if (cfg->n_layers == 0 && access(hpath, F_OK) == 0) {
-		if ((sv->heads = mtp_open(sv->model, hpath, err)) == NULL)
+	sv->layer_heads = llama_n_mtp(sv->model); /* a Llasa+ checkpoint's: loaded with it */
+	if (sv->layer_heads > 0 ||
+	    (cfg->n_layers == 0 && access(hpath, F_OK) == 0)) {
+		if (sv->layer_heads == 0 && (sv->heads = mtp_open(sv->model, hpath, err)) == NULL)
 			return -1;
-		const int nh = mtp_n_heads(sv->heads), V = llama_get_config(sv->model)->vocab;
-		sv->hlogits = malloc((size_t)nh * V * sizeof(float));
+		const int nh = n_heads(sv), V = llama_get_config(sv->model)->vocab;
+		sv->hlogits = malloc((size_t)(sv->layer_heads ? PROTO_MAX_N : 1) * nh * V *
+				     sizeof(float));
 		sv->hprobs = malloc((size_t)PROTO_MAX_N * (1 + nh) * V * sizeof(float));
 		if (!sv->hlogits || !sv->hprobs)
 			return pcg_fail(err, "out of memory for %d MTP heads", nh);

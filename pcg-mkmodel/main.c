@@ -1,5 +1,8 @@
 /* pcg-mkmodel: writes a deterministic random Llama model in the Hugging Face
- * layout (config.json, model.safetensors, tokenizer.json) whose vocabulary
+ * layout (config.json, model.safetensors, tokenizer.json), or with
+ * --llasa-plus a Llasa+ checkpoint in its released layout
+ * (llasa_plus/model.safetensors: the backbone under llm., two heads
+ * mtp_<k>_*; lib/model.h), whose vocabulary
  * has the LLaSA layout: byte-level BPE text tokens, the Llama-3 special
  * tokens, the 8 LLaSA tags and S speech tokens <|s_N|>. Tests, benchmarks
  * and the demo use it; --preset llasa-1b, llasa-3b and llasa-8b give the
@@ -28,7 +31,7 @@ static const char *prog = "pcg-mkmodel";
 
 static const char *out_dir, *preset, *dtype_s, *rope_s;
 static int hidden, layers, heads, kv_heads, head_dim, ffn, text_vocab, speech, untied,
-	seed_i, max_pos, quiet, progress;
+	seed_i, max_pos, quiet, progress, llasa_plus;
 static double rope_theta, stdev, rope_factor = 32.0;
 
 static const pcg_opt opts[] = {
@@ -47,6 +50,9 @@ static const pcg_opt opts[] = {
 	{ "dtype", PCG_OPT_STR, &dtype_s, "bf16", 1, 0, "T", "f32, f16 or bf16" },
 	{ "untied", PCG_OPT_FLAG, &untied, NULL, 1, 0, NULL,
 	  "store a separate lm_head (default: tied to embed_tokens)" },
+	{ "llasa-plus", PCG_OPT_FLAG, &llasa_plus, NULL, 1, 0, NULL,
+	  "a Llasa+ checkpoint: DIR/llasa_plus/model.safetensors with the backbone under llm. "
+	  "(the same weights as without the flag) and 2 MTP heads" },
 	{ "rope-theta", PCG_OPT_FLOAT, &rope_theta, "500000", 1, 1e12, "X", "rope_theta" },
 	{ "rope-scaling", PCG_OPT_STR, &rope_s, "llama3", 1, 0, "S",
 	  "llama3 (factor 32, 8 for llasa-8b; low 1, high 4, original 8192) or none" },
@@ -312,26 +318,32 @@ static void fill(void *dst, pcg_dtype dt, size_t n, double std, uint64_t stream)
 static int write_weights(const char *path, pcg_dtype dt, int vocab, pcg_err *err)
 {
 	const int hd = head_dim, q_dim = heads * hd, kv_dim = kv_heads * hd;
-	const int per_layer = 9;
-	const int n = 2 + layers * per_layer + (untied ? 1 : 0);
+	const int per_layer = 9, n_mtp = llasa_plus ? 2 : 0;
+	const char *pre = llasa_plus ? "llm." : "";
+	const int n = 2 + layers * per_layer + (untied ? 1 : 0) + n_mtp * (3 + per_layer);
+	double *sd = calloc((size_t)n, sizeof *sd); /* each tensor's std; -1: ones (norms) */
 	st_out *t = calloc((size_t)n, sizeof *t);
 	char **names = calloc((size_t)n, sizeof *names);
 	int k = 0, rc = -1;
 
-	if (!t || !names) {
+	if (!t || !names || !sd) {
 		free(t);
 		free(names);
+		free(sd);
 		return pcg_fail(err, "out of memory");
 	}
-#define T2(nm, r, c) do { t[k].name = names[k] = strdup(nm); t[k].dtype = dt; t[k].ndim = 2; \
-		t[k].shape[0] = (r); t[k].shape[1] = (c); k++; } while (0)
-#define T1(nm, r) do { t[k].name = names[k] = strdup(nm); t[k].dtype = dt; t[k].ndim = 1; \
-		t[k].shape[0] = (r); k++; } while (0)
+	char nm[160];
+#define T2(tn, r, c) do { snprintf(nm, sizeof nm, "%s%s", pre, tn); \
+		t[k].name = names[k] = strdup(nm); t[k].dtype = dt; t[k].ndim = 2; \
+		t[k].shape[0] = (r); t[k].shape[1] = (c); sd[k] = stdev; k++; } while (0)
+#define T1(tn, r) do { snprintf(nm, sizeof nm, "%s%s", pre, tn); \
+		t[k].name = names[k] = strdup(nm); t[k].dtype = dt; t[k].ndim = 1; \
+		t[k].shape[0] = (r); sd[k] = -1.0; k++; } while (0)
 	T2("model.embed_tokens.weight", vocab, hidden);
 	for (int l = 0; l < layers; l++) {
-		char nm[128];
-#define L2(s, r, c) snprintf(nm, sizeof nm, "model.layers.%d.%s", l, s); T2(nm, r, c)
-#define L1(s, r) snprintf(nm, sizeof nm, "model.layers.%d.%s", l, s); T1(nm, r)
+		char ln[128];
+#define L2(s, r, c) snprintf(ln, sizeof ln, "model.layers.%d.%s", l, s); T2(ln, r, c)
+#define L1(s, r) snprintf(ln, sizeof ln, "model.layers.%d.%s", l, s); T1(ln, r)
 		L1("input_layernorm.weight", hidden);
 		L2("self_attn.q_proj.weight", q_dim, hidden);
 		L2("self_attn.k_proj.weight", kv_dim, hidden);
@@ -345,6 +357,32 @@ static int write_weights(const char *path, pcg_dtype dt, int vocab, pcg_err *err
 	T1("model.norm.weight", hidden);
 	if (untied)
 		T2("lm_head.weight", vocab, hidden);
+	/* Llasa+'s heads, after the backbone: its tensors keep the indices (so
+	 * the weights) they have without them */
+	pre = "";
+	for (int h = 1; h <= n_mtp; h++) {
+		char ln[128];
+		snprintf(ln, sizeof ln, "mtp_%d_local_RMSNorm.weight", h);
+		T1(ln, hidden);
+		snprintf(ln, sizeof ln, "mtp_%d_proj.weight", h);
+		T2(ln, hidden, hidden);
+		snprintf(ln, sizeof ln, "mtp_%d_proj.bias", h);
+		T1(ln, hidden);
+		sd[k - 1] = stdev;
+#undef L1
+#undef L2
+#define L2(s, r, c) snprintf(ln, sizeof ln, "mtp_%d_block.%s", h, s); T2(ln, r, c)
+#define L1(s, r) snprintf(ln, sizeof ln, "mtp_%d_block.%s", h, s); T1(ln, r)
+		L1("input_layernorm.weight", hidden);
+		L2("self_attn.q_proj.weight", q_dim, hidden);
+		L2("self_attn.k_proj.weight", kv_dim, hidden);
+		L2("self_attn.v_proj.weight", kv_dim, hidden);
+		L2("self_attn.o_proj.weight", hidden, q_dim);
+		L1("post_attention_layernorm.weight", hidden);
+		L2("mlp.gate_proj.weight", ffn, hidden);
+		L2("mlp.up_proj.weight", ffn, hidden);
+		L2("mlp.down_proj.weight", hidden, ffn);
+	}
 	double total = 0, done = 0, t0 = omp_get_wtime();
 	for (int i = 0; i < k; i++)
 		total += (double)t[i].shape[0] * (t[i].ndim == 2 ? (double)t[i].shape[1] : 1);
@@ -358,7 +396,7 @@ static int write_weights(const char *path, pcg_dtype dt, int vocab, pcg_err *err
 			pcg_fail(err, "out of memory for the weights");
 			goto out;
 		}
-		fill(d, dt, numel, t[i].ndim == 1 ? -1.0 : stdev, (uint64_t)i);
+		fill(d, dt, numel, sd[i], (uint64_t)i);
 		t[i].data = d;
 		done += (double)numel;
 	}
@@ -376,6 +414,7 @@ out:
 	}
 	free(t);
 	free(names);
+	free(sd);
 	return rc;
 }
 
@@ -468,7 +507,13 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof path, "%s/tokenizer.json", out_dir);
 	if (write_tokenizer(path, n_special, &err) < 0)
 		goto fail;
-	snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+	snprintf(path, sizeof path, "%s/llasa_plus", out_dir);
+	if (llasa_plus && mkdir(path, 0777) != 0 && errno != EEXIST) {
+		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
+		return 1;
+	}
+	snprintf(path, sizeof path, "%s/%smodel.safetensors", out_dir,
+		 llasa_plus ? "llasa_plus/" : "");
 	if (write_weights(path, dt, vocab, &err) < 0)
 		goto fail;
 	snprintf(path, sizeof path, "%s/config.json", out_dir);

@@ -188,27 +188,32 @@ int main(int argc, char **argv)
 		rc = 0;
 		goto out;
 	}
-	h = mtp_open(m, heads_path ? heads_path : model_dir, &err);
-	if (h == NULL)
+	/* a Llasa+ model's own heads, unless --heads names a file */
+	const int layer_heads = heads_path ? 0 : llama_n_mtp(m);
+	if (layer_heads == 0 && (h = mtp_open(m, heads_path ? heads_path : model_dir, &err)) == NULL)
 		goto fail;
-	const int H = llama_get_config(m)->hidden, nh = mtp_n_heads(h);
+	const int H = llama_get_config(m)->hidden, nh = h ? mtp_n_heads(h) : layer_heads;
 	const int V = llama_rows_count(m, rows);
 	kv = llama_kv_new(m);
-	hid = malloc((size_t)H * sizeof *hid);
+	hid = malloc((size_t)nh * H * sizeof *hid);
 	lg = malloc((size_t)(nh + 1) * V * sizeof *lg);
 	if (kv == NULL || hid == NULL || lg == NULL) {
 		pcg_fail(&err, "out of memory");
 		goto fail;
 	}
-	/* One forward pass: the target's next token and the state the heads read. */
-	if (llama_forward_hidden(m, kv, tokens, n, 1, rows, lg, hid, &err) < 0)
+	/* One forward pass: the target's next token and the state the heads
+	 * read (Llasa+: the heads' outputs, from the same pass). */
+	llama_seq seq = { kv, tokens, n, 1, lg, h ? hid : NULL, h ? NULL : hid };
+	if (llama_forward_batch(m, &seq, 1, rows, NULL, &err) < 0)
 		goto fail;
-	if (mtp_logits(h, hid, 0, nh, rows, lg + V, &err) < 0)
+	if (h ? mtp_logits(h, hid, 0, nh, rows, lg + V, &err) < 0
+	      : llama_lm_head(m, hid, nh, rows, lg + V, &err) < 0)
 		goto fail;
 	print_top("target", 1, lg, V, rows, top_k);
 	for (int i = 0; i < nh; i++) {
 		char label[32];
-		snprintf(label, sizeof label, "mtp.%d", i);
+		/* the file's tensor names: mtp.<i> (from 0), Llasa+'s mtp_<k> */
+		snprintf(label, sizeof label, h ? "mtp.%d" : "mtp_%d", h ? i : i + 1);
 		print_top(label, i + 2, lg + (size_t)(i + 1) * V, V, rows, top_k);
 	}
 	if (fflush(stdout) != 0) {

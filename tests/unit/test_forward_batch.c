@@ -145,7 +145,7 @@ static llama_seq seq_of(struct run *r, int i, int st)
 	const struct spec *s = &specs[i];
 	llama_seq q = { r->kv, r->toks[st], st == 0 ? s->n : 1, st == 0 ? s->n_out : 1,
 			st == 0 && !s->out ? NULL : r->out[st],
-			st == 0 && !s->hidden ? NULL : r->hidden[st] };
+			st == 0 && !s->hidden ? NULL : r->hidden[st], NULL };
 	return q;
 }
 

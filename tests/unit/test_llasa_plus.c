@@ -1,0 +1,257 @@
+/* test_llasa_plus.c: Llasa+ checkpoints (lib/model.h) against Llasa+'s own
+ * modules, on the fixture tests/ref/make_llasa_plus_fixtures.py made with
+ * their LlamaDecoderLayerLlasa, LlamaRMSNorm and backbone class: the
+ * backbone's logits and both heads' logits at every position of a sequence,
+ * run in one pass; the same in pieces (a prefill, a verification block
+ * rolled back, single steps) and batched, where the heads' KV caches must
+ * follow the backbone's; the checkpoint found in both layouts; and
+ * checkpoints with a tensor missing, misshapen or extra refused by name.
+ *
+ * Tolerance: max |ours - theirs| <= 2e-5 * max|their logit|, the bound of
+ * the engine's other parity tests (test_llama_parity.c says why). The
+ * fixture's meta.json records their float32 run against float64: 1.0e-5 at
+ * max|logit| 6.6 for the backbone, 1.0e-4 at 30 for the heads (two more
+ * decoder layers and an unnormalised output), 1.6e-6 and 3.4e-6 relative,
+ * so the bound leaves the same margin of 5x over twice that noise.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "fixture.h"
+#include "model.h"
+#include "safetensors.h"
+
+#define REL_TOL 2e-5
+#define DIR "tests/fixtures/llasa-plus"
+#define NH 2
+#define MAXT 64
+
+static int T, V, H;
+static int toks[MAXT];
+static float *ref_target, *ref_heads; /* [T][V], [T][NH][V] */
+
+/* Logits of the backbone and both heads for tokens [from, from + n) run on
+ * kv in one pass, into tl [n][V] and hl [n][NH][V]. */
+static int run(llama_model *m, llama_kv *kv, int from, int n, float *tl, float *hl)
+{
+	pcg_err err = { "" };
+	float *hs = malloc((size_t)n * NH * H * sizeof *hs);
+	llama_seq s = { kv, toks + from, n, n, tl, NULL, hs };
+	int rc = llama_forward_batch(m, &s, 1, NULL, NULL, &err);
+
+	if (rc == 0)
+		rc = llama_lm_head(m, hs, n * NH, NULL, hl, &err);
+	if (rc < 0)
+		fprintf(stderr, "run: %s\n", err.msg);
+	free(hs);
+	return rc;
+}
+
+static void compare(const char *what, const float *tl, const float *hl, int from, int n)
+{
+	const double tt = REL_TOL * max_abs(ref_target, (size_t)T * V);
+	const double th = REL_TOL * max_abs(ref_heads, (size_t)T * NH * V);
+	const double dt = max_diff(tl, ref_target + (size_t)from * V, (size_t)n * V);
+	const double dh = max_diff(hl, ref_heads + (size_t)from * NH * V, (size_t)n * NH * V);
+
+	printf("%s: backbone max |diff| %.3g (tolerance %.3g), heads %.3g (tolerance %.3g)\n",
+	       what, dt, tt, dh, th);
+	CHECKF(dt <= tt, "%s: backbone logits differ by %g", what, dt);
+	CHECKF(dh <= th, "%s: heads' logits differ by %g", what, dh);
+}
+
+static void test_parity(void)
+{
+	pcg_err err = { "" };
+	llama_model *m = llama_open(DIR, NULL, &err);
+	float *tl = malloc((size_t)T * V * sizeof *tl), *hl = malloc((size_t)T * NH * V * sizeof *hl);
+	float *tl2 = malloc((size_t)T * V * sizeof *tl), *hl2 = malloc((size_t)T * NH * V * sizeof *hl);
+
+	CHECKF(m != NULL, "%s", err.msg);
+	if (m == NULL)
+		goto out;
+	CHECK(llama_n_mtp(m) == NH);
+	llama_kv *kv = llama_kv_new(m);
+	CHECK(run(m, kv, 0, T, tl, hl) == 0);
+	compare("one pass", tl, hl, 0, T);
+
+	/* in pieces: a prefill of 5, a block of 4 rolled back to 7 (as after a
+	 * rejected draft), then single steps; each position as in the one pass */
+	llama_kv *k2 = llama_kv_new(m);
+	CHECK(run(m, k2, 0, 5, tl2, hl2) == 0);
+	CHECK(run(m, k2, 5, 4, tl2 + 5 * V, hl2 + (size_t)5 * NH * V) == 0);
+	CHECK(llama_kv_truncate(k2, 7, &err) == 0);
+	for (int t = 7; t < T; t++)
+		CHECK(run(m, k2, t, 1, tl2 + (size_t)t * V, hl2 + (size_t)t * NH * V) == 0);
+	compare("pieces with a rollback", tl2, hl2, 0, T);
+	CHECKF(max_diff(hl, hl2, (size_t)T * NH * V) <= 1e-5 * max_abs(hl, (size_t)T * NH * V),
+	       "pieces: %g from the one pass", max_diff(hl, hl2, (size_t)T * NH * V));
+
+	/* batched: two sequences at different positions in one pass, each as
+	 * alone (the heads' rows share products with the other's) */
+	llama_kv *a = llama_kv_new(m), *b = llama_kv_new(m);
+	float *ha = malloc((size_t)3 * NH * H * sizeof *ha), *hb = malloc((size_t)2 * NH * H * sizeof *hb);
+	float *hsa = malloc((size_t)3 * NH * H * sizeof *hsa);
+	CHECK(run(m, a, 0, 6, tl2, hl2) == 0);
+	CHECK(run(m, b, 0, 3, tl2, hl2) == 0);
+	llama_seq s[2] = { { a, toks + 6, 3, 3, NULL, NULL, ha }, { b, toks + 3, 2, 2, NULL, NULL, hb } };
+	CHECKF(llama_forward_batch(m, s, 2, NULL, NULL, &err) == 0, "%s", err.msg);
+	CHECK(llama_kv_truncate(a, 6, &err) == 0);
+	llama_seq one = { a, toks + 6, 3, 3, NULL, NULL, hsa };
+	CHECKF(llama_forward_batch(m, &one, 1, NULL, NULL, &err) == 0, "%s", err.msg);
+	CHECKF(memcmp(ha, hsa, (size_t)3 * NH * H * sizeof *ha) == 0,
+	       "batched heads differ from alone");
+	CHECK(llama_lm_head(m, ha, 3 * NH, NULL, hl2, &err) == 0);
+	CHECK(llama_lm_head(m, hb, 2 * NH, NULL, hl2 + (size_t)3 * NH * V, &err) == 0);
+	CHECK(max_diff(hl2, ref_heads + (size_t)6 * NH * V, (size_t)3 * NH * V) <=
+	      REL_TOL * max_abs(ref_heads, (size_t)T * NH * V));
+	CHECK(max_diff(hl2 + (size_t)3 * NH * V, ref_heads + (size_t)3 * NH * V,
+		       (size_t)2 * NH * V) <= REL_TOL * max_abs(ref_heads, (size_t)T * NH * V));
+	free(ha);
+	free(hb);
+	free(hsa);
+	llama_kv_free(&a);
+	llama_kv_free(&b);
+	llama_kv_free(&kv);
+	llama_kv_free(&k2);
+	llama_close(&m);
+
+	/* without the heads (no_mtp): the backbone alone, the same logits */
+	llama_open_opts o = { .no_mtp = 1 };
+	m = llama_open(DIR, &o, &err);
+	CHECKF(m != NULL, "%s", err.msg);
+	if (m != NULL) {
+		CHECK(llama_n_mtp(m) == 0);
+		kv = llama_kv_new(m);
+		CHECK(llama_forward(m, kv, toks, T, T, NULL, tl2, &err) == 0);
+		CHECK(memcmp(tl, tl2, (size_t)T * V * sizeof *tl) == 0);
+		llama_kv_free(&kv);
+		llama_close(&m);
+	}
+out:
+	free(tl);
+	free(hl);
+	free(tl2);
+	free(hl2);
+}
+
+/* dir/config.json and dir/model.safetensors, the checkpoint's tensors with
+ * one changed: `drop` left out, `shrink` one row short, `extra` added. */
+static void write_variant(const char *dir, const char *drop, const char *shrink,
+			  const char *extra)
+{
+	pcg_err err = { "" };
+	char path[512];
+	st_ckpt *ck = st_open(DIR "/llasa_plus/model.safetensors", &err);
+	const int n = ck ? st_count(ck) : 0;
+	st_out *t = calloc((size_t)n + 1, sizeof *t);
+	static const float zeros[64];
+	int k = 0;
+
+	CHECKF(ck != NULL, "%s", err.msg);
+	for (int i = 0; i < n; i++) {
+		const st_tensor *s = st_get(ck, i);
+		if (drop && !strcmp(s->name, drop))
+			continue;
+		t[k] = (st_out){ s->name, s->dtype, s->ndim, { 0 }, s->data };
+		memcpy(t[k].shape, s->shape, sizeof s->shape);
+		if (shrink && !strcmp(s->name, shrink))
+			t[k].shape[0]--;
+		k++;
+	}
+	if (extra)
+		t[k++] = (st_out){ extra, PCG_F32, 1, { 64 }, zeros };
+	mkdir(dir, 0777);
+	snprintf(path, sizeof path, "%s/model.safetensors", dir);
+	CHECKF(st_write(path, t, k, NULL, &err) == 0, "%s", err.msg);
+	snprintf(path, sizeof path, "%s/config.json", dir);
+	char cwd[400], target[900];
+	CHECK(getcwd(cwd, sizeof cwd) != NULL);
+	snprintf(target, sizeof target, "%s/" DIR "/config.json", cwd);
+	unlink(path);
+	CHECK(symlink(target, path) == 0);
+	free(t);
+	st_close(&ck);
+}
+
+static void expect_error(const char *dir, const char *want)
+{
+	pcg_err err = { "" };
+	llama_model *m = llama_open(dir, NULL, &err);
+
+	CHECKF(m == NULL, "%s opened", dir);
+	CHECKF(strstr(err.msg, want) != NULL, "error '%s' lacks '%s'", err.msg, want);
+	printf("refused: %s\n", err.msg);
+	llama_close(&m);
+}
+
+static void test_layouts(void)
+{
+	pcg_err err = { "" };
+	char dir[400];
+	const char *tmp = check_tmpdir();
+
+	/* a directory holding config.json and the checkpoint itself */
+	snprintf(dir, sizeof dir, "%s/flat", tmp);
+	write_variant(dir, NULL, NULL, NULL);
+	llama_model *m = llama_open(dir, NULL, &err);
+	CHECKF(m != NULL && llama_n_mtp(m) == NH, "flat layout: %s", err.msg);
+	llama_close(&m);
+
+	snprintf(dir, sizeof dir, "%s/missing", tmp);
+	write_variant(dir, "mtp_2_block.mlp.up_proj.weight", NULL, NULL);
+	expect_error(dir, "mtp_2_block.mlp.up_proj.weight");
+	snprintf(dir, sizeof dir, "%s/misshapen", tmp);
+	write_variant(dir, NULL, "mtp_1_proj.bias", NULL);
+	expect_error(dir, "mtp_1_proj.bias");
+	snprintf(dir, sizeof dir, "%s/short", tmp);
+	write_variant(dir, NULL, "mtp_1_block.self_attn.k_proj.weight", NULL);
+	expect_error(dir, "mtp_1_block.self_attn.k_proj.weight");
+	snprintf(dir, sizeof dir, "%s/extra", tmp);
+	write_variant(dir, NULL, NULL, "mtp_1_gate.weight");
+	expect_error(dir, "tensor 'mtp_1_gate.weight' not expected");
+	snprintf(dir, sizeof dir, "%s/backbone", tmp);
+	write_variant(dir, "llm.model.layers.1.mlp.down_proj.weight", NULL, NULL);
+	expect_error(dir, "llm.model.layers.1.mlp.down_proj.weight");
+	snprintf(dir, sizeof dir, "%s/layer-beyond", tmp);
+	write_variant(dir, NULL, NULL, "llm.model.layers.2.input_layernorm.weight");
+	expect_error(dir, "not expected");
+	snprintf(dir, sizeof dir, "%s/head-3", tmp);
+	write_variant(dir, NULL, NULL, "mtp_3_local_RMSNorm.weight");
+	expect_error(dir, "'mtp_3_local_RMSNorm.weight' not expected");
+	/* the untied layout: llm.lm_head.weight may be left out of a tied model */
+	snprintf(dir, sizeof dir, "%s/no-lm-head", tmp);
+	write_variant(dir, "llm.lm_head.weight", NULL, NULL);
+	m = llama_open(dir, NULL, &err);
+	CHECKF(m != NULL, "tied without llm.lm_head.weight: %s", err.msg);
+	llama_close(&m);
+}
+
+int main(void)
+{
+	size_t n1, n2;
+
+	if (access(DIR "/config.json", R_OK) != 0)
+		SKIP("no fixture %s (tests/ref/make_llasa_plus_fixtures.py makes it)", DIR);
+	json_t *meta = load_json(DIR "/meta.json");
+	CHECK(meta != NULL);
+	if (meta == NULL)
+		return check_done("test_llasa_plus");
+	V = (int)json_integer_value(json_object_get(meta, "vocab"));
+	H = (int)json_integer_value(json_object_get(meta, "hidden"));
+	json_decref(meta);
+	T = read_ids(DIR "/tokens.txt", toks, MAXT);
+	ref_target = read_f32(DIR "/target-logits.f32", &n1);
+	ref_heads = read_f32(DIR "/heads-logits.f32", &n2);
+	CHECK(T > 9 && ref_target && ref_heads && n1 == (size_t)T * V && n2 == (size_t)T * NH * V);
+	if (check_failures == 0) {
+		test_parity();
+		test_layouts();
+	}
+	free(ref_target);
+	free(ref_heads);
+	return check_done("test_llasa_plus");
+}
