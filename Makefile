@@ -8,10 +8,11 @@
 #   make test-gpu   the CUDA tests on a GPU, also under compute-sanitizer
 #   make demo       runs the demo job on the embedded tiny model
 #   make install    PREFIX=/usr/local (bin/, share/man/, the demo voice in
-#                   share/pcg-tts/, the CUDA backend in lib/pcg-tts/, systemd units in SYSTEMDUNITDIR, default
-#                   PREFIX/lib/systemd/system, their user in SYSUSERSDIR, default
-#                   PREFIX/lib/sysusers.d, and example unit settings in
-#                   share/pcg-tts/systemd/); DESTDIR stages it for a package
+#                   share/pcg-tts/, the CUDA backend in lib/pcg-tts/, systemd
+#                   units in SYSTEMDUNITDIR, default PREFIX/lib/systemd/system,
+#                   their user in SYSUSERSDIR, default PREFIX/lib/sysusers.d, and
+#                   example unit settings in share/pcg-tts/systemd/); DESTDIR
+#                   stages it for a package
 #   make eval-deps  pip-installs what pcg-eval's WER needs (tools/eval/requirements.txt)
 #   make test-deps  pip-installs gguf-py and numpy, for the tests that check our GGUF
 #                   files with llama.cpp's own reader (they skip loudly without it),
