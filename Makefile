@@ -15,16 +15,19 @@
 #                   scripts/gpu-check
 #   make demo       runs the demo job on the embedded tiny model
 #   make install    PREFIX=/usr/local (bin/, share/man/, the demo voice in
-#                   share/pcg-tts/, systemd units in SYSTEMDUNITDIR, default
-#                   PREFIX/lib/systemd/system, their user in SYSUSERSDIR, default
-#                   PREFIX/lib/sysusers.d, and example unit settings in
-#                   share/pcg-tts/systemd/); DESTDIR stages it for a package
+#                   share/pcg-tts/, the CUDA backend in lib/pcg-tts/, systemd
+#                   units in SYSTEMDUNITDIR, default PREFIX/lib/systemd/system,
+#                   their user in SYSUSERSDIR, default PREFIX/lib/sysusers.d, and
+#                   example unit settings in share/pcg-tts/systemd/); DESTDIR
+#                   stages it for a package
 #   make eval-deps  pip-installs what pcg-eval's WER needs (tools/eval/requirements.txt)
 #   make test-deps  pip-installs gguf-py and numpy, for the tests that check our GGUF
 #                   files with llama.cpp's own reader (they skip loudly without it),
 #                   and openai, the official client tests/http.sh runs against pcg-httpd
 #   make clean
 # CUDA sources (lib/cuda/*.cu) build when nvcc is found; CUDA=0 turns that off.
+# They make build/libpcg-cuda.so, which the programs do not link: libpcg opens
+# it on the first use of a CUDA device (lib/cuda/library.h).
 
 PREFIX   ?= /usr/local
 # Where systemd looks for packaged units and sysusers.d entries under PREFIX
@@ -39,23 +42,30 @@ PKGS     := openblas jansson libpcre2-8 libzmq libsodium msgpack sndfile sampler
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson -lpcre2-8 -lsodium -lsndfile -lsamplerate -lfftw3f -lfftw3 -lespeak-ng)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -pthread -MMD -MP -Ilib $(PKG_CFLAGS) $(CFLAGS)
-LDLIBS_ALL = $(CUDA_LINK) $(PKG_LIBS) -lm
+LDLIBS_ALL = $(CUDA_RPATH) $(PKG_LIBS) -ldl -lm
 
 NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 CUDA     ?= $(if $(NVCC),1,0)
 CUDA_SRC := $(if $(filter 1,$(CUDA)),$(wildcard lib/cuda/*.cu))
 CUDA_OBJ := $(CUDA_SRC:%.cu=build/%.o)
-CUDA_LIB := $(if $(CUDA_OBJ),build/libpcg-cuda.a)
+CUDA_LIB := $(if $(CUDA_OBJ),build/libpcg-cuda.so)
+# The CUDA tests link the CUDA objects themselves, all but the library's entry
+# point (library.cu), and call libpcg directly.
+CUDA_TEST_OBJ := $(filter-out build/lib/cuda/library.o,$(CUDA_OBJ))
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # Ampere (A100) and Hopper (H100, H200) machine code, and PTX for later GPUs.
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCCFLAGS ?= -O2 -g -lineinfo
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcufft -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcufft -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++ -lm
 CUDA_TESTS := $(if $(CUDA_OBJ),$(patsubst tests/cuda/%.c,build/tests/cuda-%,$(wildcard tests/cuda/*.c)))
-# With CUDA, libpcg calls into libpcg-cuda (which calls back into libpcg).
+# With CUDA, libpcg opens libpcg-cuda.so (lib/cudaload.c), which dlopen finds
+# through the program's RUNPATH ($$ORIGIN is the program's directory): where
+# make install puts it, PREFIX/lib/pcg-tts beside PREFIX/bin, then this tree's
+# build/ beside bin/ (for build/tests/*, build/ itself).
 ifneq ($(CUDA_OBJ),)
 ALL_CFLAGS += -DPCG_CUDA=1
-CUDA_LINK := $(CUDA_LIB) build/libpcg.a $(CUDA_LIBS)
+CUDA_RPATH = -Wl,-rpath,'$$ORIGIN/../lib/pcg-tts:$$ORIGIN/../build'
+build/tests/%: CUDA_RPATH = -Wl,-rpath,'$$ORIGIN/..'
 endif
 
 LIB_SRC  := $(wildcard lib/*.c)
@@ -105,12 +115,10 @@ build/lib/matmul.o build/asan/lib/matmul.o: ALL_CFLAGS += -ffp-contract=fast
 # -ffast-math is safe there).
 build/lib/xc2enc_act.o build/asan/lib/xc2enc_act.o: ALL_CFLAGS += -ffast-math
 
-# Programs and tests link libpcg-cuda.a (in LDLIBS_ALL): a change to it
-# relinks them (a prerequisite, filtered out of the objects named).
 define prog_rule
-bin/$(1): $(patsubst %.c,build/%.o,$(wildcard $(1)/*.c)) build/libpcg.a $(CUDA_LIB)
+bin/$(1): $(patsubst %.c,build/%.o,$(wildcard $(1)/*.c)) build/libpcg.a
 	@mkdir -p bin
-	$$(CC) $$(ALL_CFLAGS) -o $$@ $$(filter-out $(CUDA_LIB),$$^) $$(LDLIBS_ALL)
+	$$(CC) $$(ALL_CFLAGS) -o $$@ $$^ $$(LDLIBS_ALL)
 endef
 $(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
 
@@ -118,23 +126,26 @@ $(foreach p,$(PROGS),$(eval $(call prog_rule,$(p))))
 HTTPD_PKGS := samplerate rubberband
 bin/pcg-httpd: LDLIBS_ALL += $(shell pkg-config --libs $(HTTPD_PKGS) 2>/dev/null || echo -lsamplerate -lrubberband)
 
-bin/bench-%: build/bench/%.o build/libpcg.a $(CUDA_LIB)
+bin/bench-%: build/bench/%.o build/libpcg.a
 	@mkdir -p bin
-	$(CC) $(ALL_CFLAGS) -o $@ $(filter-out $(CUDA_LIB),$^) $(LDLIBS_ALL)
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
 
-build/tests/%: build/tests/unit/%.o build/libpcg.a $(CUDA_LIB)
-	$(CC) $(ALL_CFLAGS) -o $@ $(filter-out $(CUDA_LIB),$^) $(LDLIBS_ALL)
-build/tests/asan-%: build/asan/tests/unit/%.o build/libpcg-asan.a $(CUDA_LIB)
-	$(CC) $(ALL_CFLAGS) $(SANITIZE) -o $@ $(filter-out $(CUDA_LIB),$^) $(LDLIBS_ALL)
+build/tests/%: build/tests/unit/%.o build/libpcg.a
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
+build/tests/asan-%: build/asan/tests/unit/%.o build/libpcg-asan.a
+	$(CC) $(ALL_CFLAGS) $(SANITIZE) -o $@ $^ $(LDLIBS_ALL)
 
-# CUDA: lib/cuda/*.cu into libpcg-cuda.a when nvcc is present (CUDA=0: off).
-build/libpcg-cuda.a: $(CUDA_OBJ)
-	ar rcs $@ $^
+# CUDA: lib/cuda/*.cu into libpcg-cuda.so when nvcc is present (CUDA=0: off).
+# Position-independent, every name hidden but the entry point (library.cu);
+# -z defs: a call into libpcg missing from lib/cuda/library.h's table fails here.
+build/libpcg-cuda.so: $(CUDA_OBJ)
+	$(CC) -shared -Wl,-z,defs -o $@ $^ $(CUDA_LIBS)
 build/lib/cuda/%.o: lib/cuda/%.cu | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -std=c++17 -DPCG_CUDA=1 -Ilib -Xcompiler -Wall,-Wextra -MMD -MP -c -o $@ $<
-build/tests/cuda-%: build/tests/cuda/%.o build/libpcg-cuda.a build/libpcg.a
-	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL)
+	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -std=c++17 -DPCG_CUDA=1 -Ilib \
+		-Xcompiler -Wall,-Wextra,-fPIC,-fvisibility=hidden -MMD -MP -c -o $@ $<
+build/tests/cuda-%: build/tests/cuda/%.o $(CUDA_TEST_OBJ) build/libpcg.a
+	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL) $(CUDA_LIBS)
 # The GPU tests may call the CUDA runtime (cudaMemcpy) through cuda/check.h.
 build/tests/cuda/%.o: ALL_CFLAGS += -isystem $(CUDA_HOME)/include
 
@@ -184,7 +195,8 @@ gpu-check: all $(CUDA_TESTS)
 # gets files but does not build: carry build/gpu-pack (bin/ then links to it).
 gpu-pack: all $(CUDA_TESTS)
 	@[ -n "$(CUDA_TESTS)" ] || { echo "gpu-pack: no CUDA build (nvcc not found, or CUDA=0)" >&2; exit 1; }
-	rm -rf build/gpu-pack && mkdir -p build/gpu-pack/bin build/gpu-pack/tests
+	rm -rf build/gpu-pack && mkdir -p build/gpu-pack/bin build/gpu-pack/tests build/gpu-pack/lib/pcg-tts
+	strip --strip-debug -o build/gpu-pack/lib/pcg-tts/libpcg-cuda.so build/libpcg-cuda.so
 	for f in $(BINS) $(BENCHES); do strip --strip-debug -o build/gpu-pack/$$f $$f || exit 1; done
 	for f in $(CUDA_TESTS); do strip --strip-debug -o build/gpu-pack/tests/$${f##*/} $$f || exit 1; done
 	git describe --always --dirty >build/gpu-pack/commit 2>/dev/null || echo unknown >build/gpu-pack/commit
@@ -221,6 +233,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin
 	install -m 755 scripts/pcg-up scripts/pcg-down scripts/pcg-runtime scripts/pcg-eval $(DESTDIR)$(PREFIX)/bin
+	$(if $(CUDA_LIB),install -D -m 755 $(CUDA_LIB) $(DESTDIR)$(PREFIX)/lib/pcg-tts/libpcg-cuda.so)
 	for f in $$(find models/demo -type f); do \
 		install -D -m 644 $$f $(DESTDIR)$(PREFIX)/share/pcg-tts/$$f; done
 	for m in man/*.[1-8]; do \

@@ -14,19 +14,22 @@ static const pcg_device_kind cpu_kind = {
 	.name = "cpu", .label = "CPU", .host = 1, .backend_open = pcg_cpu_backend_open,
 };
 
-/* Each other kind: its hooks in a build that has it, else an entry that
- * says how to get it. */
+/* Each other kind: its hooks in a build that has it (CUDA's open its
+ * library on first use, lib/cudaload.c), else an entry that says how to
+ * get it. */
 #ifdef PCG_CUDA
-extern const pcg_device_kind pcg_cuda_kind; /* lib/cuda/kind.cu */
+#include "cudaload.h"
+#define CUDA_KIND pcg_cuda_lazy_kind
 #else
-static const pcg_device_kind pcg_cuda_kind = {
+static const pcg_device_kind cuda_missing = {
 	.name = "cuda", .label = "CUDA", .indexed = 1,
 	.missing = "rebuild with nvcc installed, make CUDA=1",
 };
+#define CUDA_KIND cuda_missing
 #endif
 
 /* The kinds --device names, in the order the usage message lists them. */
-static const pcg_device_kind *const kinds[] = { &cpu_kind, &pcg_cuda_kind };
+static const pcg_device_kind *const kinds[] = { &cpu_kind, &CUDA_KIND };
 #define N_KINDS (sizeof kinds / sizeof kinds[0])
 
 pcg_device pcg_device_cpu(void)
@@ -105,8 +108,12 @@ int pcg_device_check(pcg_device dev, pcg_err *err)
 		return pcg_fail(err, "device %s: this build has no %s backend (%s)", name, k->label,
 				k->missing);
 	int n = k->count(err);
-	if (n < 0)
+	if (n < 0) {
+		char what[64];
+		snprintf(what, sizeof what, "device %s", name);
+		pcg_err_prefix(err, what);
 		return -1;
+	}
 	if (n == 0)
 		return pcg_fail(err, "device %s: no %s device on this machine", name, k->label);
 	if (dev.index >= n)

@@ -5,7 +5,9 @@
  * The kinds are one table (lib/device.c): each entry names the kind and
  * holds its hooks, NULL where the kind has no such code: how many devices
  * the machine has, the forward pass's backend (lib/backend.h), asg_build's
- * similar pairs (lib/asg.h) and the X-codec2 decoder (lib/xcodec2.h). A
+ * similar pairs (lib/asg.h) and the X-codec2 decoder (lib/xcodec2.h).
+ * CUDA's hooks open its code, a shared object, on the first call
+ * (lib/cudaload.c), so that a program on the CPU never maps it. A
  * kind this build lacks (CUDA without nvcc) stays in the table without
  * hooks, so that asking for it says how to get it. A new kind (Vulkan,
  * Metal, ROCm) is its own files and one entry there.

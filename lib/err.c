@@ -5,14 +5,19 @@
 #include <stdio.h>
 #include <string.h>
 
+int pcg_vfail(pcg_err *err, const char *fmt, va_list ap)
+{
+	if (err != NULL)
+		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+	return -1;
+}
+
 int pcg_fail(pcg_err *err, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (err == NULL)
-		return -1;
 	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+	pcg_vfail(err, fmt, ap);
 	va_end(ap);
 	return -1;
 }

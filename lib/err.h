@@ -8,6 +8,7 @@
 #ifndef PCG_ERR_H
 #define PCG_ERR_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -22,6 +23,9 @@ typedef struct pcg_err {
  * `return pcg_fail(err, "...")` reads as one step. */
 int pcg_fail(pcg_err *err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* pcg_fail with the arguments in ap. */
+int pcg_vfail(pcg_err *err, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
 
 /* Prefixes err->msg with "prefix: " (used to add a file name on the way up). */
 void pcg_err_prefix(pcg_err *err, const char *prefix);
