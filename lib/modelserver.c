@@ -900,8 +900,11 @@ static int server_open(server *sv, const ms_config *cfg, pcg_err *err)
 {
 	memset(sv, 0, sizeof *sv);
 	sv->prog = cfg->prog;
+	/* draftd: a Llasa+ checkpoint's heads not run (only the target's are
+	 * asked for, and they cost two layers at every position) */
 	llama_open_opts lo = { .layers = cfg->n_layers ? cfg->layers : NULL,
-			       .n_layers = cfg->n_layers, .device = cfg->device };
+			       .n_layers = cfg->n_layers, .device = cfg->device,
+			       .no_mtp = cfg->prog != NULL && !strcmp(cfg->prog, "draftd") };
 	sv->model = llama_open(cfg->model_dir, &lo, err);
 	if (sv->model == NULL)
 		return -1;
