@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "clock.h"
 #include "client.h"
 #include "clones.h"
 #include "fileio.h"
@@ -134,13 +135,6 @@ typedef struct request {
 	int sse;
 	char fmt[8];           /* its name, for the log */
 } request;
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- responses ---- */
 
@@ -560,8 +554,8 @@ static void log_line(const http_req *h, const request *rq)
 		}
 	} else if (!quiet || h->status >= 500 || h->status == 499) {
 		fprintf(stderr, "%s: %s %s %.200s %d (%.3f s)%s%s\n", prog, h->peer, h->method,
-			h->path, h->status, h->t0 > 0 ? now_s() - h->t0 : 0.0, *h->why ? ": " : "",
-			h->why);
+			h->path, h->status, h->t0 > 0 ? pcg_now() - h->t0 : 0.0,
+			*h->why ? ": " : "", h->why);
 	}
 }
 
@@ -711,7 +705,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (token_file && read_token(token_file, &err) < 0) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		return 1;
 	}
 	int known = 0;
@@ -745,7 +739,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (clones_open(voices_dir, voices_max, evict, reserved, prog, &err) < 0) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		return 1;
 	}
 	if ((models_json = make_models()) == NULL || (voices_json = make_voices()) == NULL) {

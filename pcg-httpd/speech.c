@@ -2,6 +2,7 @@
  * piece by piece by the pipeline, the audio encoded as it comes (see
  * speech.h). */
 #include "speech.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -52,13 +53,6 @@ int api_fail(api_error *e, int status, const char *type, const char *param, cons
 }
 
 #define BAD(e, param, code, ...) api_fail(e, 400, "invalid_request_error", param, code, __VA_ARGS__)
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- voices ---- */
 
@@ -494,7 +488,7 @@ static int send_piece(speech *s, api_error *e)
 	s->next++;
 	s->running = 1;
 	s->queued = 0;
-	s->t_last = now_s();
+	s->t_last = pcg_now();
 	return 0;
 }
 
@@ -526,7 +520,7 @@ speech *speech_start(const speech_cfg *cfg, speech_req *r, int client_fd, api_er
 	r->clone = NULL;
 	s->client_fd = client_fd;
 	s->watch_fd = client_fd >= 0;
-	s->t0 = s->t_probe = now_s();
+	s->t0 = s->t_probe = pcg_now();
 	s->q = calloc(1, sizeof *s->q);
 	s->r = calloc(1, sizeof *s->r);
 	const int cap = (int)s->req.input_chars + 1;
@@ -691,7 +685,7 @@ static int handle(speech *s, const proto_msg *r, api_error *e)
 
 	if (r->id != s->id || !s->running)
 		return 0; /* a late reply to an earlier piece or a cancel */
-	s->t_last = now_s();
+	s->t_last = pcg_now();
 	switch (r->type) {
 	case PROTO_PROGRESS:
 		s->queued = r->progress.queue > 0;
@@ -702,7 +696,7 @@ static int handle(speech *s, const proto_msg *r, api_error *e)
 			return api_fail(e, 500, "server_error", NULL, NULL, "The server could not "
 					"encode the audio (%s).", err.msg);
 		if (!s->got_audio)
-			s->t_first = now_s() - s->t0;
+			s->t_first = pcg_now() - s->t0;
 		s->got_audio = 1;
 		s->in_rate = r->progress.rate;
 		s->audio_samples += r->progress.n_samples;
@@ -776,7 +770,7 @@ static int step(speech *s, api_error *e)
 				return rc;
 		}
 	}
-	const double t = now_s();
+	const double t = pcg_now();
 	if (!s->queued && (t - s->t_last) * 1000 >= cfg->timeout_ms)
 		return api_fail(e, 503, "server_error", NULL, NULL, "The speech pipeline did not "
 				"answer for %.0f s. Try again later.", cfg->timeout_ms / 1000.0);
@@ -814,7 +808,7 @@ void speech_get_stats(const speech *s, speech_stats *st)
 	st->speech_tokens = s->speech_tokens;
 	st->audio_s = (double)enc_samples(s->enc) / ENC_RATE;
 	st->first_audio_s = s->got_audio ? s->t_first : -1;
-	st->elapsed_s = now_s() - s->t0;
+	st->elapsed_s = pcg_now() - s->t0;
 }
 
 void speech_free(speech **ps)

@@ -60,7 +60,7 @@ static void reply_msg(hub *h, const net_req *r, const proto_msg *m)
 	pcg_err err = { "" };
 
 	if (proto_pack_buf(m, &h->buf, &err) < 0)
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 	else if (send_to(h, r->route, r->route_len, r->delim, h->buf.data, h->buf.len) < 0)
 		fprintf(stderr, "%s: a reply to a client is lost: %s\n", prog,
 			zmq_strerror(zmq_errno()));

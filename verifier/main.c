@@ -141,7 +141,7 @@ static int local_settings(int *layers, int *n_layers)
 		return 2;
 	}
 	if (pcg_device_check(dev, &err) < 0)
-		return pcg_die(prog, &err);
+		return pcg_report(prog, &err);
 	cfg.draft_url = "inproc://draftd";
 	cfg.target_url = "inproc://targetd";
 	if (cfg.voice_path == NULL)
@@ -260,12 +260,12 @@ int main(int argc, char **argv)
 	if ((rc = local_settings(layers, &n_layers)) != 0)
 		return rc;
 	if (net_curve_setup(cfg.curve_key, cfg.curve_allow, cfg.curve_peers, &err) < 0)
-		return pcg_die(prog, &err);
+		return pcg_report(prog, &err);
 	if (net_endpoint_ok(cfg.listen_url, 1, &err) < 0 ||
 	    stage_parse(&v.stages[SPEC_DRAFT], "draft", cfg.draft_url, &err) < 0 ||
 	    stage_parse(&v.stages[SPEC_TARGET], "target", cfg.target_url, &err) < 0 ||
 	    (strcmp(cfg.codec_url, "none") && net_endpoint_ok(cfg.codec_url, 0, &err) < 0)) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		return 2;
 	}
 	v.stages[SPEC_DRAFT].name = "draftd";
@@ -279,7 +279,7 @@ int main(int argc, char **argv)
 	    local_start(ls, v.ctx, layers, n_layers, &err) < 0) {
 		if (v.ctx == NULL && err.msg[0] == '\0')
 			pcg_fail(&err, "out of memory");
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 	} else {
 		rc = hub_run(&v);
 	}

@@ -234,7 +234,7 @@ static void to_client(worker *w, job *j, const proto_msg *m, int final)
 	unsigned char fin = (unsigned char)final;
 
 	if (proto_pack_buf(m, &w->buf, &err) < 0) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		if (!final)
 			return;
 		w->buf.len = 0; /* main still learns the job is over */
