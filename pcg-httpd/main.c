@@ -118,7 +118,7 @@ static const pcg_opt opts[] = {
 
 static atomic_int stopping, active;
 static speech_cfg cfg;
-static speech_voices voices;
+static model_voices voices;
 static char token[512];
 static size_t token_len;
 static char *models_json, *voices_json; /* fixed answers, made at start */
@@ -217,10 +217,10 @@ static char *make_models(void)
 static char *make_voices(void)
 {
 	json_t *data = json_array();
-	for (int i = 0; speech_openai_voices[i]; i++) {
+	for (int i = 0; voices_openai[i]; i++) {
 		const int k = i % voices.n;
 		json_array_append_new(data, json_pack("{s:s,s:s,s:i,s:s}", "id",
-						      speech_openai_voices[i], "object", "voice",
+						      voices_openai[i], "object", "voice",
 						      "speaker", k, "name", voices.name[k]));
 	}
 	for (int k = 0; k < voices.n; k++) {
@@ -618,7 +618,7 @@ done:
 
 static int reserved(const char *name)
 {
-	return speech_voice_reserved(&voices, name);
+	return voices_reserved(&voices, name);
 }
 
 /* The first line of a regular file of at most 64 kB (a device or a FIFO is
@@ -724,7 +724,7 @@ int main(int argc, char **argv)
 			resampler);
 		return 2;
 	}
-	if (speech_voices_load(voice_path, &voices, &err) < 0) {
+	if (voices_load(voice_path, &voices, &err) < 0) {
 		fprintf(stderr, "%s: --voice %s\n", prog, err.msg);
 		return 1;
 	}
