@@ -239,7 +239,7 @@ int main(int argc, char **argv)
 	rc = 0;
 	goto out;
 fail:
-	pcg_die(prog, &err);
+	pcg_report(prog, &err);
 out:
 	free(E);
 	asg_close(&g);

@@ -37,7 +37,7 @@ enum {
 
 struct asg {
 	asg_view v;
-	pcg_image img;    /* the file: mapped, read, or built in memory */
+	pcg_bytes img;    /* the file: mapped, read, or built in memory */
 };
 
 const asg_view *asg_get(const asg *a)
@@ -269,7 +269,7 @@ static asg *make(uint32_t n, uint32_t M, const uint64_t *start, const uint32_t *
 	pcg_img_seal(b, l.total, &KIND);
 	if (validate(b, l.total, "ASG", &a->v, err) < 0)
 		goto out;
-	pcg_image_own(&a->img, b, l.total);
+	pcg_bytes_own(&a->img, b, l.total);
 	b = NULL;
 	free(tok_start);
 	free(cursor);
@@ -329,7 +329,7 @@ void asg_close(asg **ap)
 
 	if (a == NULL)
 		return;
-	pcg_image_close(&a->img);
+	pcg_bytes_close(&a->img);
 	free(a);
 	*ap = NULL;
 }

@@ -1,5 +1,6 @@
 /* client.c: Lazy Pirate requests to a pipeline server (see client.h). */
 #include "client.h"
+#include "clock.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -73,21 +74,14 @@ void client_set_alive(pcg_client *c, int (*alive)(void *ctx), void *ctx)
 	c->alive_ctx = ctx;
 }
 
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 /* net_recv with a deadline, in slices of a second when there is a probe. */
 static int recv_probed(pcg_client *c, zmq_msg_t *m, double until, int *gone, pcg_err *err)
 {
 	for (;;) {
-		double left = until - now_ms();
+		double left = until - 1e3 * pcg_now();
 		int slice = left <= 0 ? 0 : left > 1000 && c->alive ? 1000 : (int)left;
 		int got = net_recv(c->sock, m, slice, err);
-		if (got != 0 || now_ms() >= until)
+		if (got != 0 || 1e3 * pcg_now() >= until)
 			return got;
 		if (c->alive && !c->alive(c->alive_ctx)) {
 			*gone = 1;
@@ -155,7 +149,7 @@ int client_wait(pcg_client *c, proto_msg *rep, pcg_err *err)
 			if (net_send(c->sock, c->req.data, c->req.len, err) < 0)
 				continue;
 		}
-		double until = now_ms() + wait_ms;
+		double until = 1e3 * pcg_now() + wait_ms;
 		for (;;) {
 			zmq_msg_t m;
 			int got = recv_probed(c, &m, until, &gone, err);
@@ -178,7 +172,7 @@ int client_wait(pcg_client *c, proto_msg *rep, pcg_err *err)
 			}
 			if (rep->type == PROTO_PROGRESS) { /* the server works on it: wait on */
 				zmq_msg_close(&m);
-				until = now_ms() + wait_ms;
+				until = 1e3 * pcg_now() + wait_ms;
 				continue;
 			}
 			zmq_msg_init(&c->last);

@@ -1,6 +1,7 @@
 /* config.c: reads a Hugging Face LlamaForCausalLM config.json into a
  * llama_config, with transformers' defaults, refusing what the engine
- * cannot run (see config.h).
+ * cannot run (see config.h). Its functions are named for what they fill,
+ * llama_config_* (config_gguf.c fills the same struct from a GGUF).
  */
 #include "config.h"
 #include "fileio.h"

@@ -444,7 +444,7 @@ static unsigned char *read_all(int fd, uint64_t *size, const char *name, pcg_err
 	return b;
 }
 
-int pcg_image_open(const char *path, uint64_t min_map, pcg_image *im, pcg_err *err)
+int pcg_bytes_open(const char *path, uint64_t min_map, pcg_bytes *im, pcg_err *err)
 {
 	const int is_stdin = !strcmp(path, "-");
 	const char *name = is_stdin ? "stdin" : path;
@@ -480,15 +480,15 @@ out:
 	return rc;
 }
 
-void pcg_image_own(pcg_image *im, unsigned char *buf, uint64_t size)
+void pcg_bytes_own(pcg_bytes *im, unsigned char *buf, uint64_t size)
 {
-	pcg_image_close(im);
+	pcg_bytes_close(im);
 	im->buf = buf;
 	im->data = buf;
 	im->size = size;
 }
 
-int pcg_image_copy(pcg_image *im, const void *data, size_t size, const char *name,
+int pcg_bytes_copy(pcg_bytes *im, const void *data, size_t size, const char *name,
 		   pcg_err *err)
 {
 	unsigned char *b = malloc(size ? size : 1);
@@ -496,11 +496,11 @@ int pcg_image_copy(pcg_image *im, const void *data, size_t size, const char *nam
 	if (b == NULL)
 		return pcg_fail(err, "%s: out of memory", name);
 	memcpy(b, data, size);
-	pcg_image_own(im, b, size);
+	pcg_bytes_own(im, b, size);
 	return 0;
 }
 
-void pcg_image_close(pcg_image *im)
+void pcg_bytes_close(pcg_bytes *im)
 {
 	if (im->map)
 		munmap(im->map, im->map_len);

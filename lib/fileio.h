@@ -1,5 +1,8 @@
-/* fileio.h: output files done one way for every program, and input files
- * read whole or mapped.
+/* fileio.h: the files of every program: output files written one way
+ * (below); input files read whole when small (pcg_read_small) or mapped or
+ * read for reading in place (pcg_bytes); where a model's config.json lies;
+ * the check that no two items of a file share a byte (pcg_spans_overlap);
+ * jansson's parse errors in words (pcg_json_fail).
  *
  * An output path is written according to what is there:
  *
@@ -69,20 +72,20 @@ int pcg_read_small(const char *path, size_t max, char **data, size_t *n, pcg_err
 /* A file's bytes for reading in place: mapped when it is a regular file of
  * at least min_map bytes, read into memory otherwise (pipes, standard input,
  * and files too short to be valid, whose reader then reports them). */
-typedef struct pcg_image {
+typedef struct pcg_bytes {
 	const unsigned char *data; /* size bytes, in map or buf */
 	uint64_t size;
 	void *map;                 /* mmapped, or NULL */
 	size_t map_len;
 	unsigned char *buf;        /* malloc'd, or NULL */
-} pcg_image;
+} pcg_bytes;
 
 /* Opens path ("-": standard input). Returns 0, or -1 with err naming the file. */
-int pcg_image_open(const char *path, uint64_t min_map, pcg_image *im, pcg_err *err);
+int pcg_bytes_open(const char *path, uint64_t min_map, pcg_bytes *im, pcg_err *err);
 
 /* A copy of size bytes in memory (malloc'd: aligned for every array of a
  * file image). Returns 0, or -1 with err naming name. */
-int pcg_image_copy(pcg_image *im, const void *data, size_t size, const char *name,
+int pcg_bytes_copy(pcg_bytes *im, const void *data, size_t size, const char *name,
 		   pcg_err *err);
 
 /* The path of config.json in the weights' directory, or beside the weights
@@ -91,10 +94,10 @@ int pcg_image_copy(pcg_image *im, const void *data, size_t size, const char *nam
 int pcg_config_beside(const char *weights, char *buf, size_t n);
 
 /* Takes over a malloc'd buffer of size bytes (an image built in memory). */
-void pcg_image_own(pcg_image *im, unsigned char *buf, uint64_t size);
+void pcg_bytes_own(pcg_bytes *im, unsigned char *buf, uint64_t size);
 
 /* Unmaps or frees; leaves im empty. */
-void pcg_image_close(pcg_image *im);
+void pcg_bytes_close(pcg_bytes *im);
 
 /* The byte range [begin, end) of item i of a file (a tensor's data). */
 typedef struct pcg_span {

@@ -137,7 +137,7 @@ typedef struct gguf_kv {
 } gguf_kv;
 
 struct gguf_file {
-	pcg_image im;
+	pcg_bytes im;
 	const unsigned char *data;
 	size_t size;
 	uint32_t version;
@@ -577,12 +577,12 @@ fail:
 	return -1;
 }
 
-static gguf_file *open_image(pcg_image *im, pcg_err *err)
+static gguf_file *open_image(pcg_bytes *im, pcg_err *err)
 {
 	gguf_file *f = calloc(1, sizeof *f);
 
 	if (f == NULL) {
-		pcg_image_close(im);
+		pcg_bytes_close(im);
 		pcg_fail(err, "out of memory");
 		return NULL;
 	}
@@ -596,7 +596,7 @@ static gguf_file *open_image(pcg_image *im, pcg_err *err)
 
 gguf_file *gguf_from_memory(const void *data, size_t size, pcg_err *err)
 {
-	pcg_image im;
+	pcg_bytes im;
 
 	memset(&im, 0, sizeof im);
 	im.data = data;
@@ -606,13 +606,13 @@ gguf_file *gguf_from_memory(const void *data, size_t size, pcg_err *err)
 
 gguf_file *gguf_open(const char *path, pcg_err *err)
 {
-	pcg_image im;
+	pcg_bytes im;
 	gguf_file *f;
 
-	if (pcg_image_open(path, 1, &im, err) < 0)
+	if (pcg_bytes_open(path, 1, &im, err) < 0)
 		return NULL;
 	if (im.size > SIZE_MAX) {
-		pcg_image_close(&im);
+		pcg_bytes_close(&im);
 		pcg_fail(err, "%s: too large", path);
 		return NULL;
 	}
@@ -639,7 +639,7 @@ void gguf_close(gguf_file **fp)
 	free(f->kv_by_name);
 	free(f->t);
 	free(f->t_by_name);
-	pcg_image_close(&f->im);
+	pcg_bytes_close(&f->im);
 	free(f);
 	*fp = NULL;
 }

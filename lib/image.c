@@ -46,18 +46,18 @@ void pcg_img_seal(unsigned char *b, uint64_t size, const pcg_img_kind *k)
 	pcg_put64(b, PCG_IMG_CHECKSUM, pcg_img_checksum(b, size));
 }
 
-int pcg_img_load(pcg_image *im, const char *path, const void *mem, size_t size,
+int pcg_img_load(pcg_bytes *im, const char *path, const void *mem, size_t size,
 		 const pcg_img_kind *k, const char **name, pcg_err *err)
 {
 	if (path != NULL) {
 		*name = strcmp(path, "-") ? path : "stdin";
-		if (pcg_image_open(path, PCG_IMG_HEADER, im, err) < 0)
+		if (pcg_bytes_open(path, PCG_IMG_HEADER, im, err) < 0)
 			return -1;
-	} else if (pcg_image_copy(im, mem, size, *name, err) < 0) {
+	} else if (pcg_bytes_copy(im, mem, size, *name, err) < 0) {
 		return -1;
 	}
 	if (pcg_img_check(im->data, im->size, k, *name, err) < 0) {
-		pcg_image_close(im);
+		pcg_bytes_close(im);
 		return -1;
 	}
 	return 0;

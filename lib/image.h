@@ -68,7 +68,7 @@ void pcg_img_seal(unsigned char *b, uint64_t size, const pcg_img_kind *k);
 /* The image of a file ("-": standard input; *name becomes "stdin" there,
  * path otherwise) or a copy of size bytes of memory (path NULL, named
  * *name), in im, its frame checked. Returns 0, or -1 with err. */
-int pcg_img_load(pcg_image *im, const char *path, const void *mem, size_t size,
+int pcg_img_load(pcg_bytes *im, const char *path, const void *mem, size_t size,
 		 const pcg_img_kind *k, const char **name, pcg_err *err);
 
 /* The main of asg-info and tm-info: "PROG [--FLAG] FILE" opens FILE (which

@@ -25,7 +25,7 @@ int pcg_img_info_main(const pcg_img_info *in, int argc, char **argv)
 				       first < 0 ? err.msg : "one FILE is required");
 	void *obj = in->open(argv[first], &err);
 	if (obj == NULL)
-		return pcg_die(in->prog, &err);
+		return pcg_report(in->prog, &err);
 	if (listing) {
 		in->list(stdout, obj);
 	} else {

@@ -1,6 +1,7 @@
 /* kmeans_codec.c: the kmeans-gl decoder (centroid lookup, Griffin-Lim through
  * FFTW single-precision real FFTs), step by step as kmeans_codec.h writes it
- * and tests/ref/make_kmeans_fixtures.py computes it in numpy.
+ * and tests/ref/make_kmeans_fixtures.py computes it in numpy. Its prefix
+ * kmc_ is the file's name shortened (k-means codec).
  */
 #include "kmeans_codec.h"
 #include "fileio.h"

@@ -183,7 +183,7 @@ int pcg_usage_error(const char *prog, const char *synopsis, const pcg_opt *opts,
 	return 2;
 }
 
-int pcg_die(const char *prog, const pcg_err *err)
+int pcg_report(const char *prog, const pcg_err *err)
 {
 	fprintf(stderr, "%s: %s\n", prog, err->msg);
 	return 1;

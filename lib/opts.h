@@ -61,9 +61,10 @@ void pcg_opts_usage(FILE *f, const char *prog, const char *synopsis, const pcg_o
 int pcg_usage_error(const char *prog, const char *synopsis, const pcg_opt *opts,
 		    const char *msg);
 
-/* "prog: what failed" on standard error. Returns 1, the exit status of a
- * failure. */
-int pcg_die(const char *prog, const pcg_err *err);
+/* Prints "prog: what failed" on standard error and returns 1, the exit
+ * status of a failure; exits nothing (a program returns it from main, a
+ * daemon's thread logs with it and goes on). */
+int pcg_report(const char *prog, const pcg_err *err);
 
 /* Parses a comma-separated list of token ids ("1,2,3", each in [0,
  * INT_MAX]) into a malloc'd array (*out, *n). Returns 0, or -1 on a bad or

@@ -1,6 +1,7 @@
 /* safetensors.c: opens safetensors checkpoints (one file or index + shards)
  * by mmap, validating every header field before a tensor is handed out, and
- * writes single-file checkpoints atomically (see safetensors.h).
+ * writes single-file checkpoints atomically (see safetensors.h). Its prefix
+ * st_ is short for the file's name, as safetensors' own readers spell it.
  */
 #include "safetensors.h"
 

@@ -1,4 +1,4 @@
-/* service.c: see service.h. */
+/* service.c: the daemons' set-up and serving loop, pcg_daemon_* (see service.h). */
 #include "service.h"
 
 #include <errno.h>

@@ -1,5 +1,7 @@
 /* service.h: what every daemon of pcg-tts (draftd, targetd, the verifier,
- * codec-decode --listen) sets up the same way before it serves.
+ * codec-decode --listen) sets up the same way before it serves. Its names
+ * are pcg_daemon_*, after the daemon that calls them (pcg_daemon_run(&d)
+ * serves d), not after this file.
  */
 #ifndef PCG_SERVICE_H
 #define PCG_SERVICE_H

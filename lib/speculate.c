@@ -37,9 +37,13 @@ struct spec_session {
 	int width;
 	llama_rows rows;
 	/* the state between rounds */
-	int *ctx, *sp;           /* context ids; committed speech ids */
-	int n, nsp, j, rounds, ended, d_sync, t_sync, resends;
-	int have_heads;
+	int *ctx, *sp;           /* context ids (prompt, forced, committed); committed speech ids */
+	int n, nsp;              /* ids in ctx; in sp */
+	int j;                   /* the next forced token (fc.id[j]) to go into ctx */
+	int rounds, ended;       /* rounds run; the end token was committed */
+	int d_sync, t_sync;      /* positions of ctx the draft's and the target's caches hold */
+	int resends;             /* times a server lost the session and got ctx again */
+	int have_heads;          /* hp holds the MTP heads' distributions */
 	/* pipelined rounds: while the target verifies a block, the draft drafts
 	 * on from its last draft as if all were accepted. n_ahead drafts are
 	 * ready for the next round: ids ax, vectors in p from vector p_off */
@@ -52,14 +56,21 @@ struct spec_session {
 	int auto_l, L_next;
 	double tries_pos[PROTO_MAX_N + 1], acc_pos[PROTO_MAX_N + 1];
 	int n_drafting;          /* rounds that drafted (st[DRAFTED]: their drafts) */
-	const float *hp[PROTO_MAX_HEADS + 1]; /* the heads at the last committed token */
-	int last[PROTO_MAX_N], last_groups[PROTO_MAX_N], n_last;
-	double st[PROTO_STAT_POS0], accept_pos[PROTO_MAX_N], t0, t_server;
+	const float *hp[PROTO_MAX_HEADS + 1]; /* the heads' vectors (in hv) at the last
+						* committed token: the next round's drafts */
+	int last[PROTO_MAX_N], last_groups[PROTO_MAX_N], n_last; /* the last round's
+						* tokens and their ASG groups */
+	double st[PROTO_STAT_POS0];   /* the result's statistics, by enum proto_stat */
+	double accept_pos[PROTO_MAX_N]; /* rounds that accepted position i */
+	double t0, t_server;     /* pcg_now() at the start; the servers' compute (s) */
 	/* buffers */
 	proto_msg *q, *r;        /* a request to a server, its reply */
 	proto_msg *qd, *rd;      /* the draft's request ahead, its reply */
-	float *p, *ap;           /* PROTO_MAX_N x width: drafts' vectors, those ahead */
-	float *qv, *hv;          /* (L + 1) x width; hv: PROTO_MAX_VEC x width for MTP */
+	float *p, *ap;           /* PROTO_MAX_N x width: the draft's vectors p of the
+				  * round's drafts; of the drafts ahead */
+	float *qv;               /* (L + 1) x width: the target's vectors q of the block */
+	float *hv;               /* PROTO_MAX_VEC x width, MTP: q and the heads' vectors
+				  * of every scored position */
 };
 
 /* Row index of a model id in the output rows (speech codes, then end). */

@@ -38,7 +38,7 @@ enum {
 
 struct tmat {
 	tm_view v;
-	pcg_image img;    /* the file: mapped, read, or built in memory */
+	pcg_bytes img;    /* the file: mapped, read, or built in memory */
 };
 
 const tm_view *tm_get(const tmat *t)
@@ -252,7 +252,7 @@ tmat *tm_from_counts(uint32_t n, double alpha, uint32_t prune, const uint64_t *r
 	pcg_img_seal(b, l.total, &KIND);
 	if (validate(b, l.total, "TM", &t->v, err) < 0)
 		goto fail;
-	pcg_image_own(&t->img, b, l.total);
+	pcg_bytes_own(&t->img, b, l.total);
 	free(row);
 	return t;
 fail:
@@ -299,7 +299,7 @@ void tm_close(tmat **tp)
 
 	if (t == NULL)
 		return;
-	pcg_image_close(&t->img);
+	pcg_bytes_close(&t->img);
 	free(t);
 	*tp = NULL;
 }

@@ -1,5 +1,6 @@
 /* weights.c: checkpoint tensors checked and taken for the engines (see
- * weights.h). */
+ * weights.h). Its prefix wt_ is short for the file's name: the engines'
+ * loaders call it at every tensor. */
 #include "weights.h"
 
 #include <stdio.h>

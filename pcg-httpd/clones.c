@@ -257,14 +257,14 @@ static int load(const char *prog)
 		}
 		if (fl < 7 || strcmp(f + fl - 6, ".voice"))
 			continue;
-		pcg_image im;
+		pcg_bytes im;
 		pcg_err err = { "" };
 		clone_voice *v = NULL;
-		if (pcg_image_open(path, 1 << 20, &im, &err) < 0) {
+		if (pcg_bytes_open(path, 1 << 20, &im, &err) < 0) {
 			snprintf(why, sizeof why, "%s", err.msg);
 		} else {
 			v = parse_file(f, im.data, (size_t)im.size, why, sizeof why);
-			pcg_image_close(&im);
+			pcg_bytes_close(&im);
 		}
 		for (int i = 0; v && i < n_voices; i++)
 			if (!strcmp(voices[i]->name, v->name)) {

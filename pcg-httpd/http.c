@@ -4,6 +4,7 @@
  * is not polled until it comes back, so only one thread touches it at a
  * time. */
 #include "http.h"
+#include "clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -69,13 +70,6 @@ struct http_server {
 	int n_conns, busy;
 	atomic_int stopping;
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const char *reason(int status)
 {
@@ -399,7 +393,7 @@ static void refuse(http_conn *c, int status, const char *fmt, ...)
 	snprintf(c->rq.why, sizeof c->rq.why, "%s", msg);
 	http_reply(&c->rq, status, "application/json", NULL, body, n > 0 ? (size_t)n : 0);
 	c->state = C_WRITE;
-	c->deadline = now_s() + s->cfg.idle_ms / 1000.0;
+	c->deadline = pcg_now() + s->cfg.idle_ms / 1000.0;
 	if (s->cfg.on_refused)
 		s->cfg.on_refused(&c->rq, s->cfg.arg);
 }
@@ -817,8 +811,8 @@ static void advance(http_conn *c)
 			}
 		if (c->in_len && !c->started) {
 			c->started = 1;
-			rq->t0 = now_s();
-			c->deadline = now_s() + s->cfg.head_ms / 1000.0;
+			rq->t0 = pcg_now();
+			c->deadline = pcg_now() + s->cfg.head_ms / 1000.0;
 		}
 		size_t end = head_end(c->in, c->in_len);
 		if (end == 0 || end > HEAD_MAX) {
@@ -842,7 +836,7 @@ static void advance(http_conn *c)
 		if (c->limit < 0) {
 			c->close_after = 1;
 			c->state = C_WRITE;
-			c->deadline = now_s() + s->cfg.idle_ms / 1000.0;
+			c->deadline = pcg_now() + s->cfg.idle_ms / 1000.0;
 			if (s->cfg.on_refused)
 				s->cfg.on_refused(rq, s->cfg.arg);
 			return;
@@ -854,7 +848,7 @@ static void advance(http_conn *c)
 		c->left = rq->content_length > 0 ? rq->content_length : 0;
 		c->kstate = K_SIZE;
 		c->state = C_BODY;
-		c->deadline = now_s() + s->cfg.body_ms / 1000.0;
+		c->deadline = pcg_now() + s->cfg.body_ms / 1000.0;
 		if (expect && (rq->chunked || c->left > 0) && c->in_len == 0)
 			send(c->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25, MSG_NOSIGNAL | MSG_DONTWAIT);
 	}
@@ -918,7 +912,7 @@ static void service(http_conn *c, short revents)
 		 * with unread input does not reset the answer away */
 		shutdown(c->fd, SHUT_WR);
 		c->state = C_LINGER;
-		c->deadline = now_s() + LINGER_MS / 1000.0;
+		c->deadline = pcg_now() + LINGER_MS / 1000.0;
 		return;
 	}
 	char drop[4096];
@@ -957,7 +951,7 @@ static void resume(http_conn *c)
 	}
 	c->served++;
 	conn_reset_request(c);
-	c->deadline = now_s() + s->cfg.idle_ms / 1000.0;
+	c->deadline = pcg_now() + s->cfg.idle_ms / 1000.0;
 	if (c->in_len)
 		advance(c); /* a request sent before this one was answered */
 }
@@ -988,7 +982,7 @@ static void accept_some(http_server *s)
 		c->fd = fd;
 		peer_name(c, &a.sa);
 		conn_reset_request(c);
-		c->deadline = c->rq.t0 = now_s();
+		c->deadline = c->rq.t0 = pcg_now();
 		c->deadline += s->cfg.head_ms / 1000.0;
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -1061,7 +1055,7 @@ int http_run(http_server *s)
 	}
 	while (!atomic_load(&s->stopping)) {
 		int n = 0;
-		double t = now_s(), next = t + 1;
+		double t = pcg_now(), next = t + 1;
 		pfd[n++] = (struct pollfd){ s->lfd, POLLIN, 0 };
 		pfd[n++] = (struct pollfd){ s->wake[0], POLLIN, 0 };
 		for (int k = 0; k < s->cfg.max_conns; k++) {

@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "clock.h"
 #include "client.h"
 #include "clones.h"
 #include "fileio.h"
@@ -117,7 +118,7 @@ static const pcg_opt opts[] = {
 
 static atomic_int stopping, active;
 static speech_cfg cfg;
-static speech_voices voices;
+static model_voices voices;
 static char token[512];
 static size_t token_len;
 static char *models_json, *voices_json; /* fixed answers, made at start */
@@ -134,13 +135,6 @@ typedef struct request {
 	int sse;
 	char fmt[8];           /* its name, for the log */
 } request;
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- responses ---- */
 
@@ -223,10 +217,10 @@ static char *make_models(void)
 static char *make_voices(void)
 {
 	json_t *data = json_array();
-	for (int i = 0; speech_openai_voices[i]; i++) {
+	for (int i = 0; voices_openai[i]; i++) {
 		const int k = i % voices.n;
 		json_array_append_new(data, json_pack("{s:s,s:s,s:i,s:s}", "id",
-						      speech_openai_voices[i], "object", "voice",
+						      voices_openai[i], "object", "voice",
 						      "speaker", k, "name", voices.name[k]));
 	}
 	for (int k = 0; k < voices.n; k++) {
@@ -560,8 +554,8 @@ static void log_line(const http_req *h, const request *rq)
 		}
 	} else if (!quiet || h->status >= 500 || h->status == 499) {
 		fprintf(stderr, "%s: %s %s %.200s %d (%.3f s)%s%s\n", prog, h->peer, h->method,
-			h->path, h->status, h->t0 > 0 ? now_s() - h->t0 : 0.0, *h->why ? ": " : "",
-			h->why);
+			h->path, h->status, h->t0 > 0 ? pcg_now() - h->t0 : 0.0,
+			*h->why ? ": " : "", h->why);
 	}
 }
 
@@ -624,7 +618,7 @@ done:
 
 static int reserved(const char *name)
 {
-	return speech_voice_reserved(&voices, name);
+	return voices_reserved(&voices, name);
 }
 
 /* The first line of a regular file of at most 64 kB (a device or a FIFO is
@@ -711,7 +705,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (token_file && read_token(token_file, &err) < 0) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		return 1;
 	}
 	int known = 0;
@@ -730,7 +724,7 @@ int main(int argc, char **argv)
 			resampler);
 		return 2;
 	}
-	if (speech_voices_load(voice_path, &voices, &err) < 0) {
+	if (voices_load(voice_path, &voices, &err) < 0) {
 		fprintf(stderr, "%s: --voice %s\n", prog, err.msg);
 		return 1;
 	}
@@ -745,7 +739,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (clones_open(voices_dir, voices_max, evict, reserved, prog, &err) < 0) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		return 1;
 	}
 	if ((models_json = make_models()) == NULL || (voices_json = make_voices()) == NULL) {

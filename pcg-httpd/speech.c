@@ -2,6 +2,7 @@
  * piece by piece by the pipeline, the audio encoded as it comes (see
  * speech.h). */
 #include "speech.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -24,10 +25,6 @@
 #define POLL_MS 100       /* the longest wait between looks at the client and the clock */
 #define SSE_RAW_MAX 12288 /* encoded bytes per SSE event at most (16 KB of base64) */
 
-const char *const speech_openai_voices[] = {
-	"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
-	"verse", "marin", "cedar", NULL,
-};
 const char *const speech_models[] = {
 	"tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15", "pcg", NULL,
 };
@@ -53,91 +50,6 @@ int api_fail(api_error *e, int status, const char *type, const char *param, cons
 
 #define BAD(e, param, code, ...) api_fail(e, 400, "invalid_request_error", param, code, __VA_ARGS__)
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* ---- voices ---- */
-
-int speech_voices_load(const char *path, speech_voices *v, pcg_err *err)
-{
-	json_error_t je;
-	json_t *root, *spk;
-
-	memset(v, 0, sizeof *v);
-	if (path == NULL) {
-		v->n = 1;
-		snprintf(v->name[0], sizeof v->name[0], "default");
-		return 0;
-	}
-	if ((root = json_load_file(path, 0, &je)) == NULL)
-		return pcg_fail(err, "%s: line %d: %s", path, je.line, je.text);
-	spk = json_object_get(root, "speakers");
-	if (!json_is_array(spk) || json_array_size(spk) == 0 ||
-	    json_array_size(spk) > SPEECH_MAX_SPEAKERS) {
-		json_decref(root);
-		return pcg_fail(err, "%s: 'speakers' is not an array of 1 to %d speakers", path,
-				SPEECH_MAX_SPEAKERS);
-	}
-	v->n = (int)json_array_size(spk);
-	for (int i = 0; i < v->n; i++) {
-		json_t *s = json_array_get(spk, (size_t)i);
-		const char *name = json_string_value(json_object_get(s, "name"));
-		if (name == NULL)
-			name = json_string_value(json_object_get(s, "voice"));
-		snprintf(v->name[i], sizeof v->name[i], "%s", name ? name : "");
-	}
-	json_decref(root);
-	return 0;
-}
-
-/* The speaker a "voice" names: an OpenAI voice (in order, modulo the
- * speakers), a speaker's number (integer or string) or its name; -1 if
- * none. */
-static int voice_lookup(const speech_voices *v, const json_t *j)
-{
-	if (json_is_integer(j)) {
-		json_int_t k = json_integer_value(j);
-		return k >= 0 && k < v->n ? (int)k : -1;
-	}
-	if (json_is_object(j)) /* a custom voice {"id": ...}: its id */
-		j = json_object_get(j, "id");
-	const char *s = json_string_value(j);
-	if (s == NULL || *s == '\0')
-		return -1;
-	for (int i = 0; speech_openai_voices[i]; i++)
-		if (!strcmp(s, speech_openai_voices[i]))
-			return i % v->n;
-	char *end;
-	errno = 0;
-	long k = strtol(s, &end, 10);
-	if (*end == '\0' && errno == 0 && k >= 0 && k < v->n && s[0] >= '0' && s[0] <= '9')
-		return (int)k;
-	for (int i = 0; i < v->n; i++)
-		if (!strcmp(s, v->name[i]))
-			return i;
-	return -1;
-}
-
-int speech_voice_reserved(const speech_voices *v, const char *s)
-{
-	for (int i = 0; speech_openai_voices[i]; i++)
-		if (!strcasecmp(s, speech_openai_voices[i]))
-			return 1;
-	for (int i = 0; i < v->n; i++)
-		if (!strcasecmp(s, v->name[i]))
-			return 1;
-	if (*s == '\0')
-		return 0;
-	for (const char *p = s; *p; p++) /* a speaker's number, any number of them */
-		if (*p < '0' || *p > '9')
-			return 0;
-	return 1;
-}
-
 /* "a, b, c or d" of a NULL-terminated list, into buf. */
 static const char *list_of(const char *const *l, const char *quote, char *buf, size_t n)
 {
@@ -148,20 +60,6 @@ static const char *list_of(const char *const *l, const char *quote, char *buf, s
 	for (size_t i = 0; i < count && k < n; i++)
 		k += (size_t)snprintf(buf + k, n - k, "%s%s%s%s", i == 0 ? "" : i + 1 == count ?
 				      " or " : ", ", quote, l[i], quote);
-	return buf;
-}
-
-static const char *voice_list(const speech_voices *v, char *buf, size_t n)
-{
-	char names[300];
-	size_t k;
-	list_of(speech_openai_voices, "", names, sizeof names);
-	k = (size_t)snprintf(buf, n, "%s, or a speaker of this model by number (0 to %d) or by "
-			     "name (", names, v->n - 1);
-	for (int i = 0; i < v->n && k < n; i++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", v->name[i]);
-	if (k < n)
-		snprintf(buf + k, n - k, ")");
 	return buf;
 }
 
@@ -220,14 +118,184 @@ static int missing(api_error *e, const char *key)
 	return BAD(e, key, "missing_required_parameter", "Missing required parameter: '%s'.", key);
 }
 
+/* The steps of speech_parse, one field or a few each, in the order the
+ * fields are checked: 0, or -1 with e. */
+
+/* model: one of speech_models. */
+static int take_model(json_t *root, const speech_cfg *cfg, speech_req *r, api_error *e)
+{
+	const char *s;
+	char buf[1200];
+	int known = 0;
+
+	(void)cfg;
+	if (json_object_get(root, "model") == NULL)
+		return missing(e, "model");
+	if (get_string(root, "model", &s, e) < 0)
+		return -1;
+	for (int i = 0; speech_models[i]; i++)
+		known |= !strcmp(s, speech_models[i]);
+	if (!known)
+		return BAD(e, "model", "invalid_value", "Invalid value for 'model': '%.64s'. "
+			   "Supported models are %s.", s,
+			   list_of(speech_models, "'", buf, sizeof buf));
+	snprintf(r->model, sizeof r->model, "%s", s);
+	return 0;
+}
+
+/* input: text of 1 to SPEECH_MAX_INPUT characters, not only white space
+ * (copied at the end of speech_parse). */
+static int take_input(json_t *root, const speech_cfg *cfg, speech_req *r, api_error *e)
+{
+	json_t *j = json_object_get(root, "input");
+	const char *s;
+
+	(void)cfg;
+	if (j == NULL)
+		return missing(e, "input");
+	if (get_string(root, "input", &s, e) < 0)
+		return -1;
+	const size_t bytes = json_string_length(j);
+	if (strlen(s) != bytes)
+		return BAD(e, "input", "invalid_value", "Invalid 'input': it holds a NUL character; "
+			   "send text.");
+	r->input_chars = split_chars(s, bytes);
+	if (r->input_chars == 0)
+		return BAD(e, "input", "string_below_min_length", "Invalid 'input': string too "
+			   "short. Expected a string with minimum length 1, but got an empty string "
+			   "instead.");
+	if (r->input_chars > SPEECH_MAX_INPUT)
+		return BAD(e, "input", "string_above_max_length", "Invalid 'input': string too long. "
+			   "Expected a string with maximum length %d, but got a string with length "
+			   "%zu instead. Split the text into several requests.", SPEECH_MAX_INPUT,
+			   r->input_chars);
+	if (strspn(s, " \t\r\n\f\v") == bytes)
+		return BAD(e, "input", "invalid_value", "Invalid 'input': it holds only white space; "
+			   "send text to speak.");
+	return 0;
+}
+
+/* voice: the model's own or a registered one (voices.h). */
+static int take_voice(json_t *root, const speech_cfg *cfg, speech_req *r, api_error *e)
+{
+	json_t *j = json_object_get(root, "voice");
+	char buf[1200], shown[80];
+
+	if (j == NULL)
+		return missing(e, "voice");
+	if (voices_find(cfg->voices, j, &r->speaker, &r->clone) == 0)
+		return 0;
+	const json_t *id = json_is_object(j) ? json_object_get(j, "id") : j;
+	const char *name = json_string_value(id);
+	if (name)
+		snprintf(shown, sizeof shown, "'%.64s'", name);
+	else if (json_is_integer(j))
+		snprintf(shown, sizeof shown, "%lld", (long long)json_integer_value(j));
+	else
+		snprintf(shown, sizeof shown, "%s", json_kind(j));
+	return BAD(e, "voice", "invalid_value", "Invalid value for 'voice': %s. Supported voices "
+		   "are %s.", shown, voices_describe(cfg->voices, buf, sizeof buf));
+}
+
+/* response_format: one this server's libsndfile encodes (default mp3). */
+static int take_format(json_t *root, const speech_cfg *cfg, speech_req *r, api_error *e)
+{
+	const char *s = NULL;
+
+	(void)cfg;
+	r->fmt = ENC_MP3;
+	if (get_string(root, "response_format", &s, e) < 0)
+		return -1;
+	if (s && enc_format_parse(s, &r->fmt) < 0)
+		return BAD(e, "response_format", "invalid_value", "Invalid value for "
+			   "'response_format': '%.32s'. Supported values are: 'mp3', 'opus', "
+			   "'aac', 'flac', 'wav', and 'pcm'.", s);
+	if (!enc_supported(r->fmt)) {
+		char ok[100] = "";
+		for (int f = 0; f < ENC_N_FORMATS; f++)
+			if (enc_supported((enc_format)f))
+				snprintf(ok + strlen(ok), sizeof ok - strlen(ok), "%s'%s'",
+					 *ok ? ", " : "", enc_format_name((enc_format)f));
+		return BAD(e, "response_format", "unsupported_value", "response_format '%s' is not "
+			   "supported by this server (its libsndfile has no %s encoder). Use one of "
+			   "%s.", enc_format_name(r->fmt), r->fmt == ENC_AAC ? "AAC" : "such", ok);
+	}
+	return 0;
+}
+
+/* speed, stream_format and instructions (taken and ignored: the voices
+ * have no style control). */
+static int take_delivery(json_t *root, const speech_cfg *cfg, speech_req *r, api_error *e)
+{
+	const char *s = NULL;
+
+	(void)cfg;
+	r->speed = 1.0;
+	if (get_number(root, "speed", 0.25, 4.0, 0, &r->speed, e) < 0)
+		return -1;
+	if (get_string(root, "stream_format", &s, e) < 0)
+		return -1;
+	if (s && strcmp(s, "audio") && strcmp(s, "sse"))
+		return BAD(e, "stream_format", "invalid_value", "Invalid value for 'stream_format': "
+			   "'%.32s'. Supported values are: 'sse' and 'audio'.", s);
+	r->sse = s && !strcmp(s, "sse");
+	return get_string(root, "instructions", &s, e) < 0 ? -1 : 0;
+}
+
+/* pcg's own: the policy and its knobs, cfg's where absent. */
+static int take_pcg(json_t *root, const speech_cfg *cfg, speech_req *r, api_error *e)
+{
+	const char *s = NULL;
+	char buf[1200];
+	double d;
+	int rc;
+
+	snprintf(r->policy, sizeof r->policy, "%s", cfg->policy);
+	if (get_string(root, "policy", &s, e) < 0)
+		return -1;
+	if (s) {
+		int ok = 0;
+		for (int i = 0; speech_policies[i]; i++)
+			ok |= !strcmp(s, speech_policies[i]);
+		if (!ok)
+			return BAD(e, "policy", "invalid_value", "Invalid value for 'policy': '%.32s'. "
+				   "Supported values are %s.", s,
+				   list_of(speech_policies, "'", buf, sizeof buf));
+		snprintf(r->policy, sizeof r->policy, "%s", s);
+	}
+	r->seed = cfg->seed;
+	r->lookahead = cfg->lookahead;
+	r->top_k = cfg->top_k;
+	r->temp = cfg->temp;
+	r->top_p = cfg->top_p;
+	r->beta = cfg->beta;
+	if ((rc = get_number(root, "seed", 0, 2147483647, 1, &d, e)) < 0)
+		return -1;
+	if (rc)
+		r->seed = (int)d;
+	if ((rc = get_number(root, "lookahead", 0, PROTO_MAX_N - 1, 1, &d, e)) < 0)
+		return -1;
+	if (rc)
+		r->lookahead = (int)d;
+	if ((rc = get_number(root, "top_k", 0, 1 << 30, 1, &d, e)) < 0)
+		return -1;
+	if (rc)
+		r->top_k = (int)d;
+	if (get_number(root, "temperature", 0, 100, 0, &r->temp, e) < 0 ||
+	    get_number(root, "top_p", 1e-6, 1, 0, &r->top_p, e) < 0 ||
+	    get_number(root, "beta", 0, 1, 0, &r->beta, e) < 0)
+		return -1;
+	return 0;
+}
+
 int speech_parse(const char *body, size_t len, const speech_cfg *cfg, speech_req *r,
 		 api_error *e)
 {
+	static int (*const steps[])(json_t *, const speech_cfg *, speech_req *, api_error *) = {
+		take_model, take_input, take_voice, take_format, take_delivery, take_pcg,
+	};
 	json_error_t je;
-	json_t *root = json_loadb(body, len, 0, &je), *j;
-	const char *s;
-	char buf[1200];
-	double d;
+	json_t *root = json_loadb(body, len, 0, &je);
 	int rc = -1;
 
 	memset(r, 0, sizeof *r);
@@ -240,165 +308,11 @@ int speech_parse(const char *body, size_t len, const speech_cfg *cfg, speech_req
 		    "\"alloy\"} with Content-Type: application/json.", je.text);
 		goto out;
 	}
-	/* model */
-	if ((j = json_object_get(root, "model")) == NULL) {
-		missing(e, "model");
-		goto out;
-	}
-	if (get_string(root, "model", &s, e) < 0)
-		goto out;
-	int known = 0;
-	for (int i = 0; speech_models[i]; i++)
-		known |= !strcmp(s, speech_models[i]);
-	if (!known) {
-		BAD(e, "model", "invalid_value", "Invalid value for 'model': '%.64s'. Supported "
-		    "models are %s.", s, list_of(speech_models, "'", buf, sizeof buf));
-		goto out;
-	}
-	snprintf(r->model, sizeof r->model, "%s", s);
-	/* input */
-	if ((j = json_object_get(root, "input")) == NULL) {
-		missing(e, "input");
-		goto out;
-	}
-	if (get_string(root, "input", &s, e) < 0)
-		goto out;
-	const size_t bytes = json_string_length(j);
-	if (strlen(s) != bytes) {
-		BAD(e, "input", "invalid_value", "Invalid 'input': it holds a NUL character; send "
-		    "text.");
-		goto out;
-	}
-	r->input_chars = split_chars(s, bytes);
-	if (r->input_chars == 0) {
-		BAD(e, "input", "string_below_min_length", "Invalid 'input': string too short. "
-		    "Expected a string with minimum length 1, but got an empty string instead.");
-		goto out;
-	}
-	if (r->input_chars > SPEECH_MAX_INPUT) {
-		BAD(e, "input", "string_above_max_length", "Invalid 'input': string too long. "
-		    "Expected a string with maximum length %d, but got a string with length %zu "
-		    "instead. Split the text into several requests.", SPEECH_MAX_INPUT,
-		    r->input_chars);
-		goto out;
-	}
-	if (strspn(s, " \t\r\n\f\v") == bytes) {
-		BAD(e, "input", "invalid_value", "Invalid 'input': it holds only white space; "
-		    "send text to speak.");
-		goto out;
-	}
-	/* voice */
-	if ((j = json_object_get(root, "voice")) == NULL) {
-		missing(e, "voice");
-		goto out;
-	}
-	/* the model's own voices first; then one registered by a recording
-	 * (clones.h), by its id or its name (none can take a built-in name) */
-	if ((r->speaker = voice_lookup(cfg->voices, j)) < 0) {
-		const json_t *id = json_is_object(j) ? json_object_get(j, "id") : j;
-		if (json_is_string(id))
-			r->clone = clones_find(json_string_value(id));
-		if (r->clone)
-			r->speaker = 0;
-	}
-	if (r->clone == NULL && r->speaker < 0) {
-		const json_t *id = json_is_object(j) ? json_object_get(j, "id") : j;
-		const char *name = json_string_value(id);
-		char shown[80];
-		if (name)
-			snprintf(shown, sizeof shown, "'%.64s'", name);
-		else if (json_is_integer(j))
-			snprintf(shown, sizeof shown, "%lld", (long long)json_integer_value(j));
-		else
-			snprintf(shown, sizeof shown, "%s", json_kind(j));
-		BAD(e, "voice", "invalid_value", "Invalid value for 'voice': %s. Supported voices "
-		    "are %s.", shown, voice_list(cfg->voices, buf, sizeof buf));
-		goto out;
-	}
-	/* response_format */
-	r->fmt = ENC_MP3;
-	s = NULL;
-	if (get_string(root, "response_format", &s, e) < 0)
-		goto out;
-	if (s && enc_format_parse(s, &r->fmt) < 0) {
-		BAD(e, "response_format", "invalid_value", "Invalid value for 'response_format': "
-		    "'%.32s'. Supported values are: 'mp3', 'opus', 'aac', 'flac', 'wav', and 'pcm'.",
-		    s);
-		goto out;
-	}
-	if (!enc_supported(r->fmt)) {
-		char ok[100] = "";
-		for (int f = 0; f < ENC_N_FORMATS; f++)
-			if (enc_supported((enc_format)f))
-				snprintf(ok + strlen(ok), sizeof ok - strlen(ok), "%s'%s'",
-					 *ok ? ", " : "", enc_format_name((enc_format)f));
-		BAD(e, "response_format", "unsupported_value", "response_format '%s' is not "
-		    "supported by this server (its libsndfile has no %s encoder). Use one of %s.",
-		    enc_format_name(r->fmt), r->fmt == ENC_AAC ? "AAC" : "such", ok);
-		goto out;
-	}
-	/* speed */
-	r->speed = 1.0;
-	if (get_number(root, "speed", 0.25, 4.0, 0, &r->speed, e) < 0)
-		goto out;
-	/* stream_format */
-	s = NULL;
-	if (get_string(root, "stream_format", &s, e) < 0)
-		goto out;
-	if (s && strcmp(s, "audio") && strcmp(s, "sse")) {
-		BAD(e, "stream_format", "invalid_value", "Invalid value for 'stream_format': "
-		    "'%.32s'. Supported values are: 'sse' and 'audio'.", s);
-		goto out;
-	}
-	r->sse = s && !strcmp(s, "sse");
-	/* instructions: taken and ignored (the voices have no style control) */
-	if (get_string(root, "instructions", &s, e) < 0)
-		goto out;
-	/* pcg's own */
-	snprintf(r->policy, sizeof r->policy, "%s", cfg->policy);
-	s = NULL;
-	if (get_string(root, "policy", &s, e) < 0)
-		goto out;
-	if (s) {
-		int ok = 0;
-		for (int i = 0; speech_policies[i]; i++)
-			ok |= !strcmp(s, speech_policies[i]);
-		if (!ok) {
-			BAD(e, "policy", "invalid_value", "Invalid value for 'policy': '%.32s'. "
-			    "Supported values are %s.", s,
-			    list_of(speech_policies, "'", buf, sizeof buf));
+	for (size_t i = 0; i < sizeof steps / sizeof *steps; i++)
+		if (steps[i](root, cfg, r, e) < 0)
 			goto out;
-		}
-		snprintf(r->policy, sizeof r->policy, "%s", s);
-	}
-	r->seed = cfg->seed;
-	r->lookahead = cfg->lookahead;
-	r->top_k = cfg->top_k;
-	r->temp = cfg->temp;
-	r->top_p = cfg->top_p;
-	r->beta = cfg->beta;
-	if ((rc = get_number(root, "seed", 0, 2147483647, 1, &d, e)) < 0)
-		goto out;
-	if (rc)
-		r->seed = (int)d;
-	if ((rc = get_number(root, "lookahead", 0, PROTO_MAX_N - 1, 1, &d, e)) < 0)
-		goto out;
-	if (rc)
-		r->lookahead = (int)d;
-	if ((rc = get_number(root, "top_k", 0, 1 << 30, 1, &d, e)) < 0)
-		goto out;
-	if (rc)
-		r->top_k = (int)d;
-	if (get_number(root, "temperature", 0, 100, 0, &r->temp, e) < 0 ||
-	    get_number(root, "top_p", 1e-6, 1, 0, &r->top_p, e) < 0 ||
-	    get_number(root, "beta", 0, 1, 0, &r->beta, e) < 0) {
-		rc = -1;
-		goto out;
-	}
-	j = json_object_get(root, "input");
-	if ((r->input = strdup(json_string_value(j))) == NULL) {
+	if ((r->input = strdup(json_string_value(json_object_get(root, "input")))) == NULL) {
 		api_fail(e, 500, "server_error", NULL, NULL, "The server is out of memory.");
-		rc = -1;
 		goto out;
 	}
 	rc = 0;
@@ -406,7 +320,7 @@ out:
 	json_decref(root);
 	if (rc < 0)
 		speech_req_free(r);
-	return rc < 0 ? -1 : 0;
+	return rc;
 }
 
 void speech_req_free(speech_req *r)
@@ -494,7 +408,7 @@ static int send_piece(speech *s, api_error *e)
 	s->next++;
 	s->running = 1;
 	s->queued = 0;
-	s->t_last = now_s();
+	s->t_last = pcg_now();
 	return 0;
 }
 
@@ -526,7 +440,7 @@ speech *speech_start(const speech_cfg *cfg, speech_req *r, int client_fd, api_er
 	r->clone = NULL;
 	s->client_fd = client_fd;
 	s->watch_fd = client_fd >= 0;
-	s->t0 = s->t_probe = now_s();
+	s->t0 = s->t_probe = pcg_now();
 	s->q = calloc(1, sizeof *s->q);
 	s->r = calloc(1, sizeof *s->r);
 	const int cap = (int)s->req.input_chars + 1;
@@ -691,7 +605,7 @@ static int handle(speech *s, const proto_msg *r, api_error *e)
 
 	if (r->id != s->id || !s->running)
 		return 0; /* a late reply to an earlier piece or a cancel */
-	s->t_last = now_s();
+	s->t_last = pcg_now();
 	switch (r->type) {
 	case PROTO_PROGRESS:
 		s->queued = r->progress.queue > 0;
@@ -702,7 +616,7 @@ static int handle(speech *s, const proto_msg *r, api_error *e)
 			return api_fail(e, 500, "server_error", NULL, NULL, "The server could not "
 					"encode the audio (%s).", err.msg);
 		if (!s->got_audio)
-			s->t_first = now_s() - s->t0;
+			s->t_first = pcg_now() - s->t0;
 		s->got_audio = 1;
 		s->in_rate = r->progress.rate;
 		s->audio_samples += r->progress.n_samples;
@@ -776,7 +690,7 @@ static int step(speech *s, api_error *e)
 				return rc;
 		}
 	}
-	const double t = now_s();
+	const double t = pcg_now();
 	if (!s->queued && (t - s->t_last) * 1000 >= cfg->timeout_ms)
 		return api_fail(e, 503, "server_error", NULL, NULL, "The speech pipeline did not "
 				"answer for %.0f s. Try again later.", cfg->timeout_ms / 1000.0);
@@ -814,7 +728,7 @@ void speech_get_stats(const speech *s, speech_stats *st)
 	st->speech_tokens = s->speech_tokens;
 	st->audio_s = (double)enc_samples(s->enc) / ENC_RATE;
 	st->first_audio_s = s->got_audio ? s->t_first : -1;
-	st->elapsed_s = now_s() - s->t0;
+	st->elapsed_s = pcg_now() - s->t0;
 }
 
 void speech_free(speech **ps)

@@ -20,6 +20,7 @@
 
 #include "encode.h"
 #include "err.h"
+#include "voices.h"
 
 /* An error as OpenAI's API returns it: the HTTP status and the body
  * {"error": {"message", "type", "param", "code"}}. param and code are
@@ -36,25 +37,7 @@ int api_fail(api_error *e, int status, const char *type, const char *param, cons
 	     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 #define SPEECH_MAX_INPUT 4096 /* characters, as OpenAI */
-#define SPEECH_MAX_SPEAKERS 64
 
-/* The speakers of the model and the names they answer to. */
-typedef struct speech_voices {
-	int n;
-	char name[SPEECH_MAX_SPEAKERS][64]; /* voice.json's "name", else its "voice" */
-} speech_voices;
-
-/* Reads the speakers of a phoneme voice's voice.json; path NULL: a model
- * with one speaker ("default"). Returns 0 or -1 with err. */
-int speech_voices_load(const char *path, speech_voices *v, pcg_err *err);
-
-/* Whether s (case aside) names one of the model's own voices: an OpenAI
- * name, a speaker's name or a number. */
-int speech_voice_reserved(const speech_voices *v, const char *s);
-
-/* OpenAI's voice names, in the order they map onto the speakers (modulo
- * their number); NULL-terminated. */
-extern const char *const speech_openai_voices[];
 /* The model names accepted; NULL-terminated. */
 extern const char *const speech_models[];
 /* The verifier's policies; NULL-terminated. */
@@ -72,7 +55,7 @@ typedef struct speech_cfg {
 	const char *policy;        /* defaults of the pcg-specific fields */
 	int seed, lookahead, top_k;
 	double temp, top_p, beta;
-	const speech_voices *voices;
+	const model_voices *voices;
 	atomic_int *stop;          /* set: the server is stopping */
 } speech_cfg;
 

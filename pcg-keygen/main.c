@@ -47,13 +47,13 @@ int main(int argc, char **argv)
 	}
 	snprintf(text, sizeof text, "public %s\nsecret %s\n", pub, sec);
 	if (pcg_write_file(path, text, strlen(text), 0600, &err) < 0) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		return 1;
 	}
 	snprintf(path, sizeof path, "%s.pub", argv[1]);
 	snprintf(text, sizeof text, "%s\n", pub);
 	if (pcg_write_file(path, text, strlen(text), 0644, &err) < 0) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		return 1;
 	}
 	return 0;

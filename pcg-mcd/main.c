@@ -53,7 +53,7 @@ int main(int argc, char **argv)
 	}
 	mcd_config_default(&c);
 	if (mcd_files(argv[first], argv[first + 1], &c, &r, &err) < 0) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		return 1;
 	}
 	if (json) {

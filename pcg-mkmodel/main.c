@@ -521,6 +521,6 @@ int main(int argc, char **argv)
 		goto fail;
 	return 0;
 fail:
-	pcg_die(prog, &err);
+	pcg_report(prog, &err);
 	return 1;
 }

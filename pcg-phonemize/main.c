@@ -58,7 +58,7 @@ int main(int argc, char **argv)
 	}
 	if (voice_file) {
 		if (voice_load(voice_file, &vi, &err) < 0) {
-			pcg_die(prog, &err);
+			pcg_report(prog, &err);
 			return 1;
 		}
 		if (speaker >= vi.n_speakers) {
@@ -114,6 +114,6 @@ int main(int argc, char **argv)
 	return 0;
 fail:
 	voice_render_free(&r);
-	pcg_die(prog, &err);
+	pcg_report(prog, &err);
 	return 1;
 }

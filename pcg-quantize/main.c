@@ -420,7 +420,7 @@ int main(int argc, char **argv)
 	rc = 0;
 	goto done;
 fail:
-	pcg_die(prog, &err);
+	pcg_report(prog, &err);
 done:
 	for (int i = 0; i < c.n; i++)
 		free((char *)c.jobs[i].name);

@@ -263,7 +263,7 @@ int main(int argc, char **argv)
 	rc = 0;
 	goto out;
 fail:
-	rc = pcg_die(prog, &err);
+	rc = pcg_report(prog, &err);
 out:
 	policy_free(&pl);
 	asg_close(&a);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "clock.h"
 #include "audio.h"
 #include "client.h"
 #include "net.h"
@@ -144,13 +145,6 @@ static char *read_all(FILE *f, size_t max)
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Audio to standard output as it arrives: a WAV header whose sizes say
  * "unknown" (the largest), as streaming writers do, fixed at the end when
@@ -321,7 +315,7 @@ static int do_ping_call(void *ctx, const char *url, proto_msg *q, proto_msg *r)
 	if (c != NULL && !strncmp(url, "ipc://", 6))
 		client_set_alive(c, listening, (void *)url);
 	if (c == NULL || client_call(c, q, r, &err) < 0)
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 	else if (r->type == PROTO_ERROR)
 		print_error(&r->error);
 	else if (r->type == PROTO_PONG && printf("%s\n", r->pong.msg) > 0)
@@ -379,11 +373,11 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 	q->synth.audio = path != NULL;
 	if (proto_pack(q, &packed, &plen, &err) < 0 || net_send(sock, packed, plen, &err) < 0) {
 		free(packed);
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		return 1;
 	}
 	free(packed);
-	double last = now_s(), t0 = last, t_first = 0, played = 0, lag = 0;
+	double last = pcg_now(), t0 = last, t_first = 0, played = 0, lag = 0;
 	for (;;) {
 		zmq_msg_t m;
 		int got = net_recv(sock, &m, 250, &err);
@@ -398,7 +392,7 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 		if (got < 0)
 			goto fail;
 		if (got == 0) {
-			if ((now_s() - last) * 1000 >= timeout_ms) {
+			if ((pcg_now() - last) * 1000 >= timeout_ms) {
 				send_cancel(sock, q->id);
 				pcg_fail(&err, "%s: no reply: no message for %d ms (--timeout-ms); "
 					 "request cancelled", vurl, timeout_ms);
@@ -415,7 +409,7 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 			}
 			continue;
 		}
-		last = now_s();
+		last = pcg_now();
 		seen = 1;
 		if (proto_parse(zmq_msg_data(&m), zmq_msg_size(&m), r, &err) < 0) {
 			zmq_msg_close(&m);
@@ -432,7 +426,7 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 				/* a player that starts with the first chunk: how late
 				 * each chunk comes after the audio before it has played
 				 * (> 0: an underrun) */
-				const double at = now_s() - t0;
+				const double at = pcg_now() - t0;
 				if (!got_audio)
 					t_first = at, lag = 0;
 				else if (at - t_first - played > lag)
@@ -471,7 +465,7 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 					pg->queue);
 			else if (show && pg->pos > 0)
 				fprintf(stderr, "\r%s: %d tokens, %.2f s of audio, %.1f s   ", prog,
-					pg->pos, pg->pos / 50.0, now_s() - t0);
+					pg->pos, pg->pos / 50.0, pcg_now() - t0);
 			zmq_msg_close(&m);
 			continue;
 		}
@@ -676,7 +670,7 @@ int main(int argc, char **argv)
 	}
 	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
 	char *text = NULL, *asg_img = NULL;
-	pcg_image prompt_img = { 0 };
+	pcg_bytes prompt_img = { 0 };
 	if (q == NULL || r == NULL)
 		return 1;
 	if (do_ping) {
@@ -720,8 +714,8 @@ int main(int argc, char **argv)
 					sizeof y->prompt_text - 1);
 				return 2;
 			}
-			if (pcg_image_open(prompt_wav, 0, &prompt_img, &perr) < 0)
-				return pcg_die(prog, &perr);
+			if (pcg_bytes_open(prompt_wav, 0, &prompt_img, &perr) < 0)
+				return pcg_report(prog, &perr);
 			if (prompt_img.size == 0 || prompt_img.size > PROTO_MAX_MSG - (2u << 20)) {
 				fprintf(stderr, "%s: --prompt-wav %s: %s\n", prog, prompt_wav,
 					prompt_img.size ? "too large to send" : "empty");
@@ -759,11 +753,11 @@ int main(int argc, char **argv)
 	if (url == NULL)
 		url = net_default_verifier(ubuf, sizeof ubuf);
 	if (net_curve_setup(curve_key, NULL, curve_server, &err) < 0) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		return 1;
 	}
 	if (pcg_up && no_listener(url, &err)) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		return 1;
 	}
 	void *ctx = zmq_ctx_new(), *sock = NULL;
@@ -779,7 +773,7 @@ int main(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, then a cancel */
 	if ((sock = net_client(ctx, url, &err)) == NULL) {
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 		goto out;
 	}
 	rc = batch ? synth_batch(sock, q, r, url) : synth_one(sock, q, r, out, url);
@@ -788,7 +782,7 @@ out:
 	zmq_ctx_term(ctx);
 	free(text);
 	free(asg_img);
-	pcg_image_close(&prompt_img);
+	pcg_bytes_close(&prompt_img);
 	free(q);
 	free(r);
 	return rc;

@@ -262,7 +262,7 @@ int main(int argc, char **argv)
 	if (rc == 0 && fflush(stdout) != 0)
 		rc = pcg_fail(&err, "stdout: write failed");
 	if (rc < 0)
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 	tok_free(&t);
 	return rc < 0 ? 1 : 0;
 }

@@ -137,7 +137,7 @@ int main(int argc, char **argv)
 	rc = 0;
 fail:
 	if (rc)
-		pcg_die(prog, &err);
+		pcg_report(prog, &err);
 	tm_counter_free(&c);
 	tm_close(&t);
 	return rc;

@@ -1,0 +1,337 @@
+/* hub.c: the verifier's hub, its main thread: the only one that touches the
+ * clients' socket. It takes requests (synth, cancel, ping), queues synths
+ * as jobs for the workers (worker.c), forwards what the workers push to
+ * the jobs' clients, and frees a job after its final message. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <zmq.h>
+
+#include "client.h"
+#include "net.h"
+#include "opts.h"
+#include "service.h"
+#include "verifier.h"
+/* The hub's state: the client socket, the jobs alive, replies. */
+typedef struct hub {
+	verifier *v;
+	void *sock, *in;      /* the clients; the workers' messages (PULL) */
+	job *jobs;
+	int n_jobs;
+	proto_buf buf;
+	proto_msg *rep;
+	pcg_client *ping[2][MAX_REPLICAS], *ping_codec;
+} hub;
+
+void job_free(job **j)
+{
+	if (*j == NULL)
+		return;
+	free((*j)->req);
+	free((*j)->asg_img);
+	free((*j)->prompt_img);
+	free(*j);
+	*j = NULL;
+}
+
+/* A job whose client cannot be reached: gone (EHOSTUNREACH) or not reading
+ * (its queue is full): its session ends at the next round. */
+static void unreachable(job *j)
+{
+	if (atomic_exchange(&j->cancel, 1) == 0)
+		fprintf(stderr, "%s: session %llu: the client cannot be reached (%s): cancelling\n",
+			prog, (unsigned long long)j->session, zmq_strerror(zmq_errno()));
+}
+
+static int send_to(hub *h, const unsigned char *route, size_t route_len, int delim,
+		   const void *body, size_t len)
+{
+	if (zmq_send(h->sock, route, route_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	    (delim && zmq_send(h->sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) ||
+	    zmq_send(h->sock, body, len, ZMQ_DONTWAIT) < 0)
+		return -1;
+	return 0;
+}
+
+static void reply_msg(hub *h, const net_req *r, const proto_msg *m)
+{
+	pcg_err err = { "" };
+
+	if (proto_pack_buf(m, &h->buf, &err) < 0)
+		pcg_report(prog, &err);
+	else if (send_to(h, r->route, r->route_len, r->delim, h->buf.data, h->buf.len) < 0)
+		fprintf(stderr, "%s: a reply to a client is lost: %s\n", prog,
+			zmq_strerror(zmq_errno()));
+}
+
+/* The queue positions of the jobs that wait, sent to the streaming ones. */
+static void tell_queue(hub *h)
+{
+	verifier *v = h->v;
+	int pos = 0;
+
+	pthread_mutex_lock(&v->lock);
+	for (job *j = v->q_head; j; j = j->next_q) {
+		pos++;
+		if (!j->req->synth.stream)
+			continue;
+		proto_init(h->rep, PROTO_PROGRESS, j->req->id);
+		h->rep->progress.queue = pos;
+		pcg_err err = { "" };
+		if (proto_pack_buf(h->rep, &h->buf, &err) == 0 &&
+		    send_to(h, j->route, j->route_len, j->delim, h->buf.data, h->buf.len) < 0)
+			unreachable(j);
+	}
+	pthread_mutex_unlock(&v->lock);
+}
+
+/* ping: the verifier and every server behind it answer. */
+static void ping(hub *h, const proto_msg *req, proto_msg *rep)
+{
+	verifier *v = h->v;
+	pcg_err err = { "" };
+	char summary[200] = "", why[160] = "";
+	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
+
+	if (q == NULL || r == NULL) {
+		proto_error(rep, req->id, PROTO_E_INTERNAL, "out of memory");
+		goto out;
+	}
+	/* every replica of draftd and targetd, then codec-decode: a stage is
+	 * ok while one of its replicas answers */
+	for (int sg = 0; sg < 3; sg++) {
+		const char *name = sg < 2 ? v->stages[sg].name : "codec-decode";
+		const int n = sg < 2 ? v->stages[sg].n : h->ping_codec != NULL;
+		int up = 0;
+		for (int k = 0; k < n; k++) {
+			pcg_client *c = sg < 2 ? h->ping[sg][k] : h->ping_codec;
+			proto_init(q, PROTO_PING, 0);
+			if (client_call(c, q, r, &err) == 0 && r->type == PROTO_PONG)
+				up++;
+			else
+				snprintf(why, sizeof why, "%.150s",
+					 r->type == PROTO_ERROR ? r->error.msg : err.msg);
+		}
+		if (n > 0 && up == 0) {
+			proto_error(rep, req->id, PROTO_E_INTERNAL, "%s: %s", name, why);
+			goto out;
+		}
+		if (n > 1)
+			snprintf(summary + strlen(summary), sizeof summary - strlen(summary),
+				 "%s%s %d of %d replicas ok", *summary ? ", " : "", name, up, n);
+		else if (n == 1)
+			snprintf(summary + strlen(summary), sizeof summary - strlen(summary), "%s%s ok",
+				 *summary ? ", " : "", name);
+	}
+	pthread_mutex_lock(&v->lock);
+	const int queued = v->n_queued, busy = v->cfg->n_sessions - v->idle;
+	pthread_mutex_unlock(&v->lock);
+	proto_init(rep, PROTO_PONG, req->id);
+	snprintf(rep->pong.msg, sizeof rep->pong.msg,
+		 "verifier ok, %s (speech %d tokens%s; sessions %d running of %d, %d queued)",
+		 summary, v->voc.speech_count, v->groups ? ", asg" : "", busy, v->cfg->n_sessions,
+		 queued);
+out:
+	free(q);
+	free(r);
+}
+
+/* A synth: a job at the end of the queue, or "busy" beyond --queue. */
+static void enqueue(hub *h, const net_req *nr, const proto_msg *req)
+{
+	verifier *v = h->v;
+	const proto_synth *y = &req->synth;
+	job *j = calloc(1, sizeof *j);
+
+	if (j == NULL || (j->req = malloc(sizeof *j->req)) == NULL ||
+	    (y->asg_len && (j->asg_img = malloc(y->asg_len)) == NULL) ||
+	    (y->prompt_audio_len && (j->prompt_img = malloc(y->prompt_audio_len)) == NULL)) {
+		job_free(&j);
+		proto_error(h->rep, req->id, PROTO_E_INTERNAL, "out of memory");
+		reply_msg(h, nr, h->rep);
+		return;
+	}
+	if (h->n_jobs >= v->cfg->n_sessions + v->cfg->max_queue) {
+		job_free(&j);
+		proto_error(h->rep, req->id, PROTO_E_BUSY,
+			    "%d sessions run and %d wait (verifier --sessions, --queue): try again "
+			    "later", v->cfg->n_sessions, v->cfg->max_queue);
+		reply_msg(h, nr, h->rep);
+		return;
+	}
+	memcpy(j->req, req, sizeof *req);
+	if (y->asg_len) {
+		memcpy(j->asg_img, y->asg, y->asg_len);
+		j->req->synth.asg = j->asg_img;
+	}
+	if (y->prompt_audio_len) {
+		memcpy(j->prompt_img, y->prompt_audio, y->prompt_audio_len);
+		j->req->synth.prompt_audio = j->prompt_img;
+	}
+	memcpy(j->route, nr->route, nr->route_len);
+	j->route_len = nr->route_len;
+	j->delim = nr->delim;
+	j->session = atomic_fetch_add(&v->next_session, 1);
+	j->next = h->jobs;
+	h->jobs = j;
+	h->n_jobs++;
+	pthread_mutex_lock(&v->lock);
+	if (v->q_tail)
+		v->q_tail->next_q = j;
+	else
+		v->q_head = j;
+	v->q_tail = j;
+	v->n_queued++;
+	const int waits = v->idle < v->n_queued;
+	pthread_cond_signal(&v->wake);
+	pthread_mutex_unlock(&v->lock);
+	if (waits)
+		tell_queue(h);
+}
+
+/* cancel: the job of this client with that request id. */
+static void cancel(hub *h, const net_req *nr, const proto_msg *req)
+{
+	int found = 0;
+
+	for (job *j = h->jobs; j; j = j->next)
+		if (j->req->id == req->cancel.session && j->route_len == nr->route_len &&
+		    !memcmp(j->route, nr->route, nr->route_len)) {
+			atomic_store(&j->cancel, 1);
+			found = 1;
+		}
+	if (found) {
+		proto_init(h->rep, PROTO_OK, req->id);
+	} else {
+		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST,
+			    "cancel: no synth %llu of this client runs or waits",
+			    (unsigned long long)req->cancel.session);
+	}
+	reply_msg(h, nr, h->rep);
+}
+
+/* A request from a client (pcg_daemon's request callback). */
+static void from_client(pcg_daemon *d, net_req *nr)
+{
+	hub *h = d->arg;
+	pcg_err err = { "" };
+	static proto_msg parsed; /* the hub's alone; too large for the stack */
+	proto_msg *req = &parsed;
+
+	if (proto_parse(nr->body, nr->len, req, &err) < 0) {
+		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
+		reply_msg(h, nr, h->rep);
+	} else if (req->type == PROTO_SYNTH) {
+		enqueue(h, nr, req);
+	} else if (req->type == PROTO_CANCEL) {
+		cancel(h, nr, req);
+	} else if (req->type == PROTO_PING) {
+		ping(h, req, h->rep);
+		reply_msg(h, nr, h->rep);
+	} else {
+		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST, "the verifier does not take '%s'",
+			    proto_type_name(req->type));
+		reply_msg(h, nr, h->rep);
+	}
+}
+
+/* A message from a worker for a job's client; the final one ends the job.
+ * A client that is gone (or stuck with a full queue) cancels its job. */
+static void from_worker(pcg_daemon *d)
+{
+	hub *h = d->arg;
+	zmq_msg_t f[3];
+	int n = 0, more = 1;
+	job *j = NULL;
+
+	while (more && n < 3) {
+		zmq_msg_init(&f[n]);
+		if (zmq_msg_recv(&f[n], h->in, ZMQ_DONTWAIT) < 0) {
+			zmq_msg_close(&f[n]);
+			break;
+		}
+		more = zmq_msg_more(&f[n]);
+		n++;
+	}
+	if (n == 3 && zmq_msg_size(&f[0]) == sizeof j) {
+		memcpy(&j, zmq_msg_data(&f[0]), sizeof j);
+		const int final = *(unsigned char *)zmq_msg_data(&f[1]);
+		if (zmq_msg_size(&f[2]) > 0 &&
+		    send_to(h, j->route, j->route_len, j->delim, zmq_msg_data(&f[2]),
+			    zmq_msg_size(&f[2])) < 0)
+			unreachable(j);
+		if (final) {
+			for (job **pp = &h->jobs; *pp; pp = &(*pp)->next)
+				if (*pp == j) {
+					*pp = j->next;
+					break;
+				}
+			h->n_jobs--;
+			job_free(&j);
+			tell_queue(h);
+		}
+	}
+	for (int i = 0; i < n; i++)
+		zmq_msg_close(&f[i]);
+}
+
+/* pcg_daemon's start: once the socket is bound, the workers' results
+ * socket, the workers, the stages' ping clients, the log line. */
+static int hub_start(pcg_daemon *d, pcg_err *err)
+{
+	hub *h = d->arg;
+	verifier *v = h->v;
+	const verifier_cfg *c = v->cfg;
+
+	h->sock = d->sock;
+	if ((h->in = zmq_socket(d->ctx, ZMQ_PULL)) == NULL ||
+	    zmq_setsockopt(h->in, ZMQ_RCVHWM, &(int){ 0 }, sizeof(int)) != 0 ||
+	    zmq_bind(h->in, "inproc://verifier-out") != 0)
+		return pcg_fail(err, "inproc socket: %s", zmq_strerror(zmq_errno()));
+	d->other = h->in;
+	if (workers_start(v, err) < 0)
+		return -1;
+	for (int sg = 0; sg < 2; sg++)
+		for (int k = 0; k < v->stages[sg].n; k++)
+			if ((h->ping[sg][k] = client_new(d->ctx, v->stages[sg].urls[k],
+							 c->timeout_ms, 1, err)) == NULL)
+				return -1;
+	if (strcmp(c->codec_url, "none") &&
+	    (h->ping_codec = client_new(d->ctx, c->codec_url, c->timeout_ms, 1, err)) == NULL)
+		return -1;
+	fprintf(stderr, "%s: listening on %s (draft %s, target %s, codec %s; %d sessions)\n",
+		prog, d->url, c->draft_url, c->target_url, c->codec_url, c->n_sessions);
+	return 0;
+}
+
+int hub_run(verifier *v)
+{
+	hub h = { .v = v };
+	int rc = 1;
+
+	/* progress messages queue per client while it reads: room for a long
+	 * utterance's worth, so that only a stuck client fills it */
+	pcg_daemon d = { .prog = prog, .url = v->cfg->listen_url, .ctx = v->ctx, .sndhwm = 100000,
+			 .stop = &pcg_daemon_stop, .arg = &h, .start = hub_start,
+			 .request = from_client, .other_ready = from_worker };
+	if ((h.rep = calloc(1, sizeof *h.rep)) == NULL)
+		fprintf(stderr, "%s: out of memory\n", prog);
+	else
+		rc = pcg_daemon_run(&d) != 0;
+	pcg_daemon_stop = 1;
+	workers_stop(v); /* before the jobs they run go */
+	for (job *j = h.jobs, *nx; j; j = nx) { /* never started */
+		nx = j->next;
+		job_free(&j);
+	}
+	for (int sg = 0; sg < 2; sg++)
+		for (int k = 0; k < MAX_REPLICAS; k++)
+			client_free(&h.ping[sg][k]);
+	client_free(&h.ping_codec);
+	net_close(&h.in);
+	proto_buf_free(&h.buf);
+	free(h.rep);
+	return rc;
+}
