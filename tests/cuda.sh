@@ -4,8 +4,7 @@
 # error (2), and on a machine without a GPU (or a build without CUDA) cuda
 # is a failure (1) whose message says which. The CUDA tests themselves are
 # binaries in build/tests/cuda-* that skip when there is no device.
-T=${TEST_TMP:-/tmp}
-. tests/shlib
+. "${PCG_ROOT:-.}/tests/shlib"
 m=models/demo
 for prog in targetd draftd; do
 	expect 2 "$prog --device bogus" $prog --model $m --device bogus --listen "ipc://$T/x.sock"
