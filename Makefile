@@ -4,7 +4,9 @@
 #                   not root) and leaves build/.deps-ok; `make deps` runs that
 #                   install again, also when the stamp is there
 #   make bench      the benches that need no weights (bench/run), briefly
-#   make test       builds everything, runs tests/run (offline, a few minutes)
+#   make test       builds everything, runs tests/run (offline, a few minutes; the
+#                   first time it pip-installs gguf and openai into build/pyenv)
+#   make test T=NAME  only the tests whose names contain NAME (T="gguf http": either)
 #   make test-gpu   the CUDA tests on a GPU, also under compute-sanitizer
 #   make gpu-check  the first thing to run where a GPU is at hand (scripts/gpu-check):
 #                   the CUDA tests, LLaSA-1B's decode, the pipeline, the codec and
@@ -21,9 +23,10 @@
 #                   example unit settings in share/pcg-tts/systemd/); DESTDIR
 #                   stages it for a package
 #   make eval-deps  pip-installs what pcg-eval's WER needs (tools/eval/requirements.txt)
-#   make test-deps  pip-installs gguf-py and numpy, for the tests that check our GGUF
-#                   files with llama.cpp's own reader (they skip loudly without it),
-#                   and openai, the official client tests/http.sh runs against pcg-httpd
+#   make test-deps  makes build/pyenv again: gguf-py and numpy, for the tests that
+#                   check our GGUF files with llama.cpp's own reader, and openai, the
+#                   official client tests/http.sh runs against pcg-httpd (without
+#                   them those checks skip loudly)
 #   make clean
 # CUDA sources (lib/cuda/*.cu) build when nvcc is found; CUDA=0 turns that off.
 # They make build/libpcg-cuda.so, which the programs do not link: libpcg opens
@@ -177,8 +180,30 @@ build/fuzz/fuzz_mtp: tests/fuzz/fuzz_mtp.c lib/mtp.c lib/weights.c lib/safetenso
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lm -o $@
 
-test: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS) $(FUZZERS)
-	@tests/run
+# The light PyPI packages the tests check against: gguf-py (llama.cpp's own
+# GGUF reader, and numpy) for tests/gguf.sh, tests/quant.sh and
+# tests/quantize.sh, openai (OpenAI's Python client) for tests/http.sh. Made
+# once into a virtual environment of the build (it sees the packages of the
+# python3 it comes from); tests/run puts it first on PATH. Without a network
+# it is not made, make test goes on, and those checks skip saying so.
+PYENV_PKGS := 'gguf>=0.17' numpy openai
+PYENV_OK   := build/pyenv/.ok
+$(PYENV_OK):
+	@rm -rf build/pyenv && mkdir -p build
+	@echo "build/pyenv: pip install $(PYENV_PKGS)"
+	@if $(PYTHON) -m venv --system-site-packages build/pyenv >build/pyenv.log 2>&1 && \
+	    build/pyenv/bin/python3 -m pip install -q --disable-pip-version-check --retries 1 \
+		--timeout 20 $(PYENV_PKGS) >>build/pyenv.log 2>&1; then touch $@; \
+	else rm -rf build/pyenv; echo "build/pyenv: not made (build/pyenv.log says why); the checks against gguf-py and openai skip"; fi
+
+# make test builds with a job per CPU unless given -j, then runs the tests
+# (those named by T when it is given: T="gguf http").
+test:
+	@case " $$MAKEFLAGS" in *" -j"*|*jobserver*) j= ;; *) j=-j$$(nproc 2>/dev/null || echo 2) ;; esac; \
+		$(MAKE) --no-print-directory $$j test-build
+	@tests/run $(T)
+.PHONY: test-build
+test-build: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS) $(FUZZERS) $(PYENV_OK)
 
 # On a machine with a GPU: every CUDA test against the CPU backend, and under
 # compute-sanitizer (tests/gpu).
@@ -217,11 +242,10 @@ PYTHON ?= python3
 eval-deps:
 	$(PYTHON) -m pip install --break-system-packages -r tools/eval/requirements.txt
 
-# gguf-py (llama.cpp's own GGUF package) for tests/gguf.sh, tests/quant.sh and
-# tests/quantize.sh; openai (OpenAI's Python client) for tests/http.sh; make test
-# runs without them.
+# build/pyenv again (make test makes it once), e.g. after a try without network.
 test-deps:
-	$(PYTHON) -m pip install --break-system-packages 'gguf>=0.17' numpy openai
+	@rm -f $(PYENV_OK) && $(MAKE) --no-print-directory $(PYENV_OK)
+	@[ -f $(PYENV_OK) ]
 
 # torch, transformers and safetensors for tools/draft/distill_draft.py (a draft
 # distilled from a target) and tests/draft.sh; make test runs without them.

@@ -32,6 +32,8 @@
 #include "safetensors.h"
 #include "xcodec2.h"
 
+#include "../tests/unit/numeric.h"
+
 static const char *weights, *keep, *device_s;
 static int threads, reps, snr, max_seconds;
 static const pcg_opt opts[] = {
@@ -154,16 +156,6 @@ static void write_random(const char *path)
 static int cpu_decode(void *m, const int32_t *codes, int T, float *out, pcg_err *err)
 {
 	return xc2_decode(m, codes, T, out, err);
-}
-
-static double snr_db(const float *ref, const float *x, size_t n)
-{
-	double s = 0, e = 0;
-	for (size_t i = 0; i < n; i++) {
-		s += (double)ref[i] * ref[i];
-		e += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]);
-	}
-	return e > 0 ? 10 * log10(s / e) : INFINITY;
 }
 
 int main(int argc, char **argv)

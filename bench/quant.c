@@ -28,6 +28,8 @@
 #include "rng.h"
 #include "tokenizer.h"
 
+#include "../tests/unit/numeric.h"
+
 static const char *ref_path, *rows_s;
 static int n_tokens, seed, block, threads;
 static const pcg_opt opts[] = {
@@ -45,26 +47,6 @@ static void die(const char *what, const pcg_err *err)
 {
 	fprintf(stderr, "bench-quant: %s: %s\n", what, err->msg);
 	exit(1);
-}
-
-static void softmax(const float *l, int V, double *p)
-{
-	double mx = -INFINITY, s = 0;
-	for (int i = 0; i < V; i++)
-		mx = l[i] > mx ? l[i] : mx;
-	for (int i = 0; i < V; i++)
-		s += p[i] = exp((double)l[i] - mx);
-	for (int i = 0; i < V; i++)
-		p[i] /= s;
-}
-
-static int argmax(const float *l, int V)
-{
-	int a = 0;
-	for (int i = 1; i < V; i++)
-		if (l[i] > l[a])
-			a = i;
-	return a;
 }
 
 static int cmpd(const void *a, const void *b)

@@ -2,21 +2,15 @@
 # tests/cli.sh: pcg-run and pcg-mkmodel as a user drives them: exit codes
 # (0 ok, 1 failure, 2 usage), one-line errors that name the problem, no
 # partial output files, deterministic models, and the dumped logits' layout.
-set -u
-T=${TEST_TMP:-$(mktemp -d)}
 . "${PCG_ROOT:-.}/tests/shlib"
 
 cd "$T" || exit 1
 
 # --- pcg-mkmodel
-expect 0 "mkmodel --help" pcg-mkmodel --help
-grep -q -- "--preset" out || bad "mkmodel --help lists --preset"
 expect 2 "mkmodel without --out" pcg-mkmodel
 err_has "--out DIR is required"
 expect 2 "mkmodel bad dtype" pcg-mkmodel --out m --dtype f8
 err_has "--dtype"
-expect 2 "mkmodel unknown option" pcg-mkmodel --out m --bogus 1
-err_has "unknown option --bogus"
 expect 2 "mkmodel out-of-range size" pcg-mkmodel --out m --layers 0
 err_has "--layers"
 expect 1 "mkmodel into an unwritable place" pcg-mkmodel --out /proc/pcg-no-such-dir
@@ -32,7 +26,6 @@ expect 0 "mkmodel f16 untied" pcg-mkmodel --out m16 --dtype f16 --untied --hidde
 grep -q '"tie_word_embeddings": false' m16/config.json && ok "untied in config" || bad "untied not in config"
 
 # --- pcg-run
-expect 0 "run --help" pcg-run --help
 expect 2 "run without --tokens" pcg-run --model m1
 expect 2 "run bad token list" pcg-run --model m1 --tokens 1,x,3
 err_has "--tokens"
@@ -106,13 +99,6 @@ for p in $(awk 'NR > 1 && /^  [^ ]/ && $1 !~ /^(none|mtp-)/ { print $1 }' out); 
 done
 [ "$n" -ge 4 ] && ok "--policy help: $n policies, each in the man pages" || bad "--policy help: $(cat out)"
 
-# --version: every program says its name and the release, exit 0.
-for p in asg-build asg-info codec-decode draftd targetd verifier pcg-keygen pcg-mcd pcg-mkmodel \
-	pcg-mtp pcg-phonemize pcg-quantize pcg-run pcg-sim pcg-synth pcg-tokenize tm-build tm-info; do
-	v=$("$p" --version 2>&1) && case $v in "$p (pcg-tts) "[0-9]*) true ;; *) false ;; esac ||
-		bad "$p --version: $v"
-done
-ok "--version on every program"
 # the scripts and the daemons say the same release as the programs
 rel=$(verifier --version | sed 's/.* //')
 for p in pcg-up pcg-down pcg-runtime pcg-eval pcg-httpd; do

@@ -11,11 +11,8 @@
 # voice registered by its recording (POST /v1/audio/voices) is listed and
 # speaks (the same file: not encoded again); not audio, a name taken, no
 # transcript: 400 / 409.
-set -u
-T=${TEST_TMP:-$(mktemp -d)}
-ROOT=${PCG_ROOT:-$(pwd)}
+. "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
-. "$ROOT/tests/shlib"
 ENC="$ROOT/tests/fixtures/xcodec2-enc/tiny"
 cleanup() { [ -n "${pids:-}" ] && kill $pids 2>/dev/null; wait 2>/dev/null; }
 trap cleanup EXIT

@@ -9,11 +9,8 @@
 # 20 ms; a prompt over the limit, a truncated file, a file that is not audio,
 # a decoder-only checkpoint give a clear error, exit 1, and nothing at the
 # output path; LLaSA ids are the codes plus the offset.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
-FX="$ROOT/tests/fixtures/xcodec2-enc/tiny"
 . "${PCG_ROOT:-.}/tests/shlib"
+FX="$ROOT/tests/fixtures/xcodec2-enc/tiny"
 CE="codec-encode --weights $FX --threads 2 --dtype f32"
 
 cd "$T" || exit 1
@@ -23,8 +20,6 @@ lines() { wc -l <"$1" | tr -d ' '; }
 want_codes() { echo $(( $2 * 16000 / 320 + 1 )); }
 
 # --- usage
-expect 0 "--help" codec-encode --help
-out_has "--llasa-ids"
 expect 2 "no arguments" codec-encode
 err_has "--weights"
 expect 2 "no audio" codec-encode --weights "$FX"
@@ -100,8 +95,6 @@ expect 1 "a truncated FLAC" $CE trunc.flac -o t.txt
 printf 'not audio at all\n' >text.wav
 expect 1 "a text file" $CE text.wav -o t.txt
 err_has "text.wav"
-expect 1 "a missing file" $CE missing.wav -o t.txt
-err_has "missing.wav"
 expect 1 "a decoder-only checkpoint" codec-encode --weights "$ROOT/tests/fixtures/xcodec2/tiny" \
 	ref.wav -o t.txt
 err_has "semantic_model"

@@ -7,8 +7,7 @@
 # does) on the first --device cuda; where it cannot be opened that is one
 # line naming the file, exit 1. The CUDA tests themselves are binaries in
 # build/tests/cuda-* that skip when there is no device.
-T=${TEST_TMP:-/tmp}
-. tests/shlib
+. "${PCG_ROOT:-.}/tests/shlib"
 m=models/demo
 cudalibs='libcudart|libcublas|libcufft'
 

@@ -9,8 +9,6 @@
 # pcg-synth and for the verifier's calls to targetd. Key and allow-list files
 # that are devices or FIFOs are refused at once, naming the file. Needs root
 # and iproute2; skips otherwise.
-set -u
-T=${TEST_TMP:-$(mktemp -d)}
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 ns=pcgtest$$

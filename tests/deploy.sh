@@ -10,10 +10,7 @@
 # policies (same seed, lookahead 3) and the audio of one are those of the
 # single-host pipeline of pcg-up. Needs root and iproute2
 # for the hosts; skips otherwise.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
-. "$ROOT/tests/shlib"
+. "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 PATH=$ROOT/bin:$ROOT/scripts:$PATH
 demo=$ROOT/models/demo

@@ -3,9 +3,7 @@
 # -Tlint at warning level, every .Xr names a page we ship, every program has
 # a page), and the examples of the README (```sh blocks) and of the man
 # pages (EXAMPLES, .Bd -literal blocks) run and succeed.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
+# serial: the README and man page examples listen on fixed ports (8123, 8124, 7610-7612, 7699)
 . "${PCG_ROOT:-.}/tests/shlib"
 
 if ! command -v mandoc >/dev/null 2>&1; then

@@ -20,10 +20,7 @@
 # work shares the 2 cores. Skips (77) without torch, transformers and
 # safetensors (make draft-deps installs them).
 # timeout: 600
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
-. "$ROOT/tests/shlib"
+. "${PCG_ROOT:-.}/tests/shlib"
 PY=${PYTHON:-python3}
 NTEXTS=${DRAFT_TEXTS:-200}
 NHELD=${DRAFT_HELDOUT:-30}

@@ -4,11 +4,8 @@
 # equal to pcg-mcd's, --json, the word alignment behind the WER, and the
 # message that tells how to install faster-whisper when it is missing.
 # tests/eval.sh runs Whisper itself when it is installed.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
-FX="$ROOT/tests/fixtures/speech"
 . "${PCG_ROOT:-.}/tests/shlib"
+FX="$ROOT/tests/fixtures/speech"
 cd "$T" || exit 1
 if ! command -v python3 >/dev/null 2>&1; then
 	echo "python3 not installed"

@@ -4,11 +4,8 @@
 # a wrong one over 0.7, the MCD column is pcg-mcd's, the summary adds up.
 # Skips (77) when faster-whisper or the weights are not installed
 # (make eval-deps); tests/eval-manifest.sh covers the rest without them.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
-FX="$ROOT/tests/fixtures/speech"
 . "${PCG_ROOT:-.}/tests/shlib"
+FX="$ROOT/tests/fixtures/speech"
 cd "$T" || exit 1
 if ! command -v python3 >/dev/null 2>&1; then
 	echo "python3 not installed"

@@ -11,10 +11,9 @@
 #  - SIGTERM: every daemon exits 0 within 2 s;
 #  - a prompt whose prefill outlasts the per-try timeout completes, because a
 #    request's deadline grows with the positions it asks for.
-set -u
-T=${TEST_TMP:-$(mktemp -d)}
-cd "$T" || exit 1
+# serial: time bounds (an error within 3 s, every daemon gone within 2 s of SIGTERM)
 . "${PCG_ROOT:-.}/tests/shlib"
+cd "$T" || exit 1
 pids=
 trap 'kill -9 $pids 2>/dev/null; wait 2>/dev/null' EXIT
 now_ms() { date +%s%3N; }

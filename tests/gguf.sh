@@ -3,14 +3,11 @@
 # gguf-py's GGUFReader, the reference reader: every key with its type and
 # value, every tensor with its type, shape and bytes (the patterns of
 # tests/unit/test_gguf.c: write_roundtrip). Skips (77) without gguf-py,
-# which `make test` does not require.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
-. "$ROOT/tests/shlib"
+# which make test installs into build/pyenv when it can.
+. "${PCG_ROOT:-.}/tests/shlib"
 PY=${PYTHON:-python3}
 
-"$PY" -c "import gguf, numpy" 2>/dev/null || { echo "gguf-py not installed (pip install gguf): skipped"; exit 77; }
+"$PY" -c "import gguf, numpy" 2>/dev/null || { echo "gguf-py not installed (make test-deps puts it in build/pyenv): skipped"; exit 77; }
 [ -x "$ROOT/build/tests/test_gguf" ] || { echo "build/tests/test_gguf not built"; exit 1; }
 
 expect 0 "test_gguf --write" "$ROOT/build/tests/test_gguf" --write "$T/rt.gguf"

@@ -6,8 +6,7 @@
 # nvidia-smi that lists a GPU and a budget of 20 s, a step that fails is
 # recorded, the steps that need it are not started, and the exit is 1; a
 # step whose limit exceeds what is left of the budget is not started.
-T=${TEST_TMP:-/tmp}
-. tests/shlib
+. "${PCG_ROOT:-.}/tests/shlib"
 export GPU_CHECK_CACHE="$T/cache"
 unset GPU_CHECK_ONLY GPU_CHECK_BUDGET GPU_CHECK_REQUIRE GPU_CHECK_ENCODER
 

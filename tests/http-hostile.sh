@@ -16,10 +16,8 @@
 # --voices-evict oldest); voices survive a restart; a stray temporary file
 # and a corrupt voice file are skipped with a log line; a kill -9 during a
 # registration leaves the store readable. About 8 s.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
-. "$ROOT/tests/shlib"
+# serial: time bounds (the 0.8 s head deadline, answers well under it)
+. "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 [ -x "$ROOT/bin/pcg-httpd" ] || { echo "bin/pcg-httpd not built (make)"; exit 77; }
 command -v python3 >/dev/null 2>&1 || { echo "python3 not installed"; exit 77; }

@@ -13,9 +13,7 @@
 # an idle server within 0.5 s. Then the official openai Python client
 # (pip package openai), when it is installed: create(), the streaming
 # response, and its error classes. About 20 s.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
+# serial: time bounds (503 within 3 s, SIGTERM obeyed within 0.5 s)
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 export PCG_RUNTIME_DIR="$T/rt"

@@ -8,13 +8,10 @@
 # pcg-synth with no pipeline up fails at once and names pcg-up, notices a
 # verifier that dies within a second, and -o against a pipeline without a
 # codec is an error that writes no file.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
+# serial: time bounds (pcg-down under 1.5 s, a dead verifier noticed within 3 s)
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
-export PCG_RUNTIME_DIR="$T/rt"
-trap 'pcg-down >/dev/null 2>&1' EXIT INT TERM
+own_pipeline
 
 expect 0 "pcg-runtime --help" pcg-runtime --help
 out_has "Usage: pcg-runtime"

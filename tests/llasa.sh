@@ -6,13 +6,9 @@
 # as the codec: asg-build of the speech embeddings, pcg-up with a layer draft
 # and the codec, pcg-synth with pcg to a file and with the target alone
 # streamed through sox, pcg-down.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
-export PCG_RUNTIME_DIR="$T/rt"
-trap 'pcg-down >/dev/null 2>&1' EXIT INT TERM
+own_pipeline
 XC=$ROOT/tests/fixtures/xcodec2/tiny
 
 expect 0 "a LLaSA-layout model" pcg-mkmodel --out Llasa-1B --preset llasa-1b --hidden 64 --layers 2 \

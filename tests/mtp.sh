@@ -3,16 +3,11 @@
 # 2 usage), the output format (the target, then one line per head, with the
 # offset each predicts), zero heads repeating the target exactly, the same
 # file from the same seed, and bad heads files named in the error.
-set -u
-T=${TEST_TMP:-$(mktemp -d)}
 . "${PCG_ROOT:-.}/tests/shlib"
-ROOT=${PCG_ROOT:-$(pwd)}
 
 cd "$T" || exit 1
 
 # --- usage
-expect 0 "--help" pcg-mtp --help
-grep -q -- "--top-k" out || bad "--help lists --top-k"
 expect 2 "no arguments" pcg-mtp
 err_has "--model is required"
 expect 2 "neither --tokens nor --init" pcg-mtp --model m

@@ -11,11 +11,9 @@
 # file-size limit leaves the old file as it was; and no temporary file is
 # ever left behind.
 # timeout: 120
-set -u
-T=${TEST_TMP:-$(mktemp -d)}
+. "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 export PCG_RUNTIME_DIR="$T/rt"
-. "${PCG_ROOT:-.}/tests/shlib"
 cleanup() { pcg-down >/dev/null 2>&1; wait 2>/dev/null; }
 trap cleanup EXIT
 

@@ -4,11 +4,10 @@
 # seed gives the same tokens over ipc, over tcp and inproc (one process), and
 # again on a rerun (lookahead auto, its verifiers given the same cost terms);
 # another seed gives other tokens; pcg-down leaves no process or socket.
-set -u
-T=${TEST_TMP:-$(mktemp -d)}
+# serial: fixed tcp ports (7650-7652)
+. "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 export PCG_RUNTIME_DIR="$T/rt"
-. "${PCG_ROOT:-.}/tests/shlib"
 cleanup() { pcg-down >/dev/null 2>&1; [ -n "${pids:-}" ] && kill $pids 2>/dev/null; wait 2>/dev/null; }
 trap cleanup EXIT
 

@@ -4,15 +4,12 @@
 # gguf-py cannot produce, dequantised by its independent code to the same
 # f32 values, bit for bit. The bytes and values come from
 # `test_quantize --dump` (normal data and the cases of tests/fixtures/quant).
-# Skips when the Python package gguf is missing (pip install gguf).
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
+# Skips when the Python package gguf is missing (make test-deps).
 . "${PCG_ROOT:-.}/tests/shlib"
 BIN="$ROOT/build/tests/test_quantize"
 
 if ! python3 -c "import gguf" 2>/dev/null; then
-	echo "SKIP: python3 cannot import gguf (pip install gguf)"
+	echo "SKIP: python3 cannot import gguf (make test-deps puts it in build/pyenv)"
 	exit 77
 fi
 [ -x "$BIN" ] || { bad "$BIN is not built (make)"; finish; }

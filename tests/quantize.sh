@@ -5,14 +5,11 @@
 # float model's first greedy token at Q8_0; the tokenizer from the file's
 # metadata gives tokenizer.json's ids; llama.cpp's per-tensor mix of
 # q4_k_m; the four-process pipeline with a GGUF target and a GGUF draft,
-# the same tokens for the same seed. With gguf-py (pip install gguf, or
-# `make test-deps`), gguf-py reads every file back: its dequantised tensors
+# the same tokens for the same seed. With gguf-py (make test makes
+# build/pyenv with it), gguf-py reads every file back: its dequantised tensors
 # are the model's within each type's error, the Q/K rows permuted as
 # llama.cpp's converter permutes them.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
-. "$ROOT/tests/shlib"
+. "${PCG_ROOT:-.}/tests/shlib"
 export PCG_RUNTIME_DIR="$T/rt"
 cd "$T" || exit 1
 
@@ -22,12 +19,6 @@ err_has "--type is required"
 expect 2 "unknown type" pcg-quantize --type q3_k_xl m
 err_has "'q3_k_xl' is not one of"
 expect 2 "no model" pcg-quantize --type q8_0
-expect 1 "missing model" pcg-quantize --type q8_0 nosuch -o x.gguf
-err_has "nosuch"
-[ ! -e x.gguf ] && [ ! -e x.gguf.tmp ] && ok "nothing written for a missing model" ||
-	bad "a file was left for a missing model"
-expect 0 "--help" pcg-quantize --help
-out_has "q4_k_m"
 
 # --- a LLaSA-layout model (K-quants need rows of 256)
 pcg-mkmodel --out m --hidden 256 --heads 4 --kv-heads 2 --ffn 512 --layers 2 --std 0.05 \
@@ -134,6 +125,6 @@ for t in ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k_m", "q4_k_s", "q5_k_m", "q
 print("ok")
 PYEOF
 else
-	echo "SKIP: gguf-py not installed (pip install gguf, or make test-deps): the reference reader's checks"
+	echo "SKIP: gguf-py not installed (make test-deps puts it in build/pyenv): the reference reader's checks"
 fi
 finish

@@ -11,13 +11,10 @@
 # interrupted client cancels its request; with two replicas of targetd and
 # draftd, one targetd killed with SIGKILL in the middle of 8 sessions, all 8
 # complete with the tokens they have alone.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
+# serial: time bounds (a request served within 2 s) and many clients at once
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
-export PCG_RUNTIME_DIR="$T/rt"
-trap 'pcg-down >/dev/null 2>&1' EXIT INT TERM
+own_pipeline
 M=$ROOT/models/demo
 [ -f "$M/config.json" ] || { echo "no demo voice (make voice)"; exit 77; }
 ms() { date +%s%3N; }

@@ -6,9 +6,6 @@
 # codec-decode picks the k-means codec from the model directory, the same
 # seed gives the same tokens, speakers are checked; the MTP modes (the
 # target's heads draft, or their Viterbi path is emitted) run too.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
 . "${PCG_ROOT:-.}/tests/shlib"
 M="$ROOT/models/demo"
 if [ ! -f "$M/config.json" ]; then
@@ -16,8 +13,7 @@ if [ ! -f "$M/config.json" ]; then
 	exit 77
 fi
 cd "$T" || exit 1
-export PCG_RUNTIME_DIR="$T/rt"
-trap 'pcg-down >/dev/null 2>&1' EXIT INT TERM
+own_pipeline
 
 text="Blessed are the meek, for they shall inherit the earth."
 frames=$(pcg-phonemize --voice-file "$M/voice.json" --speaker 2 "$text" | head -n 1 | awk '{print $3}')

@@ -2,15 +2,11 @@
 # tests/voice.sh: the phoneme voice's front end (pcg-phonemize, lib/voice):
 # frames and phonemes as espeak-ng times them, the same audio as the
 # espeak-ng program, the token text, voice.json and its errors.
-set -u
-ROOT=${PCG_ROOT:-$(pwd)}
-T=${TEST_TMP:-$(mktemp -d)}
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 
 text="Hello world, this is a test."
 # --- usage
-expect 0 "--help" pcg-phonemize --help
 expect 2 "no text" pcg-phonemize
 err_has "one TEXT is required"
 expect 2 "pitch out of range" pcg-phonemize --pitch 120 "$text"

@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "../unit/fixture.h"
+#include "../unit/numeric.h"
 #include "cuda/xcodec2.h"
 #include "dtype.h"
 #include "gpu.h"
@@ -180,12 +181,7 @@ static void against_torch(const char *dir, xc2_cuda *g, const int32_t *codes, in
 	CHECKF(ref && n == (size_t)T * hop && wav, "%s: wav.f32 missing or of the wrong size", dir);
 	if (ref && n == (size_t)T * hop && wav &&
 	    xc2_cuda_decode(g, codes, T, wav, &err) == 0) {
-		double mad = max_diff(wav, ref, n), s = 0, e = 0;
-		for (size_t i = 0; i < n; i++) {
-			s += (double)ref[i] * ref[i];
-			e += ((double)wav[i] - ref[i]) * ((double)wav[i] - ref[i]);
-		}
-		const double snr = e > 0 ? 10 * log10(s / e) : INFINITY;
+		const double mad = max_diff(wav, ref, n), snr = snr_db(ref, wav, n);
 		printf("%s: GPU against PyTorch: max abs %.3g, SNR %.1f dB\n", dir, mad, snr);
 		CHECKF(mad <= 1e-5, "%s: GPU against PyTorch: max abs error %.3g > 1e-5", dir, mad);
 		CHECKF(snr >= min_snr, "%s: GPU against PyTorch: SNR %.1f dB < %.0f", dir, snr,

@@ -30,6 +30,7 @@
 #include "check.h"
 #include "fixture.h"
 #include "model.h"
+#include "numeric.h"
 
 #define FIX "tests/fixtures/gguf"
 #define SRC "tests/fixtures/llama/gqa-f32"
@@ -54,27 +55,6 @@ static int prefill(llama_model *m, const int *ids, int n, float *out)
 	CHECKF(rc == 0, "forward: %s", err.msg);
 	llama_kv_free(&kv);
 	return rc;
-}
-
-/* Softmax of logits into p (double). */
-static void softmax(const float *l, int V, double *p)
-{
-	double mx = -INFINITY, s = 0;
-	for (int i = 0; i < V; i++)
-		mx = l[i] > mx ? l[i] : mx;
-	for (int i = 0; i < V; i++)
-		s += p[i] = exp(l[i] - mx);
-	for (int i = 0; i < V; i++)
-		p[i] /= s;
-}
-
-static int argmax(const float *l, int V)
-{
-	int a = 0;
-	for (int i = 1; i < V; i++)
-		if (l[i] > l[a])
-			a = i;
-	return a;
 }
 
 /* KL(p || q) of two logit rows, and whether their top-1 agree. */

@@ -24,20 +24,10 @@
 #include "check.h"
 #include "fixture.h"
 #include "kmeans_codec.h"
+#include "numeric.h"
 
 #define FX "tests/fixtures/kmeans/tiny"
 #define MIN_SNR_DB 80.0
-
-static double snr_db(const float *ref, const float *x, size_t n)
-{
-	double s = 0, e = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		s += (double)ref[i] * ref[i];
-		e += ((double)ref[i] - x[i]) * ((double)ref[i] - x[i]);
-	}
-	return e == 0 ? INFINITY : 10 * log10(s / e);
-}
 
 static int read_codes(int32_t *codes, int max)
 {

@@ -33,6 +33,7 @@
 
 #include "check.h"
 #include "matmul.h"
+#include "numeric.h"
 #include "safetensors.h"
 #include "xcodec2.h"
 
@@ -58,17 +59,6 @@ static void *slurp(const char *path, size_t *n)
 	}
 	fclose(f);
 	return p;
-}
-
-static double snr_db(const float *ref, const float *x, size_t n)
-{
-	double s = 0, e = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		s += (double)ref[i] * ref[i];
-		e += ((double)x[i] - ref[i]) * ((double)x[i] - ref[i]);
-	}
-	return e > 0 ? 10 * log10(s / e) : INFINITY;
 }
 
 static double max_abs_diff(const float *a, const float *b, size_t n)

@@ -1,0 +1,79 @@
+#!/bin/sh
+# tests/conventions.sh: what every program of bin/ does alike, one row of
+# the table below each (a program without a row fails): -h and --help print
+# "usage: PROG" to standard output (listing the options the row names) and
+# exit 0; --version prints "PROG (pcg-tts) VERSION", VERSION that of
+# lib/opts.h, and exits 0; an unknown option exits 2 with nothing on
+# standard output and a "usage: PROG" line on standard error (naming the
+# option, but for pcg-keygen, whose usage is all it says); a file that is
+# not there (for programs that read one) exits 1 with one line on standard
+# error, "PROG: ..." naming the file, and writes no output file.
+. "${PCG_ROOT:-.}/tests/shlib"
+cd "$T" || exit 1
+rel=$(sed -n 's/^#define PCG_VERSION "\(.*\)"$/\1/p' "$ROOT/lib/opts.h")
+XC=$ROOT/tests/fixtures/xcodec2/tiny
+XE=$ROOT/tests/fixtures/xcodec2-enc/tiny
+
+# PROG | what -h lists (;-separated) | arguments that name the missing file
+# "nowhere..." (-: the program reads no file) | whether a bad option is named
+cat >table <<ROWS
+asg-build|--theta|--model nowhere -o x.asg|y
+asg-info|--groups|nowhere.asg|y
+codec-decode|--llasa-ids;kmeans-gl|--weights $XC --codes nowhere.txt -o x.wav|y
+codec-encode|--llasa-ids|--weights $XE nowhere.wav -o x.codes|y
+draftd|--layers|--model nowhere --listen ipc://$T/d.sock|y
+pcg-httpd|--port|--voice nowhere.json --port 0|y
+pcg-keygen|NAME|-|n
+pcg-mcd|A.wav B.wav|nowhere.wav $ROOT/tests/fixtures/speech/a.wav|y
+pcg-mkmodel|--preset|-|y
+pcg-mtp|--top-k|--model nowhere --tokens 1|y
+pcg-phonemize|--voice-file|--voice-file nowhere.json --speaker 0 hello|y
+pcg-quantize|q4_k_m|--type q8_0 nowhere -o x.gguf|y
+pcg-run|--dump-logits|--model nowhere --tokens 1|y
+pcg-sim|--trials|--policy sd --draft nowhere.f32 --target nowhere.f32|y
+pcg-synth|--prompt-wav|--asg nowhere.asg -o x.wav Hello.|y
+pcg-tokenize|--llasa-prompt|--tokenizer nowhere.json hello|y
+targetd|--layers|--model nowhere --listen ipc://$T/t.sock|y
+tm-build|--alpha|-n 4 -o x.tm nowhere.txt|y
+tm-info|--rows|nowhere.tm|y
+verifier|--tokenizer|--tokenizer nowhere.json --listen ipc://$T/v.sock|y
+ROWS
+export PCG_RUNTIME_DIR="$T/rt"
+
+for main in "$ROOT"/*/main.c; do
+	p=$(basename "$(dirname "$main")")
+	grep -q "^$p|" table || bad "$p has no row in the table of tests/conventions.sh"
+done
+while IFS='|' read -r p lists args names; do
+	for h in -h --help; do
+		"$p" $h >out 2>err; rc=$?
+		[ $rc -eq 0 ] && [ "$(head -n 1 out | cut -d' ' -f1-2)" = "usage: $p" ] && [ ! -s err ] &&
+			ok "$p $h: usage on standard output, exit 0" ||
+			bad "$p $h: exit $rc, stdout '$(head -n 1 out)', stderr '$(head -n 1 err)'"
+	done
+	old_ifs=$IFS; IFS=';'
+	for w in $lists; do
+		grep -qF -- "$w" out && ok "$p --help lists $w" || bad "$p --help lacks $w"
+	done
+	IFS=$old_ifs
+	v=$("$p" --version 2>&1); rc=$?
+	[ $rc -eq 0 ] && [ "$v" = "$p (pcg-tts) $rel" ] && ok "$p --version: $v" ||
+		bad "$p --version: exit $rc, '$v', want '$p (pcg-tts) $rel'"
+	"$p" --bogus >out 2>err; rc=$?
+	[ $rc -eq 2 ] && [ ! -s out ] && grep -q "^usage: $p " err &&
+		ok "$p --bogus: exit 2, usage on standard error" ||
+		bad "$p --bogus: exit $rc, stdout '$(head -n 1 out)', stderr '$(head -n 1 err)'"
+	if [ "$names" = y ]; then
+		[ "$(head -n 1 err)" = "$p: unknown option --bogus" ] && ok "$p --bogus: named" ||
+			bad "$p --bogus: first line '$(head -n 1 err)'"
+	fi
+	[ "$args" = - ] && continue
+	# shellcheck disable=SC2086 # the row's arguments, split at spaces
+	"$p" $args >out 2>err </dev/null; rc=$?
+	[ $rc -eq 1 ] && [ "$(wc -l <err)" -eq 1 ] && grep -q "^$p: .*nowhere" err && [ ! -s out ] &&
+		ok "$p, a missing file: $(cat err)" ||
+		bad "$p $args: exit $rc, want 1 and one line naming nowhere...: $(head -n 3 err)"
+	ls x.* >/dev/null 2>&1 && bad "$p, a missing file: left $(ls x.*)" && rm -f x.*
+done <table
+
+finish
