@@ -44,7 +44,7 @@ PKGS     := openblas jansson libpcre2-8 libzmq libsodium msgpack sndfile sampler
 # pkg-config is called lazily: on a fresh machine it exists only after install-deps.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson -lpcre2-8 -lsodium -lsndfile -lsamplerate -lfftw3f -lfftw3 -lespeak-ng)
-ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -pthread -MMD -MP -Ilib $(PKG_CFLAGS) $(CFLAGS)
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -pthread -MMD -MP $(LIB_INC) $(PKG_CFLAGS) $(CFLAGS)
 LDLIBS_ALL = $(CUDA_RPATH) $(PKG_LIBS) -ldl -lm
 
 NVCC     ?= $(shell command -v nvcc 2>/dev/null)
@@ -61,7 +61,7 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[
 NVCCFLAGS ?= -O2 -g -lineinfo
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -lcublas -lcufft -lcudart -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++ -lm
 CUDA_TESTS := $(if $(CUDA_OBJ),$(patsubst tests/cuda/%.c,build/tests/cuda-%,$(wildcard tests/cuda/*.c)))
-# With CUDA, libpcg opens libpcg-cuda.so (lib/cudaload.c), which dlopen finds
+# With CUDA, libpcg opens libpcg-cuda.so (lib/engine/cudaload.c), which dlopen finds
 # through the program's RUNPATH ($$ORIGIN is the program's directory): where
 # make install puts it, PREFIX/lib/pcg-tts beside PREFIX/bin, then this tree's
 # build/ beside bin/ (for build/tests/*, build/ itself).
@@ -71,7 +71,11 @@ CUDA_RPATH = -Wl,-rpath,'$$ORIGIN/../lib/pcg-tts:$$ORIGIN/../build'
 build/tests/%: CUDA_RPATH = -Wl,-rpath,'$$ORIGIN/..'
 endif
 
-LIB_SRC  := $(wildcard lib/*.c)
+# lib/ in folders, each a layer on those before it (tests/layers.sh checks the
+# includes); programs include a header by its name alone.
+LIB_DIRS := core formats engine text spec codec serve
+LIB_INC  := -Ilib $(addprefix -Ilib/,$(LIB_DIRS))
+LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard lib/$(d)/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=build/%.o)
 ASAN_OBJ := $(LIB_SRC:%.c=build/asan/%.o)
 PROGS    := $(patsubst %/main.c,%,$(wildcard */main.c))
@@ -113,10 +117,10 @@ build/asan/%.o: %.c | $(DEPS_OK)
 	$(CC) $(ALL_CFLAGS) $(SANITIZE) -c -o $@ $<
 
 # The matmul kernels rely on a * b + c becoming one FMA (-std=c11 turns that off).
-build/lib/matmul.o build/asan/lib/matmul.o: ALL_CFLAGS += -ffp-contract=fast
+build/lib/engine/matmul.o build/asan/lib/engine/matmul.o: ALL_CFLAGS += -ffp-contract=fast
 # X-codec2's anti-aliased SnakeBeta: sinf vectorised through libmvec (the file says why
 # -ffast-math is safe there).
-build/lib/xc2enc_act.o build/asan/lib/xc2enc_act.o: ALL_CFLAGS += -ffast-math
+build/lib/codec/xc2enc_act.o build/asan/lib/codec/xc2enc_act.o: ALL_CFLAGS += -ffast-math
 
 define prog_rule
 bin/$(1): $(patsubst %.c,build/%.o,$(wildcard $(1)/*.c)) build/libpcg.a
@@ -145,7 +149,7 @@ build/libpcg-cuda.so: $(CUDA_OBJ)
 	$(CC) -shared -Wl,-z,defs -o $@ $^ $(CUDA_LIBS)
 build/lib/cuda/%.o: lib/cuda/%.cu | $(DEPS_OK)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -std=c++17 -DPCG_CUDA=1 -Ilib \
+	$(NVCC) $(NVCCFLAGS) $(CUDA_ARCH) -std=c++17 -DPCG_CUDA=1 $(LIB_INC) \
 		-Xcompiler -Wall,-Wextra,-fPIC,-fvisibility=hidden -MMD -MP -c -o $@ $<
 build/tests/cuda-%: build/tests/cuda/%.o $(CUDA_TEST_OBJ) build/libpcg.a
 	$(CC) $(ALL_CFLAGS) -o $@ $^ $(LDLIBS_ALL) $(CUDA_LIBS)
@@ -157,28 +161,28 @@ CLANG    ?= $(shell command -v clang 2>/dev/null)
 FUZZ_OK  := $(if $(CLANG),$(shell printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' | \
 		$(CLANG) -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo 1))
 FUZZERS  := $(if $(FUZZ_OK),$(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/*.c)))
-build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/proto.c lib/err.c lib/dtype.c lib/quant.c lib/sampling.c | $(DEPS_OK)
+build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/spec/proto.c lib/core/err.c lib/core/dtype.c lib/core/quant.c lib/core/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
-	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined -Ilib $^ -lmsgpackc -lm -o $@
-build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/gguf.c lib/config_gguf.c lib/tokenizer_gguf.c lib/tokenizer.c lib/fileio.c lib/err.c lib/dtype.c lib/quant.c | $(DEPS_OK)
+	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lmsgpackc -lm -o $@
+build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/formats/gguf.c lib/formats/config_gguf.c lib/text/tokenizer_gguf.c lib/text/tokenizer.c lib/core/fileio.c lib/core/err.c lib/core/dtype.c lib/core/quant.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
-	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lpcre2-8 -lm -o $@
-build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/asg.c lib/image.c lib/policy.c $(wildcard lib/policy_*.c) lib/fileio.c lib/err.c lib/rng.c lib/sampling.c | $(DEPS_OK)
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lpcre2-8 -lm -o $@
+build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/spec/asg.c lib/core/image.c lib/spec/policy.c $(wildcard lib/spec/policy_*.c) lib/core/fileio.c lib/core/err.c lib/core/rng.c lib/core/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
-	$(CLANG) -g -O1 -D_GNU_SOURCE -fopenmp -fsanitize=fuzzer,address,undefined -Ilib $^ -lopenblas -lm -o $@
-build/fuzz/fuzz_tm: tests/fuzz/fuzz_tm.c lib/tm.c lib/image.c lib/fileio.c lib/err.c | $(DEPS_OK)
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fopenmp -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lopenblas -lm -o $@
+build/fuzz/fuzz_tm: tests/fuzz/fuzz_tm.c lib/formats/tm.c lib/core/image.c lib/core/fileio.c lib/core/err.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
-	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -lm -o $@
-build/fuzz/fuzz_text: tests/fuzz/fuzz_text.c lib/config.c lib/tokenizer.c lib/codes.c lib/voice.c lib/fileio.c lib/err.c | $(DEPS_OK)
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lm -o $@
+build/fuzz/fuzz_text: tests/fuzz/fuzz_text.c lib/formats/config.c lib/text/tokenizer.c lib/text/codes.c lib/text/voice.c lib/core/fileio.c lib/core/err.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
-	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lpcre2-8 -lespeak-ng -lm -o $@
-build/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/safetensors.c lib/fileio.c lib/err.c lib/dtype.c lib/quant.c | $(DEPS_OK)
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lpcre2-8 -lespeak-ng -lm -o $@
+build/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/formats/safetensors.c lib/core/fileio.c lib/core/err.c lib/core/dtype.c lib/core/quant.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
-	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lm -o $@
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lm -o $@
 # fuzz_mtp brings its own stand-ins for the model and pcg_matmul (see the file).
-build/fuzz/fuzz_mtp: tests/fuzz/fuzz_mtp.c lib/mtp.c lib/weights.c lib/safetensors.c lib/fileio.c lib/err.c lib/dtype.c lib/quant.c | $(DEPS_OK)
+build/fuzz/fuzz_mtp: tests/fuzz/fuzz_mtp.c lib/engine/mtp.c lib/engine/weights.c lib/formats/safetensors.c lib/core/fileio.c lib/core/err.c lib/core/dtype.c lib/core/quant.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
-	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -Ilib $^ -ljansson -lm -o $@
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lm -o $@
 
 # The light PyPI packages the tests check against: gguf-py (llama.cpp's own
 # GGUF reader, and numpy) for tests/gguf.sh, tests/quant.sh and

@@ -125,7 +125,7 @@ static float *load_rows(const char *path, const char *name, long *a, long *b, in
 	if (c == NULL)
 		return NULL;
 	t = st_find(c, name);
-	/* a Llasa+ checkpoint's backbone is under llm. (lib/model.h) */
+	/* a Llasa+ checkpoint's backbone is under llm. (lib/engine/model.h) */
 	snprintf(llm, sizeof llm, "llm.%s", name);
 	if (t == NULL && model_dir && (t = st_find(c, llm)) != NULL)
 		name = llm;

@@ -5,7 +5,7 @@
  * than the last-level cache, so that the weights come from memory as they
  * do in a real model.
  * The block-quantised formats (GGUF's Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) go through
- * lib/qmatmul.c; their rows name the path taken (avx512-vnni or generic).
+ * lib/engine/qmatmul.c; their rows name the path taken (avx512-vnni or generic).
  * Usage: bench-matmul [--threads N] [--reps N]
  */
 #include <cblas.h>

@@ -5,7 +5,7 @@
  * the n heads' logits from that state, with the full lm_head and with the
  * LLaSA speech range only; the fastest of 3 interleaved rounds of each.
  * Random heads are written to a scratch file. A Llasa+ model (its own
- * heads: decoder layers that run at every position, lib/model.h) is timed
+ * heads: decoder layers that run at every position, lib/engine/model.h) is timed
  * instead as a decode step without its heads (the model opened with
  * no_mtp), with them, and their lm_head over both heads' outputs: what the
  * heads add to a round, against the target's step.

@@ -1,8 +1,8 @@
 /* codec-decode: speech codes to an audio file, one shot. Reads X-codec2 codes
  * (text or raw int32, or LLaSA token ids), runs the decoder of the checkpoint
  * users download (HKUSTAudio/xcodec2 model.safetensors), and writes WAV, FLAC
- * or raw PCM through libsndfile, atomically (lib/audio.h). --codec kmeans-gl
- * decodes the demo voice's codec instead (lib/kmeans_codec.h); --codec auto
+ * or raw PCM through libsndfile, atomically (lib/codec/audio.h). --codec kmeans-gl
+ * decodes the demo voice's codec instead (lib/codec/kmeans_codec.h); --codec auto
  * (the default) takes the codec its config.json names. --device cuda[:N]
  * decodes X-codec2 on a GPU (lib/cuda/xcodec2.h); kmeans-gl is CPU-only.
  */
@@ -119,7 +119,7 @@ static int dec_kmc(void *m, const int32_t *codes, int T, float *out, pcg_err *er
 }
 
 /* The X-codec2 decoder on the device --device names: fn(ctx, ...); a
- * GPU's through its device kind's hooks (lib/device.h). */
+ * GPU's through its device kind's hooks (lib/engine/device.h). */
 typedef struct decoder {
 	xc2_decoder fn;
 	void *ctx;

@@ -2,7 +2,7 @@
  * Reads any file libsndfile reads (mixed down to mono, resampled to 16 kHz
  * with libsamplerate), runs the encoder half of the checkpoint users
  * download (HKUSTAudio/xcodec2 model.safetensors, the file codec-decode
- * reads; lib/xc2enc.h), and writes the codes one per line (what
+ * reads; lib/codec/xc2enc.h), and writes the codes one per line (what
  * pcg-tokenize --prompt-codes reads) or as LLaSA token ids, atomically.
  */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* draftd: the draft model server of the pipeline (see lib/modelserver.c and
+/* draftd: the draft model server of the pipeline (see lib/serve/modelserver.c and
  * man/draftd.8). */
 #include "modelserver.h"
 

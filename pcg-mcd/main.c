@@ -1,5 +1,5 @@
 /* pcg-mcd: mel-cepstral distortion after dynamic time warping between two
- * recordings (lib/mcd.h has the recipe), printed in dB, or with --json the
+ * recordings (lib/codec/mcd.h has the recipe), printed in dB, or with --json the
  * frame counts and the path length too.
  */
 #include <jansson.h>

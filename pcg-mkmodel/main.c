@@ -2,7 +2,7 @@
  * layout (config.json, model.safetensors, tokenizer.json), or with
  * --llasa-plus a Llasa+ checkpoint in its released layout
  * (llasa_plus/model.safetensors: the backbone under llm., two heads
- * mtp_<k>_*; lib/model.h), whose vocabulary
+ * mtp_<k>_*; lib/engine/model.h), whose vocabulary
  * has the LLaSA layout: byte-level BPE text tokens, the Llama-3 special
  * tokens, the 8 LLaSA tags and S speech tokens <|s_N|>. Tests, benchmarks
  * and the demo use it; --preset llasa-1b, llasa-3b and llasa-8b give the

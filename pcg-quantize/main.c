@@ -5,7 +5,7 @@
  * tokenizer.ggml.* (gpt2 byte-level BPE, pre-tokenizer llama-bpe), the Q
  * and K rows permuted for llama.cpp's RoPE, llama3 rope scaling as the
  * rope_freqs tensor, and each tensor's type chosen by llama.cpp's own rules
- * for the file type (lib/quantize.c pcg_quant_choose). Tensors are
+ * for the file type (lib/formats/quantize.c pcg_quant_choose). Tensors are
  * converted and quantised a slice of rows at a time, so memory stays near
  * the largest tensor's output; the file appears whole or not at all.
  */

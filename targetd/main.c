@@ -1,4 +1,4 @@
-/* targetd: the target model server of the pipeline (see lib/modelserver.c
+/* targetd: the target model server of the pipeline (see lib/serve/modelserver.c
  * and man/targetd.8). */
 #include "modelserver.h"
 

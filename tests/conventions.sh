@@ -3,7 +3,7 @@
 # the table below each (a program without a row fails): -h and --help print
 # "usage: PROG" to standard output (listing the options the row names) and
 # exit 0; --version prints "PROG (pcg-tts) VERSION", VERSION that of
-# lib/opts.h, and exits 0; an unknown option exits 2 with nothing on
+# lib/core/opts.h, and exits 0; an unknown option exits 2 with nothing on
 # standard output and a "usage: PROG" line on standard error (naming the
 # option, but for pcg-keygen, whose usage is all it says); a file that is
 # not there (for programs that read one) exits 1 with one line on standard

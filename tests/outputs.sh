@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/outputs.sh: -o as lib/fileio.h promises, for asg-build, tm-build,
+# tests/outputs.sh: -o as lib/core/fileio.h promises, for asg-build, tm-build,
 # codec-encode, codec-decode and pcg-synth (through a pipeline of its own):
 # a missing file is created and a regular one replaced (the bytes of a
 # reference run); a symbolic link is written through to its target (also

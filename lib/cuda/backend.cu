@@ -1,5 +1,5 @@
-/* backend.cu: the CUDA backend of the forward pass (lib/backend.h), its
- * table of operations (lib/backend_impl.h) and the CUDA kind's
+/* backend.cu: the CUDA backend of the forward pass (lib/engine/backend.h), its
+ * table of operations (lib/engine/backend_impl.h) and the CUDA kind's
  * backend_open hook. One stream and one cuBLAS handle per backend; every
  * call checked (check.h).
  *
@@ -11,7 +11,7 @@
  * memory-bound). More rows (prefill) go through cublasGemmEx with the
  * activations rounded to the weights' dtype and f32 accumulation
  * (CUBLAS_COMPUTE_32F, never TF32). The other operations are one kernel
- * each, in f32, matching lib/backend.c line for line.
+ * each, in f32, matching lib/engine/backend.c line for line.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -627,7 +627,7 @@ static int open_ctx(cuda_ctx *c, int device, pcg_err *err)
 	return 0;
 }
 
-/* The CUDA kind's backend_open hook (lib/device.h): device is the CUDA
+/* The CUDA kind's backend_open hook (lib/engine/device.h): device is the CUDA
  * ordinal, checked by pcg_backend_open. */
 extern "C" pcg_backend *pcg_cuda_backend_open(int device, pcg_err *err)
 {

@@ -1,5 +1,5 @@
 /* device.h: CUDA devices seen by this process; the count is the CUDA
- * device kind's hook (lib/cuda/kind.cu, lib/device.h). Compiled only when
+ * device kind's hook (lib/cuda/kind.cu, lib/engine/device.h). Compiled only when
  * nvcc is found. */
 #ifndef PCG_CUDA_DEVICE_H
 #define PCG_CUDA_DEVICE_H

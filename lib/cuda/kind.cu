@@ -1,7 +1,7 @@
-/* kind.cu: the hooks of the CUDA device kind (lib/device.h): the device
+/* kind.cu: the hooks of the CUDA device kind (lib/engine/device.h): the device
  * count, the forward pass's backend (backend.cu), asg_build's similar
  * pairs (asg.cu) and the X-codec2 decoder (xcodec2.cu). libpcg's entry in
- * the table of kinds (lib/cudaload.c) gets this one from the library when
+ * the table of kinds (lib/engine/cudaload.c) gets this one from the library when
  * it opens it (library.cu), and passes each call on. */
 extern "C" {
 #include "backend.h"

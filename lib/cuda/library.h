@@ -1,10 +1,10 @@
 /* library.h: what libpcg and libpcg-cuda.so (the .cu files of lib/cuda/
  * as a shared object) say to each other. The programs do not link CUDA:
  * libpcg opens the library with dlopen on the first use of a CUDA device
- * (lib/cudaload.c), so that a run on the CPU never maps cudart, cuBLAS and
+ * (lib/engine/cudaload.c), so that a run on the CPU never maps cudart, cuBLAS and
  * cuFFT (about 0.2 GB of RSS). The library exports one function,
  * pcg_cuda_library_open, which returns the CUDA entry of the table of
- * device kinds (lib/device.h, lib/cuda/kind.cu).
+ * device kinds (lib/engine/device.h, lib/cuda/kind.cu).
  *
  * The CUDA code calls a few libpcg functions (errors, dtypes, the sampling
  * check, X-codec2's accessors and FSQ). The program hands the library
@@ -19,7 +19,7 @@
  * call into libpcg that is not in the table fails the build, not a run.
  *
  * The CUDA tests (tests/cuda/) link the CUDA objects themselves, without
- * library.cu, so they call libpcg directly; lib/cudaload.c then uses the
+ * library.cu, so they call libpcg directly; lib/engine/cudaload.c then uses the
  * kind linked in rather than opening the library (one copy there too).
  */
 #ifndef PCG_CUDA_LIBRARY_H
@@ -30,11 +30,11 @@
 #include <stdint.h>
 
 /* libpcg's headers (lib/cuda/ has a device.h and a sampling.h of its own). */
-#include "../device.h"
-#include "../dtype.h"
-#include "../err.h"
-#include "../sampling.h"
-#include "../xcodec2.h"
+#include "../engine/device.h"
+#include "../core/dtype.h"
+#include "../core/err.h"
+#include "../core/sampling.h"
+#include "../codec/xcodec2.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,6 @@
 /* rmsnorm.cuh: the one RMSNorm kernel of the CUDA code, for the Llama
- * backend (LlamaRMSNorm, lib/backend.c) and X-codec2's transformer
- * (bs_roformer5.py, lib/xcodec2.c): one block per row t of H,
+ * backend (LlamaRMSNorm, lib/engine/backend.c) and X-codec2's transformer
+ * (bs_roformer5.py, lib/codec/xcodec2.c): one block per row t of H,
  *   out[t] = w * (x[t] * r),  r = 1 / sqrt(mean(x[t]^2) + eps),
  * the sum of squares in f32. Each caller passes its own eps; both CPU
  * references compute these products (X-codec2's x * r * w is the same

@@ -6,7 +6,7 @@
 #define PCG_CUDA_SAMPLING_H
 
 #include "err.h"
-#include "../sampling.h" /* lib/sampling.h: this file has the same name */
+#include "../core/sampling.h" /* lib/core/sampling.h: this file has the same name */
 
 #ifdef __cplusplus
 extern "C" {

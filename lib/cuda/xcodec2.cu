@@ -1,5 +1,5 @@
 /* xcodec2.cu: the X-codec2 decoder on a CUDA device, step for step as run()
- * in lib/xcodec2.c (read the two side by side: the same step list, the same
+ * in lib/codec/xcodec2.c (read the two side by side: the same step list, the same
  * comments, the same buffer names x, h, h2, big).
  *
  * Activations are [T, C] row-major in device memory, as on the CPU. cuBLAS
@@ -410,7 +410,7 @@ static int istft(xc2_cuda *g, const float *p, int T, pcg_err *err)
 
 /* ------------------------------------------------------------------ decode */
 
-/* The whole decoder, as run() in lib/xcodec2.c; the backbone's output goes
+/* The whole decoder, as run() in lib/codec/xcodec2.c; the backbone's output goes
  * to feat when not NULL, the waveform to out when not NULL (host memory).
  * The work buffers are g's (work_alloc). */
 static int run(xc2_cuda *g, const int32_t *codes, int T, float *out, float *feat,

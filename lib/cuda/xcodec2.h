@@ -1,7 +1,7 @@
-/* xcodec2.h (cuda): the X-codec2 decoder of lib/xcodec2.h on a CUDA device,
+/* xcodec2.h (cuda): the X-codec2 decoder of lib/codec/xcodec2.h on a CUDA device,
  * the same steps with the products through cuBLAS and the inverse FFT through
  * cuFFT. Built only with nvcc (PCG_CUDA); programs reach it through
- * --device cuda[:N] (lib/device.h).
+ * --device cuda[:N] (lib/engine/device.h).
  *
  * The CPU model is the source of the weights and of the shared steps (the
  * check of codes, FSQ dequantisation): xc2_cuda_open copies its tensors to the
@@ -24,8 +24,8 @@
 #include <stdint.h>
 
 #include "err.h"
-/* lib/xcodec2.h: a plain "xcodec2.h" would name this file. */
-#include "../xcodec2.h"
+/* lib/codec/xcodec2.h: a plain "xcodec2.h" would name this file. */
+#include "../codec/xcodec2.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /* test_forward.c: the CUDA backend against the CPU backend, the oracle.
- *   1. every operation of lib/backend.h on random inputs of several shapes
+ *   1. every operation of lib/engine/backend.h on random inputs of several shapes
  *      (and every weight dtype for the products, on both product paths:
  *      gemv up to PCG_MATMUL_SMALL rows, cublasGemmEx above);
  *   2. whole forward passes of the fixture models (tests/fixtures/llama:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_kmeans_fixtures.py: reference output of the kmeans-gl codec's decoder
-(lib/kmeans_codec.h) for the C test tests/unit/test_kmeans_codec.c.
+(lib/codec/kmeans_codec.h) for the C test tests/unit/test_kmeans_codec.c.
 
 A tiny random codebook (K = 16 log-magnitude centroids of a 1024-point STFT),
 fixed codes, and the waveform that Griffin-Lim gives for them, computed here

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Builds the reference fixture tests/fixtures/llasa-plus/.
 
-What it is for: lib/model.c runs Llasa+ checkpoints (Tian et al., ASRU 2025;
+What it is for: lib/engine/model.c runs Llasa+ checkpoints (Tian et al., ASRU 2025;
 github.com/ASLP-lab/LLaSA_Plus): a frozen Llama backbone under `llm.` and two
 multi-token prediction heads, each
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_mcd_fixtures.py: the speech fixtures of pcg-mcd and pcg-eval, and the
-MCD-DTW that librosa computes for them with the recipe of lib/mcd.h.
+MCD-DTW that librosa computes for them with the recipe of lib/codec/mcd.h.
 
 Writes tests/fixtures/speech/:
   a.wav, b.wav   one sentence spoken by two espeak-ng voices (16 kHz mono
@@ -40,7 +40,7 @@ TEXT = "Bring me some water, please."
 # id: espeak-ng voice, pitch, words per minute
 VOICES = {"a": ("en-us+m3", 45, 225), "b": ("en-gb+f2", 65, 210)}
 
-# The recipe of lib/mcd.h.
+# The recipe of lib/codec/mcd.h.
 FRAME_MS, HOP_MS, N_MELS, N_CEPS, FLOOR = 25, 5, 40, 24, 1e-10
 K = 10 / math.log(10) * math.sqrt(2)
 

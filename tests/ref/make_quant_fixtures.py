@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_quant_fixtures.py: golden Q8_0 and Q4_0 bytes for lib/quantize.c,
+"""make_quant_fixtures.py: golden Q8_0 and Q4_0 bytes for lib/formats/quantize.c,
 from gguf-py (llama.cpp's own Python package, gguf.quants.quantize, which
 reproduces ggml's quantize_row_q8_0_ref and quantize_row_q4_0_ref).
 

@@ -1,5 +1,5 @@
 /* test_device.c: --device names through the table of device kinds
- * (lib/device.h): what parses to which kind and index, the message for a
+ * (lib/engine/device.h): what parses to which kind and index, the message for a
  * name that does not, the printed names, and that the CPU is always
  * usable while a GPU that is not there (no device, or a build without its
  * backend) is an error naming it. */

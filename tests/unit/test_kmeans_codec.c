@@ -1,4 +1,4 @@
-/* test_kmeans_codec.c: the kmeans-gl decoder (lib/kmeans_codec.h) against the
+/* test_kmeans_codec.c: the kmeans-gl decoder (lib/codec/kmeans_codec.h) against the
  * float64 numpy reference of tests/ref/make_kmeans_fixtures.py (a random
  * K = 16 codebook, 40 codes, 32 Griffin-Lim iterations, seeded phase), plus
  * its errors: a code out of range names the position, a bad config.json

@@ -1,4 +1,4 @@
-/* test_llasa_plus.c: Llasa+ checkpoints (lib/model.h) against Llasa+'s own
+/* test_llasa_plus.c: Llasa+ checkpoints (lib/engine/model.h) against Llasa+'s own
  * modules, on the fixture tests/ref/make_llasa_plus_fixtures.py made with
  * their LlamaDecoderLayerLlasa, LlamaRMSNorm and backbone class: the
  * backbone's logits and both heads' logits at every position of a sequence,

@@ -1,4 +1,4 @@
-/* test_mcd: lib/mcd.h against the float64 librosa reference of
+/* test_mcd: lib/codec/mcd.h against the float64 librosa reference of
  * tests/ref/make_mcd_fixtures.py (MCD-DTW of espeak-ng speech and of
  * synthetic stereo sound at 22,050 Hz, and cepstra of a few frames), plus
  * what holds without a reference: MCD(x, x) = 0, symmetry, hand-made DTW

@@ -1,6 +1,6 @@
-/* test_qmatmul.c: the block-quantised products (lib/qmatmul.c) on every
+/* test_qmatmul.c: the block-quantised products (lib/engine/qmatmul.c) on every
  * path this CPU can run, against the scalar reference and against a float64
- * product of the dequantised weights (lib/quant.c) and the dequantised int8
+ * product of the dequantised weights (lib/core/quant.c) and the dequantised int8
  * activations: every format, widths that are and are not a multiple of the
  * activation block (256), 1 to 9 weight rows and row sub-ranges, 1 to 9
  * activation rows (9 and more run as blocks of 8), and threads; a block of

@@ -1,4 +1,4 @@
-/* test_quantize.c: f32 to ggml's block formats (lib/quantize.c) and
+/* test_quantize.c: f32 to ggml's block formats (lib/formats/quantize.c) and
  * llama.cpp's type per tensor (pcg_quant_choose).
  *
  * Q8_0 and Q4_0 give gguf-py's bytes on the cases of

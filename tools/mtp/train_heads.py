@@ -53,7 +53,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import LlamaForCausalLM
 
-MAX_HEADS = 16  # as lib/mtp.h
+MAX_HEADS = 16  # as lib/engine/mtp.h
 
 
 def parse_args():

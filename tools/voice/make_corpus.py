@@ -162,7 +162,7 @@ def main():
             meta.write("%s\t%d\t%s\t%s\n" % (uid, spk, split, t))
             if split == "heldout":
                 held.write("%s\t%s\n" % (uid, t))
-    # The speakers, as a phoneme voice's voice.json lists them (lib/voice.h).
+    # The speakers, as a phoneme voice's voice.json lists them (lib/text/voice.h).
     with open(os.path.join(a.out, "speakers.json"), "w") as f:
         json.dump([{"voice": v, "pitch": p, "rate": r} for v, p, r in SPEAKERS[:a.speakers]], f,
                   indent=1)

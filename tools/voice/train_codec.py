@@ -7,7 +7,7 @@ A code is the index of the nearest of K centroids (k-means, fixed seed) of
 log-magnitude STFT frames: periodic Hann window of n_fft, hop 320 at 16 kHz
 (50 frames a second), torch.stft's centering with zero padding, and
 log(|X| + 1e-5). codec-decode --codec kmeans-gl decodes codes by taking
-exp(centroid) as the magnitude and running Griffin-Lim (lib/kmeans_codec.h).
+exp(centroid) as the magnitude and running Griffin-Lim (lib/codec/kmeans_codec.h).
 
 Usage:
     python3 tools/voice/train_codec.py --corpus DIR --out MODEL_DIR

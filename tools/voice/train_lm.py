@@ -4,7 +4,7 @@ corpus of make_corpus.py encoded by train_codec.py, and writes a Hugging Face
 Llama model directory in LLaSA's layout that the C programs load.
 
 The model reads LLaSA's prompt with the text replaced by a speaker token and
-espeak-ng's phonemes (lib/voice.h), and writes the codec's speech tokens
+espeak-ng's phonemes (lib/text/voice.h), and writes the codec's speech tokens
 interleaved with forced phoneme tokens: <|p_X|> comes right before the first
 speech token of phoneme X, at the frame where espeak-ng starts it (the
 corpus's phones/<id>.txt, made by pcg-phonemize as the verifier makes them at

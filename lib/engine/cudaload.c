@@ -1,4 +1,4 @@
-/* cudaload.c: the CUDA entry of the table of device kinds (lib/device.h) in
+/* cudaload.c: the CUDA entry of the table of device kinds (lib/engine/device.h) in
  * a build with CUDA. Its hooks open libpcg-cuda.so (lib/cuda/library.h) on
  * the first call, once per process, and pass each call on to the library's
  * own hooks; a program that never asks for a CUDA device never maps the

@@ -1,5 +1,5 @@
 /* backend.c: the CPU backend of the forward pass (host memory, OpenMP and
- * the matmul kernels of lib/matmul.c), the opening of a device's backend,
+ * the matmul kernels of lib/engine/matmul.c), the opening of a device's backend,
  * and the wrappers through which callers reach any backend's table. Each
  * CPU operation is the transformers line it implements (modeling_llama.py). */
 #include "backend_impl.h"

@@ -8,7 +8,7 @@
  * F16C) and the x86-64 baseline; the first use picks the best the CPU has.
  * Large batches (prefill) go to OpenBLAS sgemm, which wins once
  * the weights are reused many times; block-quantised weights go to
- * lib/qmatmul.c in blocks of 8 instead, which beats sgemm on their
+ * lib/engine/qmatmul.c in blocks of 8 instead, which beats sgemm on their
  * dequantised tiles. pcg_matmul_rows runs the streaming kernel on any
  * number of rows, for a batch of sequences whose rows must each get what
  * they get alone.

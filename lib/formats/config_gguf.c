@@ -190,7 +190,7 @@ static int parse(const gguf_file *f, llama_config *c, pcg_err *err)
 		return -1;
 
 	/* llama3 scaling, when the model has it, is the rope_freqs.weight
-	 * tensor that lib/model.c applies. */
+	 * tensor that lib/engine/model.c applies. */
 	c->rope_llama3 = 0;
 	c->rope_factor = 1;
 	c->rope_low_freq = 1;

@@ -30,7 +30,7 @@
  * run apart, on their own cores or hosts; 1: no better than one after the
  * other, as two servers sharing the same cores or memory can be):
  * only then are the next round's drafts ready when the verdict comes
- * (lib/speculate.c); after a rejection the draft drafts again while the
+ * (lib/spec/speculate.c); after a rejection the draft drafts again while the
  * target waits. The target alone costs a trip and a step per token.
  */
 #ifndef PCG_COSTMODEL_H
@@ -92,7 +92,7 @@ int cost_measure(struct llama_model *m, const struct llama_rows *rows, double *s
  * spends it (its product, the heads' lm_head over rows, its softmax with
  * samp), the
  * fastest of a few per head from cold caches: cost_terms's head, in seconds
- * (0 when it cannot be measured). h NULL: m's Llasa+ heads (lib/model.h),
+ * (0 when it cannot be measured). h NULL: m's Llasa+ heads (lib/engine/model.h),
  * whose decoder layers run in every pass of m (so in its step): their
  * lm_head and softmax. */
 double cost_measure_heads(struct mtp_heads *h, const struct llama_model *m,

@@ -91,7 +91,7 @@ typedef struct net_counts {
  * "prog: ...". Replies are packed into a few buffers that are reused once
  * libzmq is done with them (sent, or over inproc closed by the receiver),
  * so that a reply of megabytes costs no fresh pages and no copy on this
- * side. pcg_daemon_run (lib/service.h) brings the requests. */
+ * side. pcg_daemon_run (lib/serve/service.h) brings the requests. */
 typedef struct net_responder net_responder;
 net_responder *net_responder_new(const char *prog, net_handler *handle, void *ctx);
 /* Answers r on sock. Returns 0, or -1 when out of memory. */

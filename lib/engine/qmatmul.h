@@ -1,6 +1,6 @@
 /* qmatmul.h: small batches of f32 activations times block-quantised weights
- * (lib/quant.h), the decode and verification-block products of a GGUF model;
- * lib/matmul.c calls it for those dtypes. The activations are quantised to
+ * (lib/core/quant.h), the decode and verification-block products of a GGUF model;
+ * lib/engine/matmul.c calls it for those dtypes. The activations are quantised to
  * int8 per block of 256 (ggml's Q8_K form), the products are exact integer
  * sums scaled in f32 (qmatmul.c gives the formula). */
 #ifndef PCG_QMATMUL_H

@@ -7,7 +7,7 @@
  * memory-bound). More rows (prefill) go through OpenBLAS sgemm, on tiles of
  * the weights widened to f32 when they are f16/bf16, so a bf16 checkpoint is
  * never copied whole. Block-quantised weights (GGUF's Q8_0, Q4_0, K-quants)
- * go through lib/qmatmul.c's int8 kernels for any number of rows, in blocks
+ * go through lib/engine/qmatmul.c's int8 kernels for any number of rows, in blocks
  * of PCG_MATMUL_SMALL. pcg_matmul_rows keeps any number of rows on the
  * small kernels (the rows of a batch of sequences, each as alone).
  */

@@ -1,6 +1,6 @@
 /* qpack.h: block-quantised weights repacked at load into groups of 16
  * interleaved rows, so that one unpacked weight vector serves 16 output rows
- * (one lane each) and every position of a block (lib/qpack.c says how).
+ * (one lane each) and every position of a block (lib/engine/qpack.c says how).
  * The file on disk is unchanged; the packed copy replaces the mapped pages
  * in memory. Q8_0, Q4_0, Q4_K and Q6_K, on CPUs with AVX-512 VNNI. */
 #ifndef PCG_QPACK_H

@@ -46,10 +46,10 @@ int llama_config_load(const char *path, llama_config *c, pcg_err *err);
 /* The same from a JSON text (for tests). */
 int llama_config_parse(const char *json, size_t len, llama_config *c, pcg_err *err);
 
-/* The same from a GGUF file's llama.* metadata (lib/gguf.h): architecture
+/* The same from a GGUF file's llama.* metadata (lib/formats/gguf.h): architecture
  * "llama" only (another is an error naming it). llama3 rope scaling is not
  * in the metadata: it comes with the file's rope_freqs.weight tensor, which
- * lib/model.c applies; rope_llama3 is left 0 here. tie is 1 when the file
+ * lib/engine/model.c applies; rope_llama3 is left 0 here. tie is 1 when the file
  * has no output.weight. */
 struct gguf_file;
 int llama_config_from_gguf(const struct gguf_file *f, llama_config *c, pcg_err *err);

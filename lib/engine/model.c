@@ -1,7 +1,7 @@
 /* model.c: the Llama forward pass, as transformers computes it
  * (modeling_llama.py: LlamaRMSNorm, LlamaRotaryEmbedding with
  * _compute_llama3_parameters, LlamaAttention with repeat_kv, LlamaMLP),
- * written once against the operations of lib/backend.h (the CPU, or a
+ * written once against the operations of lib/engine/backend.h (the CPU, or a
  * CUDA device). On the CPU, matrices stay in the checkpoint's mapping in
  * their dtype and only the norm weights (and f32 matrices that happen to be
  * misaligned) are copied; on a device, every tensor is uploaded once, in
@@ -739,7 +739,7 @@ static int kv_reserve(llama_kv *kv, int need, pcg_err *err)
  * A row's products must not depend on the rows it shares them with, so
  * that a sequence gives in a batch what it gives alone. On the CPU, products
  * of up to PCG_MATMUL_SMALL rows have that property and longer ones do not
- * (OpenBLAS; lib/matmul.h). So the rows of the short sequences (at most
+ * (OpenBLAS; lib/engine/matmul.h). So the rows of the short sequences (at most
  * EXACT_MAX positions) come first and go through matmul_rows, which gives
  * every row what a product of at most PCG_MATMUL_SMALL rows gives it however
  * many rows there are; a longer sequence's rows are a product of their own

@@ -2,12 +2,12 @@
  * and an index among the devices of that kind; programs take
  * --device cpu|cuda|cuda:N and look the name up here.
  *
- * The kinds are one table (lib/device.c): each entry names the kind and
+ * The kinds are one table (lib/engine/device.c): each entry names the kind and
  * holds its hooks, NULL where the kind has no such code: how many devices
- * the machine has, the forward pass's backend (lib/backend.h), asg_build's
- * similar pairs (lib/asg.h) and the X-codec2 decoder (lib/xcodec2.h).
+ * the machine has, the forward pass's backend (lib/engine/backend.h), asg_build's
+ * similar pairs (lib/spec/asg.h) and the X-codec2 decoder (lib/codec/xcodec2.h).
  * CUDA's hooks open its code, a shared object, on the first call
- * (lib/cudaload.c), so that a program on the CPU never maps it. A
+ * (lib/engine/cudaload.c), so that a program on the CPU never maps it. A
  * kind this build lacks (CUDA without nvcc) stays in the table without
  * hooks, so that asking for it says how to get it. A new kind (Vulkan,
  * Metal, ROCm) is its own files and one entry there.
@@ -37,10 +37,10 @@ typedef struct pcg_device_kind {
 	/* Devices of the kind on this machine: 0 when there are none (not an
 	 * error), -1 with err for any other failure. NULL: one (the CPU). */
 	int (*count)(pcg_err *err);
-	/* The forward pass's backend on device index (lib/backend.h). */
+	/* The forward pass's backend on device index (lib/engine/backend.h). */
 	struct pcg_backend *(*backend_open)(int index, pcg_err *err);
 	/* asg_build's similar pairs on device index, as lib/cuda/asg.h says;
-	 * NULL: the kind has none (the CPU's are lib/asg.c's own). */
+	 * NULL: the kind has none (the CPU's are lib/spec/asg.c's own). */
 	int (*asg_pairs)(int index, const float *E, int n, int d, float theta, int rows,
 			 void (*progress)(void *ctx, double done, double total),
 			 void *progress_ctx, struct asg_pair **pairs, size_t *npairs,

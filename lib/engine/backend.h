@@ -1,8 +1,8 @@
 /* backend.h: the operations of the Llama forward pass, on the CPU or on a
- * GPU, behind one interface. lib/model.c writes the forward pass once
+ * GPU, behind one interface. lib/engine/model.c writes the forward pass once
  * against the functions below; each backend implements them as a table
- * (lib/backend_impl.h): the CPU's is lib/backend.c, CUDA's
- * lib/cuda/backend.cu. A backend is opened on a device (lib/device.h).
+ * (lib/engine/backend_impl.h): the CPU's is lib/engine/backend.c, CUDA's
+ * lib/cuda/backend.cu. A backend is opened on a device (lib/engine/device.h).
  *
  * Pointers given to the operations are the backend's memory: host memory
  * for the CPU, device memory for a GPU (from pcg_backend_alloc). Activations
@@ -85,13 +85,13 @@ int pcg_backend_attention(pcg_backend *be, float *out, const float *q, const flo
 int pcg_backend_add(pcg_backend *be, float *x, const float *y, size_t n, pcg_err *err);
 /* g[i] = silu(g[i]) * u[i], i < n. */
 int pcg_backend_swiglu(pcg_backend *be, float *g, const float *u, size_t n, pcg_err *err);
-/* pcg_probs (lib/sampling.h) of each of rows rows of n logits into p (may
+/* pcg_probs (lib/core/sampling.h) of each of rows rows of n logits into p (may
  * equal logits). */
 int pcg_backend_probs(pcg_backend *be, float *p, const float *logits, int rows, int n,
 		      const pcg_sampling *s, pcg_err *err);
 
-/* The backend_open hooks of the device kinds (lib/device.c's table), on
- * device index of the kind: the CPU's (lib/backend.c) and, in a build with
+/* The backend_open hooks of the device kinds (lib/engine/device.c's table), on
+ * device index of the kind: the CPU's (lib/engine/backend.c) and, in a build with
  * CUDA, CUDA's (lib/cuda/backend.cu). Callers use pcg_backend_open. */
 pcg_backend *pcg_cpu_backend_open(int index, pcg_err *err);
 pcg_backend *pcg_cuda_backend_open(int index, pcg_err *err);

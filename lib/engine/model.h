@@ -21,7 +21,7 @@
  * the sequence with its own KV cache (kept in the sequence's llama_kv beside
  * the backbone's layers, so it advances and rolls back with them). lm_head
  * (no final norm) reads y_k, which predicts the token k + 1 after the one
- * the backbone predicts (lib/mtp.h's offsets). Every pass runs the heads at
+ * the backbone predicts (lib/engine/mtp.h's offsets). Every pass runs the heads at
  * every position, so that their caches stay whole.
  */
 #ifndef PCG_MODEL_H
@@ -40,11 +40,11 @@ typedef struct llama_open_opts {
 	 * layer subset of the target); NULL: all layers. */
 	const int *layers;
 	int n_layers;
-	/* Where the forward runs: "cpu", "cuda" or "cuda:N" (lib/device.h);
+	/* Where the forward runs: "cpu", "cuda" or "cuda:N" (lib/engine/device.h);
 	 * NULL: the CPU. A CUDA model runs one forward at a time. */
 	const char *device;
 	/* 1: block-quantised matrices of a GGUF file are dequantised to f32 when
-	 * the model opens (lib/quant.c; 4 bytes a weight): the same weights
+	 * the model opens (lib/core/quant.c; 4 bytes a weight): the same weights
 	 * through the float kernels, a reference for the quantised ones. */
 	int dequantize;
 	/* 1: a Llasa+ checkpoint's heads are left out (they cost two decoder
@@ -125,7 +125,7 @@ int llama_forward_hidden(llama_model *m, llama_kv *kv, const int *tokens, int n,
 			 const llama_rows *rows, float *logits, float *hidden, pcg_err *err);
 
 /* llama_forward_hidden whose output is the tempered / top-k / top-p
- * probabilities of pcg_probs (lib/sampling.h) instead of the logits,
+ * probabilities of pcg_probs (lib/core/sampling.h) instead of the logits,
  * computed on the model's device (so only probabilities cross to the host).
  * A row pcg_probs refuses (NaN, +inf, all -inf) is an error (kv is then
  * unchanged). */

@@ -1,10 +1,10 @@
-/* backend_impl.h: what a backend of lib/backend.h implements: the table of
+/* backend_impl.h: what a backend of lib/engine/backend.h implements: the table of
  * its operations and the struct the wrappers of backend.h reach it
- * through. Included by the backends only (lib/backend.c,
+ * through. Included by the backends only (lib/engine/backend.c,
  * lib/cuda/backend.cu); everyone else calls backend.h, whose comments are
  * the contracts of the operations of the same names. A new backend fills a
  * pcg_backend_ops by name and returns a pcg_backend from its device kind's
- * backend_open hook (lib/device.h).
+ * backend_open hook (lib/engine/device.h).
  */
 #ifndef PCG_BACKEND_IMPL_H
 #define PCG_BACKEND_IMPL_H

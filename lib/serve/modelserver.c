@@ -44,7 +44,7 @@ typedef struct server {
 	long long kv_mem;
 	unsigned long evicted;
 	mtp_heads *heads;      /* the model directory's mtp.safetensors, or NULL */
-	int layer_heads;       /* the model's Llasa+ heads (lib/model.h llama_n_mtp), or 0 */
+	int layer_heads;       /* the model's Llasa+ heads (lib/engine/model.h llama_n_mtp), or 0 */
 	float *hlogits;        /* with heads: heads x vocab, one position's (Llasa+:
 				* PROTO_MAX_N positions') */
 	float *hprobs;         /* with heads: PROTO_MAX_N x (1 + heads) x vocab */
@@ -299,7 +299,7 @@ static void serve_now(server *sv, const proto_msg *q, proto_msg *rep)
  * The serving loop batches: it takes every request that is waiting, and
  * each pass of the model advances all of them by one step at once (a
  * score: its block; a propose: one drafted token), so the weights are read
- * once for all sessions (lib/model.h llama_forward_batch; each session
+ * once for all sessions (lib/engine/model.h llama_forward_batch; each session
  * keeps its own cache and attention). A step of at most PCG_MATMUL_SMALL
  * positions joins the batch, and gets the bits it would get alone. A
  * longer span (a prompt's prefill) runs alone in pieces of PREFILL_CHUNK
@@ -532,7 +532,7 @@ static int pending_seq(server *sv, const pending *p, llama_seq *s)
 	/* the last piece holds every output; a score with MTP heads is one
 	 * piece, so that its bits stay those it always had (a prefill of more
 	 * than 64 positions in one product gets other bits than in pieces:
-	 * lib/model.c) */
+	 * lib/engine/model.c) */
 	if (left > PREFILL_CHUNK && p->heads == 0)
 		n = left - want < PREFILL_CHUNK ? left - want : PREFILL_CHUNK;
 	s->tokens = r->append + p->next;
@@ -1073,7 +1073,7 @@ int modelserver_main(int argc, char **argv, ms_role role)
 	pcg_err err = { "" };
 	int layers[1024], n_layers;
 
-	pcg_daemon_passive_openmp(argv); /* lib/service.h says why */
+	pcg_daemon_passive_openmp(argv); /* lib/serve/service.h says why */
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 	if (first == PCG_OPTS_HELP) {
 		pcg_opts_usage(stdout, prog, synopsis, opts);

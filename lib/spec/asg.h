@@ -102,7 +102,7 @@ typedef struct asg_build_opts {
 	asg_progress_fn *progress; /* may be NULL */
 	void *progress_ctx;
 	const char *device;    /* where the products run: "cpu", "cuda", "cuda:N" (as
-				* llama_open_opts; lib/device.h); NULL: the CPU */
+				* llama_open_opts; lib/engine/device.h); NULL: the CPU */
 } asg_build_opts;
 
 /* A similar pair of rows, i < j, with the f32 cosine the product gave: what

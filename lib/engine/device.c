@@ -15,7 +15,7 @@ static const pcg_device_kind cpu_kind = {
 };
 
 /* Each other kind: its hooks in a build that has it (CUDA's open its
- * library on first use, lib/cudaload.c), else an entry that says how to
+ * library on first use, lib/engine/cudaload.c), else an entry that says how to
  * get it. */
 #ifdef PCG_CUDA
 #include "cudaload.h"

@@ -4,7 +4,7 @@
  * conversions here are exact (every bf16/f16 value is an f32 value).
  *
  * The block types are ggml's quantised formats, in its exact byte layouts
- * (lib/quant.h): a row of n elements is n / block elements stored as
+ * (lib/core/quant.h): a row of n elements is n / block elements stored as
  * n / block blocks of block_bytes each, so a GGUF file's tensors are used
  * in place. Their conversion to f32 is ggml's dequantisation.
  */
@@ -71,7 +71,7 @@ void pcg_f32_to_f16_n(uint16_t *dst, const float *src, size_t n);
 
 /* Converts n elements of type t at src (any alignment) to f32 at dst. For a
  * block type, src is the start of a block and n a multiple of the block
- * (lib/quant.h: pcg_dequantize). */
+ * (lib/core/quant.h: pcg_dequantize). */
 void pcg_to_f32(float *dst, const void *src, pcg_dtype t, size_t n);
 
 #ifdef __cplusplus

@@ -3,7 +3,7 @@
  * used where they are mapped: their dequantisation (the reference for every
  * kernel: gguf-py's gguf.quants gives the same values), their quantisation
  * from f32 (pcg-quantize), and the activations' int8 form that the products
- * of lib/matmul.c take.
+ * of lib/engine/matmul.c take.
  *
  * Layouts (all little-endian, f16 = IEEE half, no padding; x = element):
  *   Q8_0, 32 per block, 34 bytes:  d; qs[32]            x[i] = d * qs[i]
