@@ -18,6 +18,7 @@
 #include "qmatmul.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -103,11 +104,11 @@ static inline __attribute__((always_inline)) float hsum(const vf *pv)
 #endif
 
 static inline __attribute__((always_inline)) void
-tile_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsigned char *w,
+tile_dot(float *y, int ldy, const float *x, const void *xs, int K, const unsigned char *w,
 	 size_t row_bytes, pcg_dtype dt, const int R, const int NB)
 {
 	const size_t es = dt == PCG_F32 ? 4 : 2;
-	const float *xv = dt == PCG_BF16 ? xs : x;
+	const float *xv = dt == PCG_BF16 ? (const float *)xs : x;
 	vf acc[4][4];
 	int k = 0;
 
@@ -160,7 +161,7 @@ tile_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsign
 
 /* Dispatch on the run-time dtype and batch to the compile-time shapes. */
 static inline __attribute__((always_inline)) void
-tile(float *y, int ldy, const float *x, const float *xs, int K, const unsigned char *w,
+tile(float *y, int ldy, const float *x, const void *xs, int K, const unsigned char *w,
      size_t row_bytes, pcg_dtype dt, const int R, int nb)
 {
 #define NBS(DT) \
@@ -183,7 +184,7 @@ tile(float *y, int ldy, const float *x, const float *xs, int K, const unsigned c
  * times groups of up to four activation rows. The weight rows stay in L1/L2
  * while the groups of activation rows pass over them. */
 static inline __attribute__((always_inline)) void
-rows_small(float *y, int ldy, const float *x, const float *xs, int B, const pcg_mat *W, int r0,
+rows_small(float *y, int ldy, const float *x, const void *xs, int B, const pcg_mat *W, int r0,
 	   int r1, int yr0, const int R)
 {
 	const int K = W->cols;
@@ -196,7 +197,7 @@ rows_small(float *y, int ldy, const float *x, const float *xs, int B, const pcg_
 		for (int b0 = 0; b0 < B; b0 += 4) {
 			const int nb = B - b0 < 4 ? B - b0 : 4;
 			float *yb = y + (r - yr0) + (size_t)b0 * ldy;
-			const float *xb = x + (size_t)b0 * K, *xsb = xs + (size_t)b0 * K;
+			const float *xb = x + (size_t)b0 * K, *xsb = (const float *)xs + (size_t)b0 * K;
 			if (R > 1 && r + R <= r1)
 				tile(yb, ldy, xb, xsb, K, w, row_bytes, dt, R, nb);
 			else
@@ -208,10 +209,10 @@ rows_small(float *y, int ldy, const float *x, const float *xs, int B, const pcg_
 /* The same body compiled for three instruction sets. R, the weight rows per
  * group, fits the registers: AVX-512 has 32 vector registers, enough for 4
  * rows x 4 activation rows of accumulators; AVX2's 16 hold one row. */
-typedef void rows_fn(float *, int, const float *, const float *, int, const pcg_mat *, int, int,
+typedef void rows_fn(float *, int, const float *, const void *, int, const pcg_mat *, int, int,
 		     int);
 #define ROWS_FOR(name, attr, R) \
-	attr static void name(float *y, int ldy, const float *x, const float *xs, int B, \
+	attr static void name(float *y, int ldy, const float *x, const void *xs, int B, \
 			      const pcg_mat *W, int r0, int r1, int yr0) \
 	{ \
 		rows_small(y, ldy, x, xs, B, W, r0, r1, yr0, R); \
@@ -220,13 +221,117 @@ ROWS_FOR(rows_avx512, __attribute__((target("arch=x86-64-v4"))), 4)
 ROWS_FOR(rows_avx2, __attribute__((target("arch=x86-64-v3"))), 1)
 ROWS_FOR(rows_generic, , 1)
 
+/* bf16 weights by vdpbf16ps (AVX512_BF16): xb is x rounded to bf16, each row
+ * padded with zeros to Kp, a multiple of 32. One instruction multiplies 32
+ * weights (as stored: pairs of bf16) by 32 activations and adds the 16 pair
+ * sums into 16 f32 lanes, so a step of 32 weights costs one instruction per
+ * activation row where widening costs two FMAs and two integer operations.
+ * The last partial step loads the weights under a mask (zeros past K, which
+ * meet xb's zeros). As in tile_dot, each (row, activation row) sum runs in
+ * one order whatever R and NB are. */
+#define BF16_TGT __attribute__((target("arch=x86-64-v4,avx512bf16")))
+static inline __attribute__((always_inline)) BF16_TGT void
+tile_bf16dot(float *y, int ldy, const uint16_t *xb, int Kp, int K, const unsigned char *w,
+	     size_t row_bytes, const int R, const int NB)
+{
+	__m512 acc[4][8];
+	int k = 0;
+
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int b = 0; b < NB; b++)
+			acc[r][b] = _mm512_setzero_ps();
+	for (; k < K; k += 2 * VW) {
+		const __mmask32 m = K - k >= 2 * VW ? ~(__mmask32)0 : ((__mmask32)1 << (K - k)) - 1;
+		__m512i wv[4];
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			const unsigned char *wr = w + r * row_bytes + 2 * (size_t)k;
+			__builtin_prefetch(wr + PF_AHEAD, 0, PF_LOC);
+			wv[r] = _mm512_maskz_loadu_epi16(m, wr);
+		}
+#pragma GCC unroll 8
+		for (int b = 0; b < NB; b++) {
+			const __m512i xv = _mm512_loadu_si512(xb + (size_t)b * Kp + k);
+#pragma GCC unroll 4
+			for (int r = 0; r < R; r++)
+				acc[r][b] = _mm512_dpbf16_ps(acc[r][b], (__m512bh)xv, (__m512bh)wv[r]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int b = 0; b < NB; b++)
+			y[(size_t)b * ldy + r] = _mm512_reduce_add_ps(acc[r][b]);
+}
+
+/* Groups of 4 weight rows against groups of up to 8 activation rows (two
+ * groups of 2 weight rows when there are more than 4 activation rows, so
+ * that the accumulators stay at 16 registers); rows past the last full group
+ * one at a time. */
+BF16_TGT static void rows_bf16dot(float *y, int ldy, const float *x, const void *xs, int B,
+				  const pcg_mat *W, int r0, int r1, int yr0)
+{
+	const int K = W->cols, Kp = (K + 2 * VW - 1) / (2 * VW) * (2 * VW);
+	const size_t row_bytes = (size_t)K * 2;
+	const uint16_t *xb = xs;
+	int r = r0;
+
+	(void)x;
+	for (; r < r1; r += r + 4 <= r1 ? 4 : 1) {
+		const unsigned char *w = (const unsigned char *)W->data + (size_t)r * row_bytes;
+		const int R = r + 4 <= r1 ? 4 : 1;
+		for (int b0 = 0; b0 < B; b0 += 8) {
+			const int nb = B - b0 < 8 ? B - b0 : 8;
+			float *yb = y + (r - yr0) + (size_t)b0 * ldy;
+			const uint16_t *xbb = xb + (size_t)b0 * Kp;
+#define T(RR, NB) tile_bf16dot(yb, ldy, xbb, Kp, K, w, row_bytes, RR, NB)
+#define NBS(RR) \
+	switch (nb) { \
+	case 1: T(RR, 1); break; \
+	case 2: T(RR, 2); break; \
+	case 3: T(RR, 3); break; \
+	default: T(RR, 4); break; \
+	}
+#define NBS2(RR) \
+	switch (nb) { \
+	case 5: T(RR, 5); break; \
+	case 6: T(RR, 6); break; \
+	case 7: T(RR, 7); break; \
+	default: T(RR, 8); break; \
+	}
+			if (R == 1 && nb <= 4) {
+				NBS(1)
+			} else if (R == 1) {
+				NBS2(1)
+			} else if (nb <= 4) {
+				NBS(4)
+			} else {
+				NBS2(2)
+				w += 2 * row_bytes;
+				yb += 2;
+				NBS2(2)
+				w -= 2 * row_bytes;
+			}
+#undef NBS2
+#undef NBS
+#undef T
+		}
+	}
+}
+
+/* Kernel families. For bf16 weights a family may use a second kernel
+ * (bf16), which rounds the activations to bf16; the others keep the f32
+ * arithmetic. */
 static const struct {
 	const char *name, *cpu;
-	rows_fn *fn;
+	rows_fn *fn, *bf16;
 } isas[] = {
-	{ "avx512", "x86-64-v4", rows_avx512 },
-	{ "avx2", "x86-64-v3", rows_avx2 },
-	{ "generic", NULL, rows_generic },
+	{ "avx512-bf16", "avx512bf16", rows_avx512, rows_bf16dot },
+	{ "avx512", "x86-64-v4", rows_avx512, NULL },
+	{ "avx2", "x86-64-v3", rows_avx2, NULL },
+	{ "generic", NULL, rows_generic, NULL },
 };
 static int isa = -1; /* index into isas; -1: not chosen yet */
 
@@ -236,18 +341,27 @@ static int isa_ok(int i)
 	if (isas[i].cpu == NULL)
 		return 1;
 	/* __builtin_cpu_supports needs a literal argument. */
-	return i == 0 ? __builtin_cpu_supports("x86-64-v4") : __builtin_cpu_supports("x86-64-v3");
+	switch (i) {
+	case 0: return __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
+	case 1: return __builtin_cpu_supports("x86-64-v4");
+	default: return __builtin_cpu_supports("x86-64-v3");
+	}
 }
 
-static rows_fn *rows_kernel(void)
+/* The family: PCG_MATMUL_ISA if it names one the CPU has, else the first
+ * (best) the CPU has. */
+static void isa_choose(void)
 {
-	if (isa < 0) {
-		int i = 0;
-		while (!isa_ok(i))
-			i++;
-		isa = i;
-	}
-	return isas[isa].fn;
+	const char *env = getenv("PCG_MATMUL_ISA");
+
+	if (isa >= 0)
+		return;
+	if (env != NULL && *env != '\0' && pcg_matmul_set_isa(env) == 0)
+		return;
+	int i = 0;
+	while (!isa_ok(i))
+		i++;
+	isa = i;
 }
 
 int pcg_matmul_set_isa(const char *name)
@@ -262,7 +376,7 @@ int pcg_matmul_set_isa(const char *name)
 
 const char *pcg_matmul_isa(void)
 {
-	rows_kernel();
+	isa_choose();
 	return isas[isa].name;
 }
 
@@ -277,12 +391,17 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 	const int nchunks = (nr + chunk - 1) / chunk;
 	const int K = W->cols;
 	const int bf16 = W->dtype == PCG_BF16;
-	rows_fn *rows = rows_kernel();
-	/* The bf16 kernel wants x as evens then odds in each block of 32: on the
+	isa_choose();
+	rows_fn *rows = bf16 && isas[isa].bf16 ? isas[isa].bf16 : isas[isa].fn;
+	const int dot = rows == rows_bf16dot;
+	/* The bf16 kernels want x prepared: as evens then odds in each block of
+	 * 32 (widening) or rounded to bf16 and padded to Kp (vdpbf16ps). On the
 	 * stack for a few rows (K <= a few 10^4: a few hundred KB at most). */
-	float xs_small[bf16 && B <= PCG_MATMUL_SMALL ? B * K : 1];
-	float *xw = bf16 && B > PCG_MATMUL_SMALL ? malloc((size_t)B * K * sizeof *xw) : xs_small;
-	const float *xs = bf16 ? xw : x;
+	const int Kp = (K + 2 * VW - 1) / (2 * VW) * (2 * VW);
+	const size_t xs_n = (size_t)B * (dot && Kp / 2 > K ? Kp / 2 : K); /* floats */
+	float xs_small[bf16 && B <= PCG_MATMUL_SMALL ? xs_n : 1];
+	float *xw = bf16 && B > PCG_MATMUL_SMALL ? malloc(xs_n * sizeof *xw) : xs_small;
+	const void *xs = bf16 ? (const void *)xw : x;
 
 	if (xw == NULL) { /* the same sums, in products that need no memory */
 		for (int b = 0; b < B; b += PCG_MATMUL_SMALL)
@@ -290,7 +409,15 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 				     B - b < PCG_MATMUL_SMALL ? B - b : PCG_MATMUL_SMALL, W, r0, nr);
 		return;
 	}
-	for (int b = 0; bf16 && b < B; b++) {
+	for (int b = 0; dot && b < B; b++) { /* as torch's .to(torch.bfloat16) */
+		const float *xr = x + (size_t)b * K;
+		uint16_t *o = (uint16_t *)xw + (size_t)b * Kp;
+		for (int k = 0; k < K; k++)
+			o[k] = pcg_f32_to_bf16(xr[k]);
+		for (int k = K; k < Kp; k++)
+			o[k] = 0;
+	}
+	for (int b = 0; bf16 && !dot && b < B; b++) {
 		const float *xr = x + (size_t)b * K;
 		float *o = xw + (size_t)b * K;
 		int k = 0;
