@@ -69,7 +69,7 @@ static void check_case(pcg_dtype dt, int B, int N, int K, int r0, int nr, unsign
 			double ref = 0, mag = 0;
 			for (int k = 0; k < K; k++) {
 				float xv = x[(size_t)b * K + k];
-				if (xround && dt == PCG_BF16 && B <= PCG_MATMUL_SMALL) /* not sgemm */
+				if (xround && dt == PCG_BF16)
 					xv = pcg_bf16_to_f32(pcg_f32_to_bf16(xv));
 				double t = (double)wf[(size_t)(r0 + r) * K + k] * xv;
 				ref += t;
@@ -222,14 +222,17 @@ static void check_grouping(pcg_dtype dt)
  * unrounded would be off by up to 2^-8 of a term. Against the f32 path the
  * activations' rounding adds at most 2^-8 |w x| per product (round to
  * nearest even, 8 significant bits) and the f32 path's own sums at most
- * (K + 4) 2^-24 sum |w x| (any order): tol2. Odd shapes: K not a multiple
+ * (K + 4) 2^-24 sum |w x| (any order): tol2. More than PCG_MATMUL_SMALL
+ * rows through sgemm round x too, their sums within that second term of
+ * the exact sums of the rounded x. Odd shapes: K not a multiple
  * of 32, row counts not a multiple of 4 or 16, B = 1..8 and 13, r0 > 0. */
 static void check_bf16dot_case(int B, int N, int K, int r0, int nr, unsigned seed)
 {
 	uint16_t *w = malloc((size_t)N * K * 2);
 	float *x = malloc((size_t)B * K * 4);
 	float *y = malloc((size_t)B * nr * 4), *yf = malloc((size_t)B * nr * 4);
-	int bad1 = 0, bad2 = 0, differ = 0;
+	float *yb = malloc((size_t)B * nr * 4);
+	int bad1 = 0, bad2 = 0, bad3 = 0, differ = 0;
 
 	for (size_t i = 0; i < (size_t)N * K; i++)
 		w[i] = pcg_f32_to_bf16((float)frand(&seed));
@@ -240,6 +243,8 @@ static void check_bf16dot_case(int B, int N, int K, int r0, int nr, unsigned see
 	pcg_matmul_rows(yf, nr, x, B, &W, r0, nr);
 	CHECK(pcg_matmul_set_isa("avx512-bf16") == 0);
 	pcg_matmul_rows(y, nr, x, B, &W, r0, nr);
+	if (B > PCG_MATMUL_SMALL) /* sgemm, its sums in any order: tol2's second term */
+		pcg_matmul(yb, nr, x, B, &W, r0, nr);
 	for (int b = 0; b < B; b++)
 		for (int r = 0; r < nr; r++) {
 			double ref = 0, mag = 0;
@@ -256,6 +261,8 @@ static void check_bf16dot_case(int B, int N, int K, int r0, int nr, unsigned see
 			bad1 += !(fabs(got - ref) <= tol1);
 			bad2 += !(fabs((double)got - f) <= tol2);
 			differ += got != f;
+			if (B > PCG_MATMUL_SMALL)
+				bad3 += !(fabs(yb[(size_t)b * nr + r] - ref) <= (K + 4) * 0x1p-24 * mag);
 		}
 	CHECKF(bad1 == 0, "bf16 dot B=%d N=%d K=%d rows [%d, %d): %d beyond the f32 sums' bound",
 	       B, N, K, r0, r0 + nr, bad1);
@@ -263,6 +270,9 @@ static void check_bf16dot_case(int B, int N, int K, int r0, int nr, unsigned see
 	       B, N, K, r0, r0 + nr, bad2);
 	CHECKF(differ > 0, "bf16 dot B=%d K=%d: no sum differs from the f32 path (x not rounded?)",
 	       B, K);
+	CHECKF(bad3 == 0, "bf16 weights, sgemm B=%d K=%d: %d not the sums of x rounded to bf16", B,
+	       K, bad3);
+	free(yb);
 	free(w);
 	free(x);
 	free(y);
