@@ -242,14 +242,13 @@ tile_bf16dot(float *y, int ldy, const uint16_t *xb, int Kp, int K, const unsigne
 	     size_t row_bytes, const int R, const int NB)
 {
 	__m512 acc[4][8];
-	int k = 0;
 
 #pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
 		for (int b = 0; b < NB; b++)
 			acc[r][b] = _mm512_setzero_ps();
-	for (; k < K; k += 2 * VW) {
+	for (int k = 0; k < K; k += 2 * VW) {
 		const __mmask32 m = K - k >= 2 * VW ? ~(__mmask32)0 : ((__mmask32)1 << (K - k)) - 1;
 		__m512i wv[4];
 #pragma GCC unroll 4
