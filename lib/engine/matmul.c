@@ -12,6 +12,13 @@
  * dequantised tiles. pcg_matmul_rows runs the streaming kernel on any
  * number of rows, for a batch of sequences whose rows must each get what
  * they get alone.
+ *
+ * bf16 weights have a second kernel, written with AVX512_BF16 intrinsics:
+ * vdpbf16ps takes the weights as stored and the activations rounded to
+ * bf16, one instruction per 32 weights and activation row instead of two
+ * FMAs and two integer operations. Its error against the f32 path is at most
+ * 2^-8 sum |w x| plus the f32 sums' (matmul.h); it is the default where the
+ * CPU has it ("avx512-bf16"), and "avx512" keeps the f32 arithmetic.
  */
 #include "matmul.h"
 
@@ -19,6 +26,7 @@
 #include "qpack.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -104,11 +112,11 @@ static inline __attribute__((always_inline)) float hsum(const vf *pv)
 #endif
 
 static inline __attribute__((always_inline)) void
-tile_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsigned char *w,
+tile_dot(float *y, int ldy, const float *x, const void *xs, int K, const unsigned char *w,
 	 size_t row_bytes, pcg_dtype dt, const int R, const int NB)
 {
 	const size_t es = dt == PCG_F32 ? 4 : 2;
-	const float *xv = dt == PCG_BF16 ? xs : x;
+	const float *xv = dt == PCG_BF16 ? (const float *)xs : x;
 	vf acc[4][4];
 	int k = 0;
 
@@ -161,7 +169,7 @@ tile_dot(float *y, int ldy, const float *x, const float *xs, int K, const unsign
 
 /* Dispatch on the run-time dtype and batch to the compile-time shapes. */
 static inline __attribute__((always_inline)) void
-tile(float *y, int ldy, const float *x, const float *xs, int K, const unsigned char *w,
+tile(float *y, int ldy, const float *x, const void *xs, int K, const unsigned char *w,
      size_t row_bytes, pcg_dtype dt, const int R, int nb)
 {
 #define NBS(DT) \
@@ -184,7 +192,7 @@ tile(float *y, int ldy, const float *x, const float *xs, int K, const unsigned c
  * times groups of up to four activation rows. The weight rows stay in L1/L2
  * while the groups of activation rows pass over them. */
 static inline __attribute__((always_inline)) void
-rows_small(float *y, int ldy, const float *x, const float *xs, int B, const pcg_mat *W, int r0,
+rows_small(float *y, int ldy, const float *x, const void *xs, int B, const pcg_mat *W, int r0,
 	   int r1, int yr0, const int R)
 {
 	const int K = W->cols;
@@ -197,7 +205,7 @@ rows_small(float *y, int ldy, const float *x, const float *xs, int B, const pcg_
 		for (int b0 = 0; b0 < B; b0 += 4) {
 			const int nb = B - b0 < 4 ? B - b0 : 4;
 			float *yb = y + (r - yr0) + (size_t)b0 * ldy;
-			const float *xb = x + (size_t)b0 * K, *xsb = xs + (size_t)b0 * K;
+			const float *xb = x + (size_t)b0 * K, *xsb = (const float *)xs + (size_t)b0 * K;
 			if (R > 1 && r + R <= r1)
 				tile(yb, ldy, xb, xsb, K, w, row_bytes, dt, R, nb);
 			else
@@ -209,10 +217,10 @@ rows_small(float *y, int ldy, const float *x, const float *xs, int B, const pcg_
 /* The same body compiled for three instruction sets. R, the weight rows per
  * group, fits the registers: AVX-512 has 32 vector registers, enough for 4
  * rows x 4 activation rows of accumulators; AVX2's 16 hold one row. */
-typedef void rows_fn(float *, int, const float *, const float *, int, const pcg_mat *, int, int,
+typedef void rows_fn(float *, int, const float *, const void *, int, const pcg_mat *, int, int,
 		     int);
 #define ROWS_FOR(name, attr, R) \
-	attr static void name(float *y, int ldy, const float *x, const float *xs, int B, \
+	attr static void name(float *y, int ldy, const float *x, const void *xs, int B, \
 			      const pcg_mat *W, int r0, int r1, int yr0) \
 	{ \
 		rows_small(y, ldy, x, xs, B, W, r0, r1, yr0, R); \
@@ -221,13 +229,108 @@ ROWS_FOR(rows_avx512, __attribute__((target("arch=x86-64-v4"))), 4)
 ROWS_FOR(rows_avx2, __attribute__((target("arch=x86-64-v3"))), 1)
 ROWS_FOR(rows_generic, , 1)
 
+/* bf16 weights by vdpbf16ps (AVX512_BF16): xb is x rounded to bf16, each row
+ * padded with zeros to Kp, a multiple of 32. One instruction multiplies 32
+ * weights (as stored: pairs of bf16) by 32 activations and adds the 16 pair
+ * sums into 16 f32 lanes, so a step of 32 weights costs one instruction per
+ * activation row where widening costs two FMAs and two integer operations.
+ * The last partial step loads the weights under a mask (zeros past K, which
+ * meet xb's zeros). As in tile_dot, each (row, activation row) sum runs in
+ * one order whatever R and NB are. */
+#define BF16_TGT __attribute__((target("arch=x86-64-v4,avx512bf16")))
+static inline __attribute__((always_inline)) BF16_TGT void
+tile_bf16dot(float *y, int ldy, const uint16_t *xb, int Kp, int K, const unsigned char *w,
+	     size_t row_bytes, const int R, const int NB)
+{
+	__m512 acc[4][8];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int b = 0; b < NB; b++)
+			acc[r][b] = _mm512_setzero_ps();
+	for (int k = 0; k < K; k += 2 * VW) {
+		const __mmask32 m = K - k >= 2 * VW ? ~(__mmask32)0 : ((__mmask32)1 << (K - k)) - 1;
+		__m512i wv[4];
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			const unsigned char *wr = w + r * row_bytes + 2 * (size_t)k;
+			__builtin_prefetch(wr + PF_AHEAD, 0, PF_LOC);
+			wv[r] = _mm512_maskz_loadu_epi16(m, wr);
+		}
+#pragma GCC unroll 8
+		for (int b = 0; b < NB; b++) {
+			const __m512i xv = _mm512_loadu_si512(xb + (size_t)b * Kp + k);
+#pragma GCC unroll 4
+			for (int r = 0; r < R; r++)
+				acc[r][b] = _mm512_dpbf16_ps(acc[r][b], (__m512bh)xv, (__m512bh)wv[r]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int b = 0; b < NB; b++)
+			y[(size_t)b * ldy + r] = _mm512_reduce_add_ps(acc[r][b]);
+}
+
+/* Groups of 4 weight rows against groups of up to 4 activation rows (16
+ * accumulators, 4 weight vectors, one activation vector: 21 of the 32
+ * registers); a second group of activation rows finds the 4 weight rows in
+ * L1 (measured on 8 rows: a little faster than 2 weight rows x 8 activation
+ * rows, which reads each weight vector once but keeps half the streams in
+ * flight). Rows past the last group of 4 one at a time against up to 8
+ * activation rows. */
+BF16_TGT static void rows_bf16dot(float *y, int ldy, const float *x, const void *xs, int B,
+				  const pcg_mat *W, int r0, int r1, int yr0)
+{
+	const int K = W->cols, Kp = (K + 2 * VW - 1) / (2 * VW) * (2 * VW);
+	const size_t row_bytes = (size_t)K * 2;
+	const uint16_t *xb = xs;
+
+	(void)x;
+	for (int r = r0; r < r1; r += r + 4 <= r1 ? 4 : 1) {
+		const unsigned char *w = (const unsigned char *)W->data + (size_t)r * row_bytes;
+		const int R = r + 4 <= r1 ? 4 : 1, G = R == 4 ? 4 : 8;
+		for (int b0 = 0; b0 < B; b0 += G) {
+			const int nb = B - b0 < G ? B - b0 : G;
+			float *yb = y + (r - yr0) + (size_t)b0 * ldy;
+			const uint16_t *xbb = xb + (size_t)b0 * Kp;
+#define T(RR, NB) tile_bf16dot(yb, ldy, xbb, Kp, K, w, row_bytes, RR, NB)
+			if (R == 4) {
+				switch (nb) {
+				case 1: T(4, 1); break;
+				case 2: T(4, 2); break;
+				case 3: T(4, 3); break;
+				default: T(4, 4); break;
+				}
+			} else {
+				switch (nb) {
+				case 1: T(1, 1); break;
+				case 2: T(1, 2); break;
+				case 3: T(1, 3); break;
+				case 4: T(1, 4); break;
+				case 5: T(1, 5); break;
+				case 6: T(1, 6); break;
+				case 7: T(1, 7); break;
+				default: T(1, 8); break;
+				}
+			}
+#undef T
+		}
+	}
+}
+
+/* Kernel families. For bf16 weights a family may use a second kernel
+ * (bf16), which rounds the activations to bf16; the others keep the f32
+ * arithmetic. */
 static const struct {
 	const char *name, *cpu;
-	rows_fn *fn;
+	rows_fn *fn, *bf16;
 } isas[] = {
-	{ "avx512", "x86-64-v4", rows_avx512 },
-	{ "avx2", "x86-64-v3", rows_avx2 },
-	{ "generic", NULL, rows_generic },
+	{ "avx512-bf16", "avx512bf16", rows_avx512, rows_bf16dot },
+	{ "avx512", "x86-64-v4", rows_avx512, NULL },
+	{ "avx2", "x86-64-v3", rows_avx2, NULL },
+	{ "generic", NULL, rows_generic, NULL },
 };
 static int isa = -1; /* index into isas; -1: not chosen yet */
 
@@ -237,18 +340,27 @@ static int isa_ok(int i)
 	if (isas[i].cpu == NULL)
 		return 1;
 	/* __builtin_cpu_supports needs a literal argument. */
-	return i == 0 ? __builtin_cpu_supports("x86-64-v4") : __builtin_cpu_supports("x86-64-v3");
+	switch (i) {
+	case 0: return __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
+	case 1: return __builtin_cpu_supports("x86-64-v4");
+	default: return __builtin_cpu_supports("x86-64-v3");
+	}
 }
 
-static rows_fn *rows_kernel(void)
+/* The family: PCG_MATMUL_ISA if it names one the CPU has, else the first
+ * (best) the CPU has. */
+static void isa_choose(void)
 {
-	if (isa < 0) {
-		int i = 0;
-		while (!isa_ok(i))
-			i++;
-		isa = i;
-	}
-	return isas[isa].fn;
+	const char *env = getenv("PCG_MATMUL_ISA");
+
+	if (isa >= 0)
+		return;
+	if (env != NULL && *env != '\0' && pcg_matmul_set_isa(env) == 0)
+		return;
+	int i = 0;
+	while (!isa_ok(i))
+		i++;
+	isa = i;
 }
 
 int pcg_matmul_set_isa(const char *name)
@@ -263,7 +375,7 @@ int pcg_matmul_set_isa(const char *name)
 
 const char *pcg_matmul_isa(void)
 {
-	rows_kernel();
+	isa_choose();
 	return isas[isa].name;
 }
 
@@ -278,12 +390,17 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 	const int nchunks = (nr + chunk - 1) / chunk;
 	const int K = W->cols;
 	const int bf16 = W->dtype == PCG_BF16;
-	rows_fn *rows = rows_kernel();
-	/* The bf16 kernel wants x as evens then odds in each block of 32: on the
+	isa_choose();
+	rows_fn *rows = bf16 && isas[isa].bf16 ? isas[isa].bf16 : isas[isa].fn;
+	const int dot = rows == rows_bf16dot;
+	/* The bf16 kernels want x prepared: as evens then odds in each block of
+	 * 32 (widening) or rounded to bf16 and padded to Kp (vdpbf16ps). On the
 	 * stack for a few rows (K <= a few 10^4: a few hundred KB at most). */
-	float xs_small[bf16 && B <= PCG_MATMUL_SMALL ? B * K : 1];
-	float *xw = bf16 && B > PCG_MATMUL_SMALL ? malloc((size_t)B * K * sizeof *xw) : xs_small;
-	const float *xs = bf16 ? xw : x;
+	const int Kp = (K + 2 * VW - 1) / (2 * VW) * (2 * VW);
+	const size_t xs_n = (size_t)B * (dot && Kp / 2 > K ? Kp / 2 : K); /* floats */
+	float xs_small[bf16 && B <= PCG_MATMUL_SMALL ? xs_n : 1];
+	float *xw = bf16 && B > PCG_MATMUL_SMALL ? malloc(xs_n * sizeof *xw) : xs_small;
+	const void *xs = bf16 ? (const void *)xw : x;
 
 	if (xw == NULL) { /* the same sums, in products that need no memory */
 		for (int b = 0; b < B; b += PCG_MATMUL_SMALL)
@@ -291,7 +408,15 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 				     B - b < PCG_MATMUL_SMALL ? B - b : PCG_MATMUL_SMALL, W, r0, nr);
 		return;
 	}
-	for (int b = 0; bf16 && b < B; b++) {
+	for (int b = 0; dot && b < B; b++) { /* as torch's .to(torch.bfloat16) */
+		const float *xr = x + (size_t)b * K;
+		uint16_t *o = (uint16_t *)xw + (size_t)b * Kp;
+		for (int k = 0; k < K; k++)
+			o[k] = pcg_f32_to_bf16(xr[k]);
+		for (int k = K; k < Kp; k++)
+			o[k] = 0;
+	}
+	for (int b = 0; bf16 && !dot && b < B; b++) {
 		const float *xr = x + (size_t)b * K;
 		float *o = xw + (size_t)b * K;
 		int k = 0;
@@ -330,11 +455,26 @@ static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat 
 	const size_t rb = pcg_dtype_row_bytes(W->dtype, K);
 	enum { TILE = 128 };
 	const int ntiles = (nr + TILE - 1) / TILE;
-	int failed = 0;
+	/* A family that rounds the activations for bf16 weights rounds them
+	 * here too, so that a prefill and the same positions in blocks differ
+	 * only in the order of their f32 sums, as on the f32 path. */
+	float *xr = NULL;
+
+	isa_choose();
+	if (W->dtype == PCG_BF16 && isas[isa].bf16 != NULL) {
+		xr = malloc((size_t)B * K * sizeof *xr);
+		for (size_t i = 0; xr != NULL && i < (size_t)B * K; i++)
+			xr[i] = pcg_bf16_to_f32(pcg_f32_to_bf16(x[i]));
+	}
+	const float *xs = xr != NULL ? xr : x;
+	/* no memory for xr: the streaming kernel below rounds its own */
+	const int no_xr = W->dtype == PCG_BF16 && isas[isa].bf16 != NULL && xr == NULL;
+	int failed = no_xr;
 
 #pragma omp parallel
 	{
-		float *tile = W->dtype == PCG_F32 ? NULL : malloc((size_t)TILE * K * sizeof *tile);
+		float *tile = W->dtype == PCG_F32 || no_xr ? NULL
+							  : malloc((size_t)TILE * K * sizeof *tile);
 		if (W->dtype != PCG_F32 && tile == NULL) {
 #pragma omp atomic write
 			failed = 1;
@@ -350,7 +490,7 @@ static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat 
 					   W->dtype, (size_t)n * K);
 				w = tile;
 			}
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, n, K, 1.0f, x, K, w,
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, n, K, 1.0f, xs, K, w,
 				    K, 0.0f, y + (size_t)t * TILE, ldy);
 		}
 		free(tile);
@@ -367,6 +507,7 @@ static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat 
 					for (int r = 0; r < nr; r++) /* which the samplers refuse */
 						yb[(size_t)i * ldy + r] = NAN;
 		}
+	free(xr);
 }
 
 void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr)

@@ -10,6 +10,25 @@
  * go through lib/engine/qmatmul.c's int8 kernels for any number of rows, in blocks
  * of PCG_MATMUL_SMALL. pcg_matmul_rows keeps any number of rows on the
  * small kernels (the rows of a batch of sequences, each as alone).
+ *
+ * bf16 weights on a CPU with AVX512_BF16 go by default through vdpbf16ps
+ * ("avx512-bf16"), which multiplies the weights as stored by the activations
+ * rounded to bf16 (to nearest even, as torch's .to(torch.bfloat16)), the way
+ * transformers' bf16 inference does, at half the instructions of widening
+ * the weights to f32. Parity bound against the f32 path: rounding to bf16
+ * (8 significant bits) moves each activation by at most 2^-8 of itself, a
+ * product of two bf16 values is exact in f32 and the sums are f32, so
+ *   |y - y_exact| <= 2^-8 sum_k |w_k x_k| + (K/16 + 6) 2^-24 sum_k |w_k x_k|
+ * (the second term the f32 sums'; vdpbf16ps also reads subnormal inputs as
+ * zero and flushes subnormal results, at most 2^-126 each). transformers'
+ * bf16 inference rounds x the same way and then rounds each product's
+ * output, and every norm and residual, to bf16 as well, so this path is at
+ * least as close to the f32 computation as transformers' own bf16 run
+ * (test_llama_parity). The f32 path ("avx512") stays selectable, and the
+ * parity tests against transformers' float32 logits use it. More than
+ * PCG_MATMUL_SMALL rows (prefill, through sgemm) get the activations rounded
+ * too, so that a prefill differs from the same positions in blocks only in
+ * the order of f32 sums, as on the f32 path.
  */
 #ifndef PCG_MATMUL_H
 #define PCG_MATMUL_H
@@ -45,8 +64,11 @@ void pcg_matmul_rows(float *y, int ldy, const float *x, int B, const pcg_mat *W,
 void pcg_set_threads(int n);
 int pcg_get_threads(void);
 
-/* Which kernel family runs: "avx512" (x86-64-v4), "avx2" (x86-64-v3: AVX2,
- * FMA, F16C) or "generic"; the best the CPU has unless set. */
+/* Which kernel family runs: "avx512-bf16" (x86-64-v4 and AVX512_BF16: bf16
+ * weights by vdpbf16ps, the rest as "avx512"), "avx512" (x86-64-v4, f32
+ * arithmetic for every dtype), "avx2" (x86-64-v3: AVX2, FMA, F16C) or
+ * "generic"; the environment variable PCG_MATMUL_ISA if it names one the CPU
+ * has, else the best the CPU has, unless set. */
 const char *pcg_matmul_isa(void);
 /* Chooses the kernel family (tests run each one). Returns -1 if the CPU
  * lacks it or the name is unknown. */

@@ -522,6 +522,10 @@ int main(void)
 	pcg_err err = { "" };
 
 	gpu_require("test_forward");
+	/* The oracle keeps f32 activations, as the gemv path does: the CPU's
+	 * default for bf16 weights rounds them to bf16 (matmul.h). */
+	if (pcg_matmul_set_isa("avx512") < 0)
+		printf("cpu kernels %s\n", pcg_matmul_isa());
 	pcg_device dc, dg;
 	CHECK(pcg_device_parse("cpu", &dc, &err) == 0 && pcg_device_parse("cuda", &dg, &err) == 0);
 	cpu = pcg_backend_open(dc, &err);

@@ -57,6 +57,7 @@
 #include "cuda/xcodec2.h"
 #include "dtype.h"
 #include "gpu.h"
+#include "matmul.h"
 #include "safetensors.h"
 #include "xcodec2.h"
 
@@ -298,6 +299,10 @@ int main(void)
 	const char *full = getenv("XCODEC2_FULL");
 
 	pcg_set_threads(0);
+	/* the CPU keeps f32 activations (its default for bf16 weights would
+	 * round them to bf16, matmul.h) */
+	if (pcg_matmul_set_isa("avx512") < 0)
+		printf("cpu kernels %s\n", pcg_matmul_isa());
 	fixture(FIXTURES "/tiny", n, 0);
 	fixture(FIXTURES "/tiny-levels", n, 0);
 	if (full != NULL && *full)

@@ -20,9 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "fixture.h"
+#include "matmul.h"
 #include "model.h"
 #include "sampling.h"
 
@@ -138,6 +140,58 @@ static void check_model(const char *dir)
 	llama_close(&m);
 }
 
+/* The bf16 fixture on the "avx512-bf16" kernels: the prompt in blocks of 4
+ * positions (what runs on those kernels: a block of at most 8 rows), every
+ * logit against transformers' float32 run, bounded by transformers' own
+ * bf16 run. Each product's error is at most 2^-8 sum |w x| (matmul.h); the
+ * bf16 run also rounds every product's output, norm and residual to bf16,
+ * so its error is larger (measured: 0.06 against 0.13). */
+static void check_bf16_path(const char *dir)
+{
+	char path[1024];
+	pcg_err err = { "" };
+	int tokens[64], n;
+	size_t nref, nbf;
+
+	snprintf(path, sizeof path, "%s/logits-bf16.f32", dir);
+	if (access(path, R_OK) != 0)
+		return;
+	if (pcg_matmul_set_isa("avx512-bf16") < 0) {
+		printf("SKIP %s on the avx512-bf16 kernels: no AVX512_BF16 on this CPU\n", dir);
+		return;
+	}
+	float *ref_bf = read_f32(path, &nbf);
+	snprintf(path, sizeof path, "%s/logits.f32", dir);
+	float *ref = read_f32(path, &nref);
+	snprintf(path, sizeof path, "%s/tokens.txt", dir);
+	n = read_ids(path, tokens, 64);
+	llama_model *m = llama_open(dir, NULL, &err);
+	CHECKF(m != NULL && ref != NULL && ref_bf != NULL && nbf == nref && n > 0, "%s: %s", dir,
+	       err.msg);
+	if (m != NULL && ref != NULL && ref_bf != NULL && nbf == nref && n > 0) {
+		const int V = llama_get_config(m)->vocab;
+		float *lg = malloc((size_t)n * V * sizeof *lg);
+		llama_kv *kv = llama_kv_new(m);
+		CHECK(nref == (size_t)n * V);
+		for (int p = 0; p < n; p += 4) {
+			const int nb = n - p < 4 ? n - p : 4;
+			CHECK(llama_forward(m, kv, tokens + p, nb, nb, NULL, lg + (size_t)p * V,
+					    &err) == 0);
+		}
+		const double d = max_diff(lg, ref, nref), bound = max_diff(ref_bf, ref, nref);
+		printf("avx512-bf16 kernels, blocks of 4: max |diff| %.3g, transformers' bf16 run "
+		       "%.3g\n", d, bound);
+		CHECKF(d <= bound, "%s: the bf16 kernels %g from float32, transformers' bf16 %g",
+		       dir, d, bound);
+		llama_kv_free(&kv);
+		free(lg);
+	}
+	llama_close(&m);
+	free(ref);
+	free(ref_bf);
+	CHECK(pcg_matmul_set_isa("avx512") == 0);
+}
+
 int main(void)
 {
 	DIR *d = opendir(FIXTURES);
@@ -148,12 +202,15 @@ int main(void)
 	if (d == NULL)
 		SKIP("no %s (run from the repository root)", FIXTURES);
 	pcg_set_threads(2);
+	if (pcg_matmul_set_isa("avx512") < 0) /* no AVX-512: the default is f32 */
+		printf("kernels %s\n", pcg_matmul_isa());
 	while ((e = readdir(d)) != NULL) {
 		char dir[512];
 		if (e->d_name[0] == '.')
 			continue;
 		snprintf(dir, sizeof dir, "%s/%s", FIXTURES, e->d_name);
 		check_model(dir);
+		check_bf16_path(dir);
 		models++;
 	}
 	closedir(d);

@@ -2,7 +2,9 @@
  * reference, for every dtype, batch sizes on both sides of the switch to
  * BLAS, widths with and without a tail, row sub-ranges; the f16 and bf16
  * widening checked bit-exactly on every finite value; dtype conversions
- * round to nearest even.
+ * round to nearest even. The "avx512-bf16" family (vdpbf16ps, activations
+ * rounded to bf16) against a float64 reference of the same rounded
+ * activations, and against the f32 path within the bound matmul.h states.
  *
  * Tolerance: |y - ref| <= 1e-5 * sum_k |w_k x_k| + 1e-30. A float32 dot
  * product of K terms in any summation order is within about K * 2^-24 of
@@ -20,6 +22,10 @@
 #include "check.h"
 #include "dtype.h"
 #include "matmul.h"
+
+/* The family under test rounds x to bf16 for bf16 weights ("avx512-bf16"):
+ * the references then use the rounded x. */
+static int xround;
 
 static double frand(unsigned *s)
 {
@@ -62,7 +68,10 @@ static void check_case(pcg_dtype dt, int B, int N, int K, int r0, int nr, unsign
 		for (int r = 0; r < nr; r++) {
 			double ref = 0, mag = 0;
 			for (int k = 0; k < K; k++) {
-				double t = (double)wf[(size_t)(r0 + r) * K + k] * x[(size_t)b * K + k];
+				float xv = x[(size_t)b * K + k];
+				if (xround && dt == PCG_BF16)
+					xv = pcg_bf16_to_f32(pcg_f32_to_bf16(xv));
+				double t = (double)wf[(size_t)(r0 + r) * K + k] * xv;
 				ref += t;
 				mag += fabs(t);
 			}
@@ -83,7 +92,9 @@ static void check_case(pcg_dtype dt, int B, int N, int K, int r0, int nr, unsign
 }
 
 /* Every finite f16 and bf16 value, widened by the kernel, multiplied by an
- * exact 1.0 selected with a one-hot x: y must equal the scalar conversion. */
+ * exact 1.0 selected with a one-hot x: y must equal the scalar conversion.
+ * vdpbf16ps reads subnormal inputs as zero (Intel SDM, VDPBF16PS: DAZ), so
+ * on that family a subnormal bf16 weight gives 0. */
 static void check_widening(pcg_dtype dt)
 {
 	const int K = 64, N = 65536 / K;
@@ -105,6 +116,8 @@ static void check_widening(pcg_dtype dt)
 		for (int r = 0; r < N; r++) {
 			uint16_t h = w[r * K + k];
 			float want = dt == PCG_F16 ? pcg_f16_to_f32(h) : pcg_bf16_to_f32(h);
+			if (xround && dt == PCG_BF16 && fabsf(want) < 0x1p-126f)
+				want = 0;
 			float got = y[(size_t)k * N + r];
 			if (memcmp(&got, &want, 4) != 0 && !(got == 0 && want == 0))
 				bad++;
@@ -200,6 +213,117 @@ static void check_grouping(pcg_dtype dt)
 	free(y1);
 }
 
+/* vdpbf16ps against exact sums. Products of two bf16 values (8 significant
+ * bits each) are exact in f32; each vdpbf16ps adds two of them to a lane
+ * (at most two roundings), a lane takes ceil(K/32) steps and the 16 lanes
+ * are then summed in 4 rounds, so (Higham 3.1) the f32 result is within
+ * (2 ceil(K/32) + 4) 2^-24 sum |w x| of the exact sum of the rounded
+ * activations: tol1 below, about 3e-7 relative for K = 100, where leaving x
+ * unrounded would be off by up to 2^-8 of a term. Against the f32 path the
+ * activations' rounding adds at most 2^-8 |w x| per product (round to
+ * nearest even, 8 significant bits) and the f32 path's own sums at most
+ * (K + 4) 2^-24 sum |w x| (any order): tol2. More than PCG_MATMUL_SMALL
+ * rows through sgemm round x too, their sums within that second term of
+ * the exact sums of the rounded x. Odd shapes: K not a multiple
+ * of 32, row counts not a multiple of 4 or 16, B = 1..8 and 13, r0 > 0. */
+static void check_bf16dot_case(int B, int N, int K, int r0, int nr, unsigned seed)
+{
+	uint16_t *w = malloc((size_t)N * K * 2);
+	float *x = malloc((size_t)B * K * 4);
+	float *y = malloc((size_t)B * nr * 4), *yf = malloc((size_t)B * nr * 4);
+	float *yb = malloc((size_t)B * nr * 4);
+	int bad1 = 0, bad2 = 0, bad3 = 0, differ = 0;
+
+	for (size_t i = 0; i < (size_t)N * K; i++)
+		w[i] = pcg_f32_to_bf16((float)frand(&seed));
+	for (size_t i = 0; i < (size_t)B * K; i++) /* magnitudes over 2^20 */
+		x[i] = (float)(frand(&seed) * exp2(20 * frand(&seed)));
+	pcg_mat W = { w, PCG_BF16, N, K };
+	CHECK(pcg_matmul_set_isa("avx512") == 0);
+	pcg_matmul_rows(yf, nr, x, B, &W, r0, nr);
+	CHECK(pcg_matmul_set_isa("avx512-bf16") == 0);
+	pcg_matmul_rows(y, nr, x, B, &W, r0, nr);
+	if (B > PCG_MATMUL_SMALL) /* sgemm, its sums in any order: tol2's second term */
+		pcg_matmul(yb, nr, x, B, &W, r0, nr);
+	for (int b = 0; b < B; b++)
+		for (int r = 0; r < nr; r++) {
+			double ref = 0, mag = 0;
+			for (int k = 0; k < K; k++) {
+				float xr = pcg_bf16_to_f32(pcg_f32_to_bf16(x[(size_t)b * K + k]));
+				double t = (double)pcg_bf16_to_f32(w[(size_t)(r0 + r) * K + k]) * xr;
+				ref += t;
+				mag += fabs(t);
+			}
+			const double tol1 = (2.0 * ((K + 31) / 32) + 4) * 0x1p-24 * mag;
+			const double tol2 = 0x1p-8 * mag + (2.0 * ((K + 31) / 32) + 4 + K + 4) *
+							   0x1p-24 * mag * (1 + 0x1p-8);
+			const float got = y[(size_t)b * nr + r], f = yf[(size_t)b * nr + r];
+			bad1 += !(fabs(got - ref) <= tol1);
+			bad2 += !(fabs((double)got - f) <= tol2);
+			differ += got != f;
+			if (B > PCG_MATMUL_SMALL)
+				bad3 += !(fabs(yb[(size_t)b * nr + r] - ref) <= (K + 4) * 0x1p-24 * mag);
+		}
+	CHECKF(bad1 == 0, "bf16 dot B=%d N=%d K=%d rows [%d, %d): %d beyond the f32 sums' bound",
+	       B, N, K, r0, r0 + nr, bad1);
+	CHECKF(bad2 == 0, "bf16 dot B=%d N=%d K=%d rows [%d, %d): %d beyond 2^-8 of the f32 path",
+	       B, N, K, r0, r0 + nr, bad2);
+	CHECKF(differ > 0, "bf16 dot B=%d K=%d: no sum differs from the f32 path (x not rounded?)",
+	       B, K);
+	CHECKF(bad3 == 0, "bf16 weights, sgemm B=%d K=%d: %d not the sums of x rounded to bf16", B,
+	       K, bad3);
+	free(yb);
+	free(w);
+	free(x);
+	free(y);
+	free(yf);
+}
+
+/* NaN and infinity in x reach y as in torch (a NaN activation stays NaN
+ * through the rounding; inf times weights of both signs is NaN), and only
+ * in their own row of the block. */
+static void check_bf16dot_special(void)
+{
+	enum { N = 21, K = 45, B = 3 };
+	uint16_t w[N * K];
+	float x[B * K], y[B * N];
+	unsigned seed = 5;
+	int ok = 1;
+
+	for (int i = 0; i < N * K; i++)
+		w[i] = pcg_f32_to_bf16((float)frand(&seed) + 1.0f); /* positive */
+	for (int i = 0; i < B * K; i++)
+		x[i] = (float)frand(&seed);
+	x[K + 40] = NAN;
+	x[2 * K + 3] = INFINITY;
+	pcg_mat W = { w, PCG_BF16, N, K };
+	pcg_matmul(y, N, x, B, &W, 0, N);
+	for (int r = 0; r < N; r++)
+		ok &= isfinite(y[r]) && isnan(y[N + r]) && isinf(y[2 * N + r]) && y[2 * N + r] > 0;
+	CHECKF(ok, "bf16 dot: NaN/inf in x");
+}
+
+static void check_bf16dot(void)
+{
+	const int Ks[] = { 31, 33, 100, 1000 };
+
+	if (pcg_matmul_set_isa("avx512-bf16") < 0) {
+		printf("SKIP kernels avx512-bf16: no AVX512_BF16 on this CPU, not tested\n");
+		return;
+	}
+	printf("kernels avx512-bf16: against exact sums and the f32 path\n");
+	for (int t = 0; t < 2; t++) {
+		pcg_set_threads(t == 0 ? 1 : 2);
+		for (int B = 1; B <= 8; B++)
+			for (size_t k = 0; k < sizeof Ks / sizeof *Ks; k++)
+				check_bf16dot_case(B, 53, Ks[k], B % 3, 53 - B % 3 - (B & 1),
+						   (unsigned)(B * 10 + k));
+		check_bf16dot_case(13, 300, 70, 17, 250, 3); /* more rows than a block */
+		CHECK(pcg_matmul_set_isa("avx512-bf16") == 0);
+		check_bf16dot_special();
+	}
+}
+
 /* Every dtype, batch size and width, on one and two threads. */
 static void check_kernels(void)
 {
@@ -229,17 +353,20 @@ static void check_kernels(void)
 
 int main(void)
 {
-	const char *names[] = { "avx512", "avx2", "generic" };
+	const char *names[] = { "avx512-bf16", "avx512", "avx2", "generic" };
 
 	check_conversions();
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		if (pcg_matmul_set_isa(names[i]) < 0) {
 			printf("kernels %s: not supported by this CPU, not tested\n", names[i]);
 			continue;
 		}
 		printf("kernels %s\n", names[i]);
+		xround = i == 0;
 		check_kernels();
 	}
+	xround = 0;
+	check_bf16dot();
 	CHECK(pcg_matmul_set_isa("sse9") == -1);
 	return check_done("test_matmul");
 }
