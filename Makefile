@@ -164,7 +164,7 @@ FUZZERS  := $(if $(FUZZ_OK),$(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard te
 build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/spec/proto.c lib/core/err.c lib/core/dtype.c lib/core/quant.c lib/core/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lmsgpackc -lm -o $@
-build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/formats/gguf.c lib/formats/config_gguf.c lib/text/tokenizer_gguf.c lib/text/tokenizer.c lib/core/fileio.c lib/core/err.c lib/core/dtype.c lib/core/quant.c | $(DEPS_OK)
+build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/formats/gguf.c lib/formats/config_gguf.c lib/text/tokenizer_gguf.c lib/text/tokenizer.c lib/text/tokenizer_load.c lib/core/fileio.c lib/core/err.c lib/core/dtype.c lib/core/quant.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lpcre2-8 -lm -o $@
 build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/spec/asg.c lib/core/image.c lib/spec/policy.c $(wildcard lib/spec/policy_*.c) lib/core/fileio.c lib/core/err.c lib/core/rng.c lib/core/sampling.c | $(DEPS_OK)
@@ -173,7 +173,7 @@ build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/spec/asg.c lib/core/image.c lib/s
 build/fuzz/fuzz_tm: tests/fuzz/fuzz_tm.c lib/formats/tm.c lib/core/image.c lib/core/fileio.c lib/core/err.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lm -o $@
-build/fuzz/fuzz_text: tests/fuzz/fuzz_text.c lib/formats/config.c lib/text/tokenizer.c lib/text/codes.c lib/text/voice.c lib/core/fileio.c lib/core/err.c | $(DEPS_OK)
+build/fuzz/fuzz_text: tests/fuzz/fuzz_text.c lib/formats/config.c lib/text/tokenizer.c lib/text/tokenizer_load.c lib/text/codes.c lib/text/voice.c lib/core/fileio.c lib/core/err.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lpcre2-8 -lespeak-ng -lm -o $@
 build/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/formats/safetensors.c lib/core/fileio.c lib/core/err.c lib/core/dtype.c lib/core/quant.c | $(DEPS_OK)
