@@ -3,12 +3,14 @@
  *
  * A few rows of activations (decode: 1; a verification block: L+1 <= 8) go
  * through our own kernels, which stream each weight row from memory once for
- * all rows of x (so a 4-row block costs about what one row costs: the work is
- * memory-bound). More rows (prefill) go through OpenBLAS sgemm, on tiles of
+ * all rows of x (so a block of 4 rows reads the weights once: 1.16x one row
+ * for LLaSA-1B's shape in bf16 on 2 Zen 4 cores, docs/BENCHMARKS.md; the
+ * rest is the extra positions' multiply-adds). More rows (prefill) go through OpenBLAS sgemm, on tiles of
  * the weights widened to f32 when they are f16/bf16, so a bf16 checkpoint is
  * never copied whole. Block-quantised weights (GGUF's Q8_0, Q4_0, K-quants)
  * go through lib/engine/qmatmul.c's int8 kernels for any number of rows, in blocks
- * of PCG_MATMUL_SMALL. pcg_matmul_rows keeps any number of rows on the
+ * of PCG_MATMUL_SMALL, or all at once on rows repacked at load
+ * (lib/engine/qpack.h, W->packed). pcg_matmul_rows keeps any number of rows on the
  * small kernels (the rows of a batch of sequences, each as alone).
  *
  * bf16 weights on a CPU with AVX512_BF16 go by default through vdpbf16ps
