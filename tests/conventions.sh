@@ -10,7 +10,7 @@
 # error, "PROG: ..." naming the file, and writes no output file.
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
-rel=$(sed -n 's/^#define PCG_VERSION "\(.*\)"$/\1/p' "$ROOT/lib/opts.h")
+rel=$(sed -n 's/^#define PCG_VERSION "\(.*\)"$/\1/p' "$ROOT/lib/core/opts.h")
 XC=$ROOT/tests/fixtures/xcodec2/tiny
 XE=$ROOT/tests/fixtures/xcodec2-enc/tiny
 

@@ -21,6 +21,7 @@
 
 #include "check.h"
 #include "fixture.h"
+#include "matmul.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -236,6 +237,10 @@ int main(void)
 
 	if (access(DIR "/config.json", R_OK) != 0)
 		SKIP("no fixture %s (tests/ref/make_llasa_plus_fixtures.py makes it)", DIR);
+	/* parity with the f32 modules: the f32 kernels (the bf16 ones round the
+	 * activations, as transformers' bf16 run does) */
+	if (pcg_matmul_set_isa("avx512") < 0) /* no AVX-512: the default is f32 */
+		printf("kernels %s\n", pcg_matmul_isa());
 	json_t *meta = load_json(DIR "/meta.json");
 	CHECK(meta != NULL);
 	if (meta == NULL)
