@@ -21,6 +21,7 @@
 
 #include "check.h"
 #include "fixture.h"
+#include "matmul.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -244,6 +245,10 @@ int main(void)
 	H = (int)json_integer_value(json_object_get(meta, "hidden"));
 	json_decref(meta);
 	T = read_ids(DIR "/tokens.txt", toks, MAXT);
+	/* the f32 arithmetic of the reference: the avx512-bf16 kernels round
+	 * the activations of the checkpoint's bf16 matrices to bf16 (matmul.h) */
+	if (pcg_matmul_set_isa("avx512") < 0) /* no AVX-512: the default is f32 */
+		printf("kernels %s\n", pcg_matmul_isa());
 	ref_target = read_f32(DIR "/target-logits.f32", &n1);
 	ref_heads = read_f32(DIR "/heads-logits.f32", &n2);
 	CHECK(T > 9 && ref_target && ref_heads && n1 == (size_t)T * V && n2 == (size_t)T * NH * V);
