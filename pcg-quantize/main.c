@@ -5,9 +5,12 @@
  * tokenizer.ggml.* (gpt2 byte-level BPE, pre-tokenizer llama-bpe), the Q
  * and K rows permuted for llama.cpp's RoPE, llama3 rope scaling as the
  * rope_freqs tensor, and each tensor's type chosen by llama.cpp's own rules
- * for the file type (lib/formats/quantize.c pcg_quant_choose). Tensors are
- * converted and quantised a slice of rows at a time, so memory stays near
- * the largest tensor's output; the file appears whole or not at all.
+ * for the file type (lib/formats/quantize.c pcg_quant_choose). A Llasa+
+ * checkpoint's backbone (under llm.) is written the same way and its MTP
+ * heads after it, under this project's names (man/pcg-gguf.5), unless
+ * --no-heads. Tensors are converted and quantised a slice of rows at a time,
+ * so memory stays near the largest tensor's output; the file appears whole
+ * or not at all.
  */
 #include <jansson.h>
 #include <math.h>
@@ -22,19 +25,22 @@
 #include "dtype.h"
 #include "err.h"
 #include "gguf.h"
+#include "model.h"
 #include "opts.h"
 #include "quant.h"
 #include "safetensors.h"
 
 static const char *prog = "pcg-quantize";
-#define SYNOPSIS "--type TYPE [-o FILE.gguf] [--quiet] MODEL_DIR"
+#define SYNOPSIS "--type TYPE [-o FILE.gguf] [--no-heads] [--quiet] MODEL_DIR"
 
 static const char *type_s, *out_path;
-static int quiet;
+static int quiet, no_heads;
 static const pcg_opt opts[] = {
 	{ "type", PCG_OPT_STR, &type_s, NULL, 1, 0, "TYPE",
 	  "q8_0, q4_0, q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k, f16, bf16 or f32" },
 	{ "o", PCG_OPT_STR, &out_path, NULL, 1, 0, "FILE", "output GGUF (default: MODEL_DIR-TYPE.gguf)" },
+	{ "no-heads", PCG_OPT_FLAG, &no_heads, NULL, 1, 0, NULL,
+	  "leave a Llasa+ checkpoint's MTP heads out (a file llama.cpp loads)" },
 	{ "quiet", PCG_OPT_FLAG, &quiet, NULL, 1, 0, NULL, "no progress on stderr" },
 	{ NULL },
 };
@@ -276,7 +282,7 @@ int main(int argc, char **argv)
 	gguf_writer *w = NULL;
 	ctx c = { 0 };
 	float *rf = NULL;
-	char path[4096], def_out[4096], names[16][64];
+	char path[4096], def_out[4096], cdir[4096], names[16][64], hf[160];
 	int ft = -1, rc = 1;
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 
@@ -306,10 +312,20 @@ int main(int argc, char **argv)
 		out_path = def_out;
 	}
 	snprintf(path, sizeof path, "%s/config.json", dir);
-	if (llama_config_load(path, &cfg, &err) < 0 || (ck = st_open(dir, &err)) == NULL)
+	if (llama_config_load(path, &cfg, &err) < 0 ||
+	    (ck = st_open(llama_checkpoint_dir(dir, cdir, sizeof cdir), &err)) == NULL)
 		goto fail;
+	/* A Llasa+ checkpoint: the backbone under llm., heads mtp_1_* .. */
+	const char *pre = st_find(ck, "llm.model.embed_tokens.weight") ? "llm." : "";
+	int n_mtp = 0;
+	while (*pre && n_mtp < LLAMA_MAX_MTP &&
+	       (snprintf(path, sizeof path, "mtp_%d_proj.weight", n_mtp + 1),
+		st_find(ck, path) != NULL))
+		n_mtp++;
+	if (no_heads)
+		n_mtp = 0;
 	const int L = cfg.n_layers, H = cfg.hidden, hd = cfg.head_dim;
-	c.jobs = calloc((size_t)(4 + 9 * L), sizeof *c.jobs);
+	c.jobs = calloc((size_t)(4 + 9 * L + 12 * n_mtp), sizeof *c.jobs);
 	w = gguf_writer_new(&err);
 	if (c.jobs == NULL || w == NULL) {
 		pcg_fail(&err, "out of memory");
@@ -332,6 +348,9 @@ int main(int argc, char **argv)
 	    (hd != H / cfg.n_heads &&
 	     (gguf_set_u32(w, "llama.attention.key_length", (uint32_t)hd, &err) < 0 ||
 	      gguf_set_u32(w, "llama.attention.value_length", (uint32_t)hd, &err) < 0)) ||
+	    (n_mtp > 0 &&
+	     (gguf_set_u32(w, "pcgtts.mtp.count", (uint32_t)n_mtp, &err) < 0 ||
+	      gguf_set_f32(w, "pcgtts.mtp.layer_norm_rms_epsilon", LLAMA_MTP_EPS, &err) < 0)) ||
 	    put_tokenizer(w, dir, &cfg, &err) < 0)
 		goto fail;
 
@@ -350,7 +369,8 @@ int main(int argc, char **argv)
 		} \
 		c.n++; \
 	} while (0)
-	JOB("token_embd.weight", "model.embed_tokens.weight", cfg.vocab, H, 0);
+	snprintf(hf, sizeof hf, "%smodel.embed_tokens.weight", pre);
+	JOB("token_embd.weight", hf, cfg.vocab, H, 0);
 	if (cfg.rope_llama3) {
 		rf = malloc((size_t)(hd / 2) * sizeof *rf);
 		if (rf == NULL) {
@@ -363,10 +383,16 @@ int main(int argc, char **argv)
 		if (c.jobs[c.n++].name == NULL)
 			goto fail;
 	}
-	JOB("output_norm.weight", "model.norm.weight", 1, H, 0);
-	if (!cfg.tie)
-		JOB("output.weight", "lm_head.weight", cfg.vocab, H, 0);
-	for (int l = 0; l < L; l++) {
+	snprintf(hf, sizeof hf, "%smodel.norm.weight", pre);
+	JOB("output_norm.weight", hf, 1, H, 0);
+	if (!cfg.tie) {
+		snprintf(hf, sizeof hf, "%slm_head.weight", pre);
+		JOB("output.weight", hf, cfg.vocab, H, 0);
+	}
+	/* The backbone's layers blk.<l>.*, then each head k: its norm and
+	 * projection, and its block under llama.cpp's per-layer names after
+	 * pcgtts.mtp.<k>. (permuted alike). */
+	for (int l = 0; l < L + n_mtp; l++) {
 		static const struct { const char *g, *hf; int what; } t[] = {
 			{ "attn_norm", "input_layernorm", 0 },   { "attn_q", "self_attn.q_proj", 1 },
 			{ "attn_k", "self_attn.k_proj", 2 },     { "attn_v", "self_attn.v_proj", 3 },
@@ -374,22 +400,44 @@ int main(int argc, char **argv)
 			{ "ffn_gate", "mlp.gate_proj", 5 },       { "ffn_up", "mlp.up_proj", 5 },
 			{ "ffn_down", "mlp.down_proj", 6 },
 		};
+		const int k = l - L + 1; /* the head, when l >= L */
+		char gbase[64], hbase[64];
+		if (l < L) {
+			snprintf(gbase, sizeof gbase, "blk.%d.", l);
+			snprintf(hbase, sizeof hbase, "%smodel.layers.%d.", pre, l);
+		} else {
+			snprintf(gbase, sizeof gbase, "pcgtts.mtp.%d.", k);
+			snprintf(hbase, sizeof hbase, "mtp_%d_block.", k);
+			snprintf(names[0], sizeof names[0], "%snorm.weight", gbase);
+			snprintf(hf, sizeof hf, "mtp_%d_local_RMSNorm.weight", k);
+			JOB(names[0], hf, 1, H, 0);
+			snprintf(names[0], sizeof names[0], "%sproj.weight", gbase);
+			snprintf(hf, sizeof hf, "mtp_%d_proj.weight", k);
+			JOB(names[0], hf, H, H, 0);
+			snprintf(names[0], sizeof names[0], "%sproj.bias", gbase);
+			snprintf(hf, sizeof hf, "mtp_%d_proj.bias", k);
+			JOB(names[0], hf, 1, H, 0);
+		}
 		for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
 			const int q_dim = cfg.n_heads * hd, kv_dim = cfg.n_kv_heads * hd;
 			const int64_t rows[] = { 1, q_dim, kv_dim, kv_dim, H, cfg.ffn, H };
 			const int64_t cols[] = { H, H, H, H, q_dim, H, cfg.ffn };
 			const int heads[] = { 0, cfg.n_heads, cfg.n_kv_heads, 0, 0, 0, 0 };
-			char hf[128];
-			snprintf(names[i], sizeof names[i], "blk.%d.%s.weight", l, t[i].g);
-			snprintf(hf, sizeof hf, "model.layers.%d.%s.weight", l, t[i].hf);
+			snprintf(names[i], sizeof names[i], "%s%s.weight", gbase, t[i].g);
+			snprintf(hf, sizeof hf, "%s%s.weight", hbase, t[i].hf);
 			JOB(names[i], hf, rows[t[i].what], cols[t[i].what], heads[t[i].what]);
 		}
 	}
 #undef JOB
 	for (int i = 0; i < c.n; i++) {
 		job *j = &c.jobs[i];
-		int layer = -1;
-		sscanf(j->name, "blk.%d.", &layer);
+		/* a head's block counts as the layer after the backbone's (the
+		 * heads run after it): llama.cpp's rules by layer apply as to a
+		 * last layer */
+		int layer = -1, k = 0;
+		if (sscanf(j->name, "blk.%d.", &layer) != 1 &&
+		    sscanf(j->name, "pcgtts.mtp.%d.", &k) == 1)
+			layer = L + k - 1;
 		if (j->rows == 1) /* norms and rope factors stay f32, as llama.cpp keeps them */
 			j->type = PCG_F32;
 		else if (ftypes[ft].plain != PCG_DTYPE_OTHER && !pcg_dtype_is_quant(ftypes[ft].plain))
@@ -414,9 +462,10 @@ int main(int argc, char **argv)
 	c.t0 = (double)clock() / CLOCKS_PER_SEC;
 	if (gguf_writer_finish(w, out_path, &err) < 0)
 		goto fail;
-	if (!quiet)
-		fprintf(stderr, "%s: wrote %s (%s, %d tensors)\n", prog, out_path, ftypes[ft].name,
-			c.n);
+	if (!quiet) {
+		fprintf(stderr, "%s: wrote %s (%s, %d tensors", prog, out_path, ftypes[ft].name, c.n);
+		fprintf(stderr, n_mtp > 0 ? ", %d MTP heads)\n" : ")\n", n_mtp);
+	}
 	rc = 0;
 	goto done;
 fail:

@@ -39,7 +39,7 @@ struct layer {
 
 /* A Llasa+ head (model.h): mtp_<k>_* in the checkpoint. */
 struct mtp_head {
-	float *norm;      /* (hidden) mtp_<k>_local_RMSNorm.weight, eps LLAMA_MTP_EPS */
+	float *norm;      /* (hidden) mtp_<k>_local_RMSNorm.weight, eps mtp_eps */
 	pcg_mat proj;     /* (hidden, hidden) mtp_<k>_proj.weight */
 	float *bias;      /* (hidden) mtp_<k>_proj.bias */
 	struct layer blk; /* mtp_<k>_block.*: cache layer n_layers + k - 1 */
@@ -60,6 +60,7 @@ struct llama_model {
 	const char *prefix; /* of the backbone's names: "llm." in a Llasa+ checkpoint */
 	struct mtp_head *mtp; /* the Llasa+ heads */
 	int n_mtp;
+	float mtp_eps;    /* the heads' local_RMSNorm: LLAMA_MTP_EPS, or a GGUF file's */
 	float *inv_freq;  /* (head_dim / 2) */
 	pcg_weights w;    /* the tensors taken from ck, and f32 copies */
 	pcg_backend *be;  /* where the forward runs; the pointers above are its memory */
@@ -110,20 +111,33 @@ static void rope_init(float *inv_freq, const llama_config *c)
  * rows}, and permutes the rows of the Q and K projections for its own RoPE
  * (convert_hf_to_gguf.py LlamaModel.permute), which is undone here. */
 
+/* A decoder layer's tensors: Hugging Face's names after the layer's
+ * prefix, llama.cpp's after "blk.<l>." (or a head's "pcgtts.mtp.<k>."). */
+static const char *const LAYER_NAMES[][2] = {
+	{ "input_layernorm.weight", "attn_norm.weight" },
+	{ "self_attn.q_proj.weight", "attn_q.weight" },
+	{ "self_attn.k_proj.weight", "attn_k.weight" },
+	{ "self_attn.v_proj.weight", "attn_v.weight" },
+	{ "self_attn.o_proj.weight", "attn_output.weight" },
+	{ "post_attention_layernorm.weight", "ffn_norm.weight" },
+	{ "mlp.gate_proj.weight", "ffn_gate.weight" },
+	{ "mlp.up_proj.weight", "ffn_up.weight" },
+	{ "mlp.down_proj.weight", "ffn_down.weight" },
+};
+#define N_LAYER_NAMES ((int)(sizeof LAYER_NAMES / sizeof LAYER_NAMES[0]))
+
+/* A Llasa+ head's own tensors: Hugging Face's names after "mtp_<k>_",
+ * this project's after "pcgtts.mtp.<k>." (man/pcg-gguf.5). */
+static const char *const GGUF_HEAD[][2] = {
+	{ "local_RMSNorm.weight", "norm.weight" },
+	{ "proj.weight", "proj.weight" },
+	{ "proj.bias", "proj.bias" },
+};
+#define N_GGUF_HEAD ((int)(sizeof GGUF_HEAD / sizeof GGUF_HEAD[0]))
+
 /* The GGUF name of a Hugging Face tensor name, into buf. */
 static const char *gguf_name(const char *hf, char *buf, size_t size)
 {
-	static const char *const map[][2] = {
-		{ "input_layernorm.weight", "attn_norm.weight" },
-		{ "self_attn.q_proj.weight", "attn_q.weight" },
-		{ "self_attn.k_proj.weight", "attn_k.weight" },
-		{ "self_attn.v_proj.weight", "attn_v.weight" },
-		{ "self_attn.o_proj.weight", "attn_output.weight" },
-		{ "post_attention_layernorm.weight", "ffn_norm.weight" },
-		{ "mlp.gate_proj.weight", "ffn_gate.weight" },
-		{ "mlp.up_proj.weight", "ffn_up.weight" },
-		{ "mlp.down_proj.weight", "ffn_down.weight" },
-	};
 	int layer, off = 0;
 
 	if (!strcmp(hf, "model.embed_tokens.weight"))
@@ -133,9 +147,21 @@ static const char *gguf_name(const char *hf, char *buf, size_t size)
 	if (!strcmp(hf, "lm_head.weight"))
 		return "output.weight";
 	if (sscanf(hf, "model.layers.%d.%n", &layer, &off) == 1 && off > 0)
-		for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-			if (!strcmp(hf + off, map[i][0])) {
-				snprintf(buf, size, "blk.%d.%s", layer, map[i][1]);
+		for (int i = 0; i < N_LAYER_NAMES; i++)
+			if (!strcmp(hf + off, LAYER_NAMES[i][0])) {
+				snprintf(buf, size, "blk.%d.%s", layer, LAYER_NAMES[i][1]);
+				return buf;
+			}
+	if (sscanf(hf, "mtp_%d_block.%n", &layer, &off) == 1 && off > 0)
+		for (int i = 0; i < N_LAYER_NAMES; i++)
+			if (!strcmp(hf + off, LAYER_NAMES[i][0])) {
+				snprintf(buf, size, "pcgtts.mtp.%d.%s", layer, LAYER_NAMES[i][1]);
+				return buf;
+			}
+	if (sscanf(hf, "mtp_%d_%n", &layer, &off) == 1 && off > 0)
+		for (int i = 0; i < N_GGUF_HEAD; i++)
+			if (!strcmp(hf + off, GGUF_HEAD[i][0])) {
+				snprintf(buf, size, "pcgtts.mtp.%d.%s", layer, GGUF_HEAD[i][1]);
 				return buf;
 			}
 	return hf;
@@ -364,14 +390,6 @@ static int to_device(llama_model *m, pcg_device dev, pcg_err *err)
 
 /* ------------------------------------------------------ Llasa+ checkpoints */
 
-/* A decoder layer's tensor names after its prefix. */
-static const char *const LAYER_NAMES[] = {
-	"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-	"self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-	"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
-};
-#define N_LAYER_NAMES ((int)(sizeof LAYER_NAMES / sizeof LAYER_NAMES[0]))
-
 /* Whether s is "<fmt-with-%d><one of LAYER_NAMES>" for a number in [lo, hi]
  * spelled without leading zeros (as PyTorch writes module indices). */
 static int is_layer_name(const char *s, const char *fmt, int lo, int hi)
@@ -381,11 +399,23 @@ static int is_layer_name(const char *s, const char *fmt, int lo, int hi)
 	for (int i = lo; i <= hi; i++)
 		for (int j = 0; j < N_LAYER_NAMES; j++) {
 			snprintf(want, sizeof want, fmt, i);
-			strncat(want, LAYER_NAMES[j], sizeof want - strlen(want) - 1);
+			strncat(want, LAYER_NAMES[j][0], sizeof want - strlen(want) - 1);
 			if (!strcmp(s, want))
 				return 1;
 		}
 	return 0;
+}
+
+/* name as shown in a message: at most size - 1 bytes, bytes outside
+ * printable ASCII as '?'. */
+static const char *printable(char *buf, size_t size, const char *name)
+{
+	size_t j;
+
+	for (j = 0; name[j] && j + 1 < size; j++)
+		buf[j] = name[j] >= 0x20 && name[j] < 0x7f ? name[j] : '?';
+	buf[j] = '\0';
+	return buf;
 }
 
 /* Whether name is one a Llasa+ checkpoint of m's config (n_mtp heads)
@@ -402,10 +432,8 @@ static int llasa_plus_name(const llama_model *m, const char *name)
 			is_layer_name(b, "model.layers.%d.", 0, m->cfg.n_layers - 1));
 	}
 	for (int k = 1; k <= m->n_mtp; k++) {
-		static const char *const own[] = { "proj.weight", "proj.bias",
-						   "local_RMSNorm.weight" };
-		for (int j = 0; j < 3; j++) {
-			snprintf(want, sizeof want, "mtp_%d_%s", k, own[j]);
+		for (int j = 0; j < N_GGUF_HEAD; j++) {
+			snprintf(want, sizeof want, "mtp_%d_%s", k, GGUF_HEAD[j][0]);
 			if (!strcmp(name, want))
 				return 1;
 		}
@@ -445,17 +473,56 @@ static int llasa_plus_scan(llama_model *m, int want_heads, pcg_err *err)
 		const char *tn = st_get(m->ck, i)->name;
 		if (!llasa_plus_name(m, tn)) {
 			char shown[128];
-			size_t j;
-			for (j = 0; tn[j] && j + 1 < sizeof shown; j++)
-				shown[j] = tn[j] >= 0x20 && tn[j] < 0x7f ? tn[j] : '?';
-			shown[j] = '\0';
 			return pcg_fail(err, "tensor '%s' not expected in a Llasa+ checkpoint (the "
 					"backbone's %d layers under llm., heads mtp_1_* .. mtp_%d_*)",
-					shown, m->cfg.n_layers, n);
+					printable(shown, sizeof shown, tn), m->cfg.n_layers, n);
 		}
 	}
 	if (!want_heads)
 		m->n_mtp = 0;
+	return 0;
+}
+
+/* A GGUF file's Llasa+ heads (man/pcg-gguf.5): pcgtts.mtp.count and
+ * pcgtts.mtp.layer_norm_rms_epsilon, and every tensor under pcgtts.
+ * checked to be one of those heads'. Nothing for a file without. */
+static int gguf_heads_scan(llama_model *m, int want_heads, pcg_err *err)
+{
+	const int has = gguf_find_key(m->gg, "pcgtts.mtp.count") >= 0;
+	int64_t n = 0;
+	double eps = LLAMA_MTP_EPS;
+	char want[128];
+
+	if (has && (gguf_get_int(m->gg, "pcgtts.mtp.count", &n, err) < 0 ||
+		    gguf_get_float(m->gg, "pcgtts.mtp.layer_norm_rms_epsilon", &eps, err) < 0))
+		return -1;
+	if (n < 0 || n > LLAMA_MAX_MTP)
+		return pcg_fail(err, "pcgtts.mtp.count = %lld: 0 to %d heads", (long long)n,
+				LLAMA_MAX_MTP);
+	if (!(eps > 0 && eps < 1))
+		return pcg_fail(err, "pcgtts.mtp.layer_norm_rms_epsilon = %g: not in (0, 1)", eps);
+	for (int i = 0; i < gguf_n_tensors(m->gg); i++) {
+		const char *tn = gguf_tensor_at(m->gg, i)->name;
+		int ok = 0;
+		if (strncmp(tn, "pcgtts.", 7) != 0)
+			continue;
+		for (int k = 1; k <= n && !ok; k++)
+			for (int j = 0; j < N_LAYER_NAMES + N_GGUF_HEAD && !ok; j++) {
+				snprintf(want, sizeof want, "pcgtts.mtp.%d.%s", k,
+					 j < N_LAYER_NAMES ? LAYER_NAMES[j][1]
+							  : GGUF_HEAD[j - N_LAYER_NAMES][1]);
+				ok = !strcmp(tn, want);
+			}
+		if (!ok && has)
+			return pcg_fail(err, "tensor '%s' not expected: not one of the %lld MTP "
+					"heads' (pcgtts.mtp.count)", printable(want, sizeof want, tn),
+					(long long)n);
+		if (!ok)
+			return pcg_fail(err, "tensor '%s' not expected: no pcgtts.mtp.count in the "
+					"file", printable(want, sizeof want, tn));
+	}
+	m->n_mtp = want_heads ? (int)n : 0;
+	m->mtp_eps = (float)eps;
 	return 0;
 }
 
@@ -471,7 +538,7 @@ static int load_layer(llama_model *m, struct layer *L, const char *base, int cop
 	const int qh = copy ? c->n_heads : 0, kh = copy ? c->n_kv_heads : 0;
 	char name[160];
 
-#define NAME(i) (snprintf(name, sizeof name, "%s%s", base, LAYER_NAMES[i]), name)
+#define NAME(i) (snprintf(name, sizeof name, "%s%s", base, LAYER_NAMES[i][0]), name)
 	if ((L->attn_norm = get_vec(m, NAME(0), H, err)) == NULL ||
 	    get_mat(m, &L->wq, NAME(1), q_dim, H, qh, err) < 0 ||
 	    get_mat(m, &L->wk, NAME(2), kv_dim, H, kh, err) < 0 ||
@@ -509,7 +576,7 @@ static int load_heads(llama_model *m, pcg_err *err)
 		if ((hd->bias = get_vec(m, name, H, err)) == NULL)
 			return -1;
 		snprintf(name, sizeof name, "mtp_%d_block.", k + 1);
-		if (load_layer(m, &hd->blk, name, 0, err) < 0)
+		if (load_layer(m, &hd->blk, name, m->gg && !m->qk_perm, err) < 0)
 			return -1;
 	}
 	return 0;
@@ -528,6 +595,7 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 	}
 	c = &m->cfg;
 	m->prefix = "";
+	m->mtp_eps = LLAMA_MTP_EPS;
 	m->dequantize = opts && opts->dequantize;
 	pcg_device dev;
 	if (pcg_device_parse(opts ? opts->device : NULL, &dev, err) < 0)
@@ -535,7 +603,8 @@ llama_model *llama_open(const char *dir, const llama_open_opts *opts, pcg_err *e
 	if (gguf_is_gguf(dir)) {
 		m->qk_perm = pcg_device_is_host(dev);
 		m->gg = gguf_open(dir, err);
-		if (m->gg == NULL || llama_config_from_gguf(m->gg, c, err) < 0)
+		if (m->gg == NULL || llama_config_from_gguf(m->gg, c, err) < 0 ||
+		    gguf_heads_scan(m, !(opts && (opts->layers || opts->no_mtp)), err) < 0)
 			goto fail_named;
 	} else {
 		snprintf(path, sizeof path, "%s/config.json", dir);
@@ -1030,7 +1099,7 @@ static int heads_pass(llama_model *m, const struct pass *p, llama_seq *s, int n_
 	for (int k = 0; k < nh; k++) {
 		const struct mtp_head *hd = &m->mtp[k];
 		/* mtp_k_features = mtp_k_proj(mtp_k_local_RMSNorm(input)) */
-		OP(pcg_backend_rmsnorm(be, a->xb, in, hd->norm, N, H, LLAMA_MTP_EPS, err));
+		OP(pcg_backend_rmsnorm(be, a->xb, in, hd->norm, N, H, m->mtp_eps, err));
 		OP(pass_mm(m, p, s, n_seqs, a->y, H, a->xb, &hd->proj, err));
 		for (int r = 0; r < N; r++)
 			OP(pcg_backend_add(be, a->y + (size_t)r * H, hd->bias, (size_t)H, err));
