@@ -282,7 +282,7 @@ int main(int argc, char **argv)
 	gguf_writer *w = NULL;
 	ctx c = { 0 };
 	float *rf = NULL;
-	char path[4096], def_out[4096], cdir[4096], names[16][64], hf[160];
+	char path[4096], def_out[4096], cdir[4096], names[16][96], hf[160];
 	int ft = -1, rc = 1;
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 
@@ -401,7 +401,7 @@ int main(int argc, char **argv)
 			{ "ffn_down", "mlp.down_proj", 6 },
 		};
 		const int k = l - L + 1; /* the head, when l >= L */
-		char gbase[64], hbase[64];
+		char gbase[32], hbase[96];
 		if (l < L) {
 			snprintf(gbase, sizeof gbase, "blk.%d.", l);
 			snprintf(hbase, sizeof hbase, "%smodel.layers.%d.", pre, l);
