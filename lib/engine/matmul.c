@@ -444,6 +444,13 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 		free(xw);
 }
 
+/* Whether W's products run on the vdpbf16ps kernels. */
+static int bf16_dot(const pcg_mat *W)
+{
+	isa_choose();
+	return W->dtype == PCG_BF16 && isas[isa].bf16 != NULL;
+}
+
 /* Prefill: sgemm on tiles of W widened to f32 (f32 weights are used in
  * place). Each thread takes whole tiles and calls a single-threaded sgemm:
  * OpenMP threads that spin after a parallel region would otherwise fight
@@ -530,10 +537,16 @@ void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 				matmul_blas(y + (size_t)b * ldy, ldy, x + (size_t)b * W->cols, nb, W,
 					    r0, nr);
 		}
-	} else if (B <= PCG_MATMUL_SMALL)
+	} else if (B <= PCG_MATMUL_SMALL || bf16_dot(W)) {
+		/* bf16 weights on vdpbf16ps: a prefill through the same kernels,
+		 * so that its positions are what blocks and single steps give,
+		 * bit for bit (a session resent to another server, or whose
+		 * cache was lost, goes on with the tokens it would have had);
+		 * at LLaSA-1B's shape no slower than sgemm on widened tiles */
 		matmul_small(y, ldy, x, B, W, r0, nr);
-	else
+	} else {
 		matmul_blas(y, ldy, x, B, W, r0, nr);
+	}
 }
 
 void pcg_matmul_rows(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0,

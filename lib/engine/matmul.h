@@ -27,10 +27,10 @@
  * output, and every norm and residual, to bf16 as well, so this path is at
  * least as close to the f32 computation as transformers' own bf16 run
  * (test_llama_parity). The f32 path ("avx512") stays selectable, and the
- * parity tests against transformers' float32 logits use it. More than
- * PCG_MATMUL_SMALL rows (prefill, through sgemm) get the activations rounded
- * too, so that a prefill differs from the same positions in blocks only in
- * the order of f32 sums, as on the f32 path.
+ * parity tests against transformers' float32 logits use it. A prefill on
+ * this path runs through the same kernels (not sgemm), so its positions are
+ * what blocks and single steps give, bit for bit, and it is faster: 127
+ * positions/s against 66 through sgemm on widened tiles at LLaSA-1B's shape.
  */
 #ifndef PCG_MATMUL_H
 #define PCG_MATMUL_H

@@ -238,7 +238,7 @@ static void check_bf16dot_case(int B, int N, int K, int r0, int nr, unsigned see
 		w[i] = pcg_f32_to_bf16((float)frand(&seed));
 	for (size_t i = 0; i < (size_t)B * K; i++) /* magnitudes over 2^20 */
 		x[i] = (float)(frand(&seed) * exp2(20 * frand(&seed)));
-	pcg_mat W = { w, PCG_BF16, N, K };
+	pcg_mat W = { .data = w, .dtype = PCG_BF16, .rows = N, .cols = K };
 	CHECK(pcg_matmul_set_isa("avx512") == 0);
 	pcg_matmul_rows(yf, nr, x, B, &W, r0, nr);
 	CHECK(pcg_matmul_set_isa("avx512-bf16") == 0);
@@ -296,7 +296,7 @@ static void check_bf16dot_special(void)
 		x[i] = (float)frand(&seed);
 	x[K + 40] = NAN;
 	x[2 * K + 3] = INFINITY;
-	pcg_mat W = { w, PCG_BF16, N, K };
+	pcg_mat W = { .data = w, .dtype = PCG_BF16, .rows = N, .cols = K };
 	pcg_matmul(y, N, x, B, &W, 0, N);
 	for (int r = 0; r < N; r++)
 		ok &= isfinite(y[r]) && isnan(y[N + r]) && isinf(y[2 * N + r]) && y[2 * N + r] > 0;
