@@ -462,26 +462,13 @@ static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat 
 	const size_t rb = pcg_dtype_row_bytes(W->dtype, K);
 	enum { TILE = 128 };
 	const int ntiles = (nr + TILE - 1) / TILE;
-	/* A family that rounds the activations for bf16 weights rounds them
-	 * here too, so that a prefill and the same positions in blocks differ
-	 * only in the order of their f32 sums, as on the f32 path. */
-	float *xr = NULL;
-
-	isa_choose();
-	if (W->dtype == PCG_BF16 && isas[isa].bf16 != NULL) {
-		xr = malloc((size_t)B * K * sizeof *xr);
-		for (size_t i = 0; xr != NULL && i < (size_t)B * K; i++)
-			xr[i] = pcg_bf16_to_f32(pcg_f32_to_bf16(x[i]));
-	}
-	const float *xs = xr != NULL ? xr : x;
-	/* no memory for xr: the streaming kernel below rounds its own */
-	const int no_xr = W->dtype == PCG_BF16 && isas[isa].bf16 != NULL && xr == NULL;
-	int failed = no_xr;
+	/* (bf16 weights on the vdpbf16ps kernels never come here: pcg_matmul) */
+	const float *xs = x;
+	int failed = 0;
 
 #pragma omp parallel
 	{
-		float *tile = W->dtype == PCG_F32 || no_xr ? NULL
-							  : malloc((size_t)TILE * K * sizeof *tile);
+		float *tile = W->dtype == PCG_F32 ? NULL : malloc((size_t)TILE * K * sizeof *tile);
 		if (W->dtype != PCG_F32 && tile == NULL) {
 #pragma omp atomic write
 			failed = 1;
@@ -514,7 +501,6 @@ static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat 
 					for (int r = 0; r < nr; r++) /* which the samplers refuse */
 						yb[(size_t)i * ldy + r] = NAN;
 		}
-	free(xr);
 }
 
 void pcg_matmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr)
