@@ -20,72 +20,39 @@
 #define N_ACC 16
 #define ITERS 1000000
 
-__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) static double
-rate_vnni(void)
-{
-	__m512i acc[N_ACC];
-	const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
-	for (int i = 0; i < N_ACC; i++)
-		acc[i] = _mm512_set1_epi32(i);
-	double t = pcg_now();
-	for (int it = 0; it < ITERS; it++) {
-		#pragma GCC unroll 16
-		for (int i = 0; i < N_ACC; i++)
-			acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
-		__asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));
+/* Instructions per ns of OP over N_ACC independent accumulators of type T,
+ * started at INIT(i) and summed by SUM at the end (so none is dead). */
+#define RATE(NAME, TARGET, T, INIT, OP, SUM) \
+	__attribute__((target(TARGET), noinline)) static double NAME(void) \
+	{ \
+		T acc[N_ACC]; \
+		for (int i = 0; i < N_ACC; i++) \
+			acc[i] = INIT(i); \
+		double t = pcg_now(); \
+		for (int it = 0; it < ITERS; it++) { \
+			_Pragma("GCC unroll 16") \
+			for (int i = 0; i < N_ACC; i++) \
+				acc[i] = OP(acc[i]); \
+			__asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3])); \
+		} \
+		t = pcg_now() - t; \
+		double sink = 0; \
+		for (int i = 0; i < N_ACC; i++) \
+			sink += SUM(acc[i]); \
+		if (sink == 42.0) \
+			puts(""); \
+		return (double)ITERS * N_ACC / t / 1e9; \
 	}
-	t = pcg_now() - t;
-	int sink = 0;
-	for (int i = 0; i < N_ACC; i++)
-		sink += _mm512_reduce_add_epi32(acc[i]);
-	if (sink == 42)
-		puts("");
-	return (double)ITERS * N_ACC / t / 1e9;
-}
 
-__attribute__((target("avx512f,avx512bf16"), noinline)) static double rate_bf16(void)
-{
-	__m512 acc[N_ACC];
-	const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3f00);
-	for (int i = 0; i < N_ACC; i++)
-		acc[i] = _mm512_set1_ps((float)i);
-	double t = pcg_now();
-	for (int it = 0; it < ITERS; it++) {
-		#pragma GCC unroll 16
-		for (int i = 0; i < N_ACC; i++)
-			acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-		__asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));
-	}
-	t = pcg_now() - t;
-	float sink = 0;
-	for (int i = 0; i < N_ACC; i++)
-		sink += _mm512_reduce_add_ps(acc[i]);
-	if (sink == 42.0f)
-		puts("");
-	return (double)ITERS * N_ACC / t / 1e9;
-}
-
-__attribute__((target("avx512f"), noinline)) static double rate_fma(void)
-{
-	__m512 acc[N_ACC];
-	const __m512 a = _mm512_set1_ps(1.0000001f), b = _mm512_set1_ps(1e-9f);
-	for (int i = 0; i < N_ACC; i++)
-		acc[i] = _mm512_set1_ps((float)i);
-	double t = pcg_now();
-	for (int it = 0; it < ITERS; it++) {
-		#pragma GCC unroll 16
-		for (int i = 0; i < N_ACC; i++)
-			acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-		__asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));
-	}
-	t = pcg_now() - t;
-	float sink = 0;
-	for (int i = 0; i < N_ACC; i++)
-		sink += _mm512_reduce_add_ps(acc[i]);
-	if (sink == 42.0f)
-		puts("");
-	return (double)ITERS * N_ACC / t / 1e9;
-}
+#define I_INIT(i) _mm512_set1_epi32(i)
+#define F_INIT(i) _mm512_set1_ps((float)(i))
+#define VNNI(a) _mm512_dpbusd_epi32(a, _mm512_set1_epi8(3), _mm512_set1_epi8(-2))
+#define BF16(a) _mm512_dpbf16_ps(a, (__m512bh)_mm512_set1_epi16(0x3f80), \
+				 (__m512bh)_mm512_set1_epi16(0x3f00))
+#define FMA(a) _mm512_fmadd_ps(a, _mm512_set1_ps(1.0000001f), _mm512_set1_ps(1e-9f))
+RATE(rate_vnni, "avx512f,avx512bw,avx512vnni", __m512i, I_INIT, VNNI, _mm512_reduce_add_epi32)
+RATE(rate_bf16, "avx512f,avx512bf16", __m512, F_INIT, BF16, _mm512_reduce_add_ps)
+RATE(rate_fma, "avx512f", __m512, F_INIT, FMA, _mm512_reduce_add_ps)
 #endif
 
 int main(int argc, char **argv)
