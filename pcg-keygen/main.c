@@ -29,6 +29,8 @@ int main(int argc, char **argv)
 		printf("%s (pcg-tts) %s\n", prog, PCG_VERSION);
 		return 0;
 	}
+	if (argc == 2 && argv[1][0] == '-')
+		fprintf(stderr, "%s: unknown option %s\n", prog, argv[1]);
 	if (argc != 2 || argv[1][0] == '-' || strlen(argv[1]) > 4000) {
 		fprintf(stderr, "usage: %s NAME\n", prog);
 		return 2;

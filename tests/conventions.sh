@@ -4,8 +4,8 @@
 # "usage: PROG" to standard output (listing the options the row names) and
 # exit 0; --version prints "PROG (pcg-tts) VERSION", VERSION that of
 # lib/core/opts.h, and exits 0; an unknown option exits 2 with nothing on
-# standard output and a "usage: PROG" line on standard error (naming the
-# option, but for pcg-keygen, whose usage is all it says); a file that is
+# standard output and a "usage: PROG" line on standard error, naming the
+# option first; a file that is
 # not there (for programs that read one) exits 1 with one line on standard
 # error, "PROG: ..." naming the file, and writes no output file.
 . "${PCG_ROOT:-.}/tests/shlib"
@@ -23,7 +23,7 @@ codec-decode|--llasa-ids;kmeans-gl|--weights $XC --codes nowhere.txt -o x.wav|y
 codec-encode|--llasa-ids|--weights $XE nowhere.wav -o x.codes|y
 draftd|--layers|--model nowhere --listen ipc://$T/d.sock|y
 pcg-httpd|--port|--voice nowhere.json --port 0|y
-pcg-keygen|NAME|-|n
+pcg-keygen|NAME|-|y
 pcg-mcd|A.wav B.wav|nowhere.wav $ROOT/tests/fixtures/speech/a.wav|y
 pcg-mkmodel|--preset|-|y
 pcg-mtp|--top-k|--model nowhere --tokens 1|y
