@@ -498,9 +498,12 @@ static int pending_start(server *sv, pending *p, proto_msg *rep)
 	p->next = i;
 	p->width = llama_rows_count(sv->model, &r->rows);
 	const size_t H = (size_t)llama_get_config(sv->model)->hidden;
-	if (reserve(&p->out, &p->out_cap, (size_t)r->n * p->width) < 0 ||
+	/* Llasa+ with heads: the target's and the heads' rows, through lm_head
+	 * together (reply_probs) */
+	const int rows_per = p->heads > 0 && sv->layer_heads ? 1 + sv->layer_heads : 1;
+	if (reserve(&p->out, &p->out_cap, (size_t)r->n * rows_per * p->width) < 0 ||
 	    (p->heads > 0 && reserve(&p->hidden, &p->hidden_cap,
-				     (size_t)r->n * (sv->layer_heads ? sv->layer_heads : 1) * H) < 0)) {
+				     (size_t)r->n * (sv->layer_heads ? rows_per : 1) * H) < 0)) {
 		proto_error(rep, q->id, PROTO_E_INTERNAL, "out of memory");
 		return -1;
 	}
@@ -540,7 +543,14 @@ static int pending_seq(server *sv, const pending *p, llama_seq *s)
 	s->n_out = n == left ? want : 0;
 	s->out = s->n_out ? p->out : NULL;
 	s->hidden = s->n_out && p->heads > 0 && !sv->layer_heads ? p->hidden : NULL;
-	s->heads = s->n_out && p->heads > 0 && sv->layer_heads ? p->hidden : NULL;
+	if (s->n_out && p->heads > 0 && sv->layer_heads) {
+		/* Llasa+: the final hidden states of the outputs, then the heads'
+		 * outputs, and lm_head on all of them at once in reply_probs */
+		const size_t H = (size_t)llama_get_config(sv->model)->hidden;
+		s->out = NULL;
+		s->hidden = p->hidden;
+		s->heads = p->hidden + (size_t)s->n_out * H;
+	}
 	return 0;
 }
 
@@ -689,16 +699,17 @@ static int reply_probs(server *sv, pending *p, proto_msg *rep)
 	if (nh > 0) {
 		const double t = pcg_now();
 		const int H = llama_get_config(sv->model)->hidden, nl = sv->layer_heads;
-		/* Llasa+: the heads' outputs of every position through lm_head at
-		 * once (its weights stream once) */
-		if (nl > 0 && llama_lm_head(sv->model, p->hidden, r->n * nl, &r->rows,
-					    sv->hlogits, &err) < 0) {
+		/* Llasa+: the block's final hidden states and the heads' outputs of
+		 * every position through lm_head in one pass (its weights stream
+		 * once; each row's logits are the bits it gets alone) */
+		if (nl > 0 && llama_lm_head(sv->model, p->hidden, r->n * (1 + nl), &r->rows,
+					    p->out, &err) < 0) {
 			proto_error(rep, p->q->id, PROTO_E_INTERNAL, "%s", err.msg);
 			return -1;
 		}
 		for (int i = 0; i < r->n; i++) {
 			float *o = sv->hprobs + (size_t)i * (1 + nh) * width;
-			const float *hl = sv->hlogits + (size_t)i * nl * width;
+			const float *hl = p->out + ((size_t)r->n + (size_t)i * nl) * width;
 			pcg_probs(p->out + (size_t)i * width, width, &r->samp, o, &err);
 			if (nl == 0 && mtp_logits(sv->heads, p->hidden + (size_t)i * H, 0, nh,
 						  &r->rows, sv->hlogits, &err) < 0) {
