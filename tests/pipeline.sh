@@ -4,7 +4,7 @@
 # seed gives the same tokens over ipc, over tcp and inproc (one process), and
 # again on a rerun (lookahead auto, its verifiers given the same cost terms);
 # another seed gives other tokens; pcg-down leaves no process or socket.
-# serial: fixed tcp ports (7650-7652)
+# ports: fixed tcp ports (7650-7652), which no other test uses
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 export PCG_RUNTIME_DIR="$T/rt"
