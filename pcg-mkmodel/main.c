@@ -339,20 +339,32 @@ static int write_weights(const char *path, pcg_dtype dt, int vocab, pcg_err *err
 #define T1(tn, r) do { snprintf(nm, sizeof nm, "%s%s", pre, tn); \
 		t[k].name = names[k] = strdup(nm); t[k].dtype = dt; t[k].ndim = 1; \
 		t[k].shape[0] = (r); sd[k] = -1.0; k++; } while (0)
+	/* one Llama decoder layer's tensors under the name prefix lp (c = 0: a
+	 * vector), the backbone's layers and each Llasa+ head's block alike */
+	const struct { const char *s; int r, c; } dec[] = {
+		{ "input_layernorm.weight", hidden, 0 },
+		{ "self_attn.q_proj.weight", q_dim, hidden },
+		{ "self_attn.k_proj.weight", kv_dim, hidden },
+		{ "self_attn.v_proj.weight", kv_dim, hidden },
+		{ "self_attn.o_proj.weight", hidden, q_dim },
+		{ "post_attention_layernorm.weight", hidden, 0 },
+		{ "mlp.gate_proj.weight", ffn, hidden },
+		{ "mlp.up_proj.weight", ffn, hidden },
+		{ "mlp.down_proj.weight", hidden, ffn },
+	};
+	char lp[64], ln[128];
+#define LAYER() \
+	for (size_t j = 0; j < sizeof dec / sizeof dec[0]; j++) { \
+		snprintf(ln, sizeof ln, "%s%s", lp, dec[j].s); \
+		if (dec[j].c > 0) \
+			T2(ln, dec[j].r, dec[j].c); \
+		else \
+			T1(ln, dec[j].r); \
+	}
 	T2("model.embed_tokens.weight", vocab, hidden);
 	for (int l = 0; l < layers; l++) {
-		char ln[128];
-#define L2(s, r, c) snprintf(ln, sizeof ln, "model.layers.%d.%s", l, s); T2(ln, r, c)
-#define L1(s, r) snprintf(ln, sizeof ln, "model.layers.%d.%s", l, s); T1(ln, r)
-		L1("input_layernorm.weight", hidden);
-		L2("self_attn.q_proj.weight", q_dim, hidden);
-		L2("self_attn.k_proj.weight", kv_dim, hidden);
-		L2("self_attn.v_proj.weight", kv_dim, hidden);
-		L2("self_attn.o_proj.weight", hidden, q_dim);
-		L1("post_attention_layernorm.weight", hidden);
-		L2("mlp.gate_proj.weight", ffn, hidden);
-		L2("mlp.up_proj.weight", ffn, hidden);
-		L2("mlp.down_proj.weight", hidden, ffn);
+		snprintf(lp, sizeof lp, "model.layers.%d.", l);
+		LAYER();
 	}
 	T1("model.norm.weight", hidden);
 	if (untied)
@@ -361,7 +373,6 @@ static int write_weights(const char *path, pcg_dtype dt, int vocab, pcg_err *err
 	 * the weights) they have without them */
 	pre = "";
 	for (int h = 1; h <= n_mtp; h++) {
-		char ln[128];
 		snprintf(ln, sizeof ln, "mtp_%d_local_RMSNorm.weight", h);
 		T1(ln, hidden);
 		snprintf(ln, sizeof ln, "mtp_%d_proj.weight", h);
@@ -369,20 +380,10 @@ static int write_weights(const char *path, pcg_dtype dt, int vocab, pcg_err *err
 		snprintf(ln, sizeof ln, "mtp_%d_proj.bias", h);
 		T1(ln, hidden);
 		sd[k - 1] = stdev;
-#undef L1
-#undef L2
-#define L2(s, r, c) snprintf(ln, sizeof ln, "mtp_%d_block.%s", h, s); T2(ln, r, c)
-#define L1(s, r) snprintf(ln, sizeof ln, "mtp_%d_block.%s", h, s); T1(ln, r)
-		L1("input_layernorm.weight", hidden);
-		L2("self_attn.q_proj.weight", q_dim, hidden);
-		L2("self_attn.k_proj.weight", kv_dim, hidden);
-		L2("self_attn.v_proj.weight", kv_dim, hidden);
-		L2("self_attn.o_proj.weight", hidden, q_dim);
-		L1("post_attention_layernorm.weight", hidden);
-		L2("mlp.gate_proj.weight", ffn, hidden);
-		L2("mlp.up_proj.weight", ffn, hidden);
-		L2("mlp.down_proj.weight", hidden, ffn);
+		snprintf(lp, sizeof lp, "mtp_%d_block.", h);
+		LAYER();
 	}
+#undef LAYER
 	double total = 0, done = 0, t0 = omp_get_wtime();
 	for (int i = 0; i < k; i++)
 		total += (double)t[i].shape[0] * (t[i].ndim == 2 ? (double)t[i].shape[1] : 1);
