@@ -463,7 +463,6 @@ static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat 
 	enum { TILE = 128 };
 	const int ntiles = (nr + TILE - 1) / TILE;
 	/* (bf16 weights on the vdpbf16ps kernels never come here: pcg_matmul) */
-	const float *xs = x;
 	int failed = 0;
 
 #pragma omp parallel
@@ -484,7 +483,7 @@ static void matmul_blas(float *y, int ldy, const float *x, int B, const pcg_mat 
 					   W->dtype, (size_t)n * K);
 				w = tile;
 			}
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, n, K, 1.0f, xs, K, w,
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, n, K, 1.0f, x, K, w,
 				    K, 0.0f, y + (size_t)t * TILE, ldy);
 		}
 		free(tile);

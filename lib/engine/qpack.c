@@ -487,15 +487,16 @@ int pcg_qpack_matmul(float *y, int ldy, const float *xf, int B, const pcg_mat *W
 		return -1;
 	}
 	pcg_qx_quantize(&q, xf, B, K);
-	for (int b = 0; b < B; b++)
+	for (int b = 0; b < B; b++) /* the sub-blocks' sums: Q4_K's as floats, the others' start */
 		for (int s = 0; s < K / sub; s++) {
 			const int8_t *p = q.q + (size_t)b * K + (size_t)s * sub;
 			int32_t sum = 0;
 			for (int i = 0; i < sub; i++)
 				sum += p[i];
-			i0[(size_t)b * (K / sub) + s] = -o * sum;
-			if (!q6)
+			if (o == 0)
 				sf[(size_t)b * (K / 32) + s] = (float)sum;
+			else
+				i0[(size_t)b * (K / sub) + s] = -o * sum;
 		}
 	const acts x = { .xq = q.q, .dx = q.d, .i0 = i0, .sf = sf, .K = K, .nb = q.nb };
 	const int g0 = r0 / G, g1 = (r0 + nr + G - 1) / G;
