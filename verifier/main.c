@@ -222,11 +222,14 @@ static int local_start(local_server ls[2], void *ctx, const int *layers, int n_l
 {
 	if (cfg.local_dir == NULL)
 		return 0;
-	ls[0].cfg = (ms_config){ "targetd", cfg.local_dir, cfg.target_url, NULL, 0, 2LL << 30,
-				 cfg.local_device };
-	ls[1].cfg = (ms_config){ "draftd", cfg.local_draft ? cfg.local_draft : cfg.local_dir,
-				 cfg.draft_url, n_layers ? layers : NULL, n_layers, 2LL << 30,
-				 cfg.local_device };
+	ls[0].cfg = (ms_config){ .prog = "targetd", .model_dir = cfg.local_dir,
+				 .listen_url = cfg.target_url, .kv_mem = 2LL << 30,
+				 .device = cfg.local_device };
+	ls[1].cfg = (ms_config){ .prog = "draftd",
+				 .model_dir = cfg.local_draft ? cfg.local_draft : cfg.local_dir,
+				 .listen_url = cfg.draft_url, .layers = n_layers ? layers : NULL,
+				 .n_layers = n_layers, .kv_mem = 2LL << 30,
+				 .device = cfg.local_device, .draft = 1 };
 	for (int i = 0; i < 2; i++) {
 		ls[i].ctx = ctx;
 		if (pthread_create(&ls[i].th, NULL, local_main, &ls[i]) != 0)

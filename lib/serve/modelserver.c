@@ -911,11 +911,9 @@ static int server_open(server *sv, const ms_config *cfg, pcg_err *err)
 {
 	memset(sv, 0, sizeof *sv);
 	sv->prog = cfg->prog;
-	/* draftd: a Llasa+ checkpoint's heads not run (only the target's are
-	 * asked for, and they cost two layers at every position) */
 	llama_open_opts lo = { .layers = cfg->n_layers ? cfg->layers : NULL,
 			       .n_layers = cfg->n_layers, .device = cfg->device,
-			       .no_mtp = cfg->prog != NULL && !strcmp(cfg->prog, "draftd") };
+			       .no_mtp = cfg->draft };
 	sv->model = llama_open(cfg->model_dir, &lo, err);
 	if (sv->model == NULL)
 		return -1;
@@ -1119,6 +1117,8 @@ int modelserver_main(int argc, char **argv, ms_role role)
 	}
 	pcg_set_threads(threads);
 
-	ms_config cfg = { prog, model_dir, listen_url, layers, n_layers, kv_mem, device };
+	ms_config cfg = { .prog = prog, .model_dir = model_dir, .listen_url = listen_url,
+			  .layers = layers, .n_layers = n_layers, .kv_mem = kv_mem, .device = device,
+			  .draft = role == MS_DRAFT };
 	return modelserver_serve(NULL, &cfg, &pcg_daemon_stop);
 }

@@ -22,6 +22,8 @@ typedef struct ms_config {
 	int n_layers;
 	long long kv_mem;       /* KV cache budget in bytes */
 	const char *device;     /* "cpu", "cuda", "cuda:N"; NULL: the CPU */
+	int draft;              /* a draft server: a Llasa+ checkpoint's heads are not run
+				 * (only the target's are asked for) */
 } ms_config;
 
 /* Loads the model, binds listen_url on ctx and serves until *stop is set

@@ -853,8 +853,8 @@ int main(int argc, char **argv)
 		SKIP("models/demo has no draft (make voice)");
 	ms_config nc = { .prog = "draftd", .model_dir = dir, .kv_mem = 1LL << 30,
 			 .layers = NEAR_LAYERS,
-			 .n_layers = sizeof NEAR_LAYERS / sizeof *NEAR_LAYERS };
-	ms_config fc = { .prog = "draftd", .model_dir = ddir, .kv_mem = 1LL << 30 };
+			 .n_layers = sizeof NEAR_LAYERS / sizeof *NEAR_LAYERS, .draft = 1 };
+	ms_config fc = { .prog = "draftd", .model_dir = ddir, .kv_mem = 1LL << 30, .draft = 1 };
 	ms_config tc = { .prog = "targetd", .model_dir = dir, .kv_mem = 1LL << 30 };
 	g.near = modelserver_local(&nc, &err);
 	CHECKF(g.near != NULL, "%s", err.msg);
