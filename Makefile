@@ -12,9 +12,11 @@
 #                   the CUDA tests, LLaSA-1B's decode, the pipeline, the codec and
 #                   asg-build on the GPU, every step time-limited, a report for
 #                   docs/BENCHMARKS.md in build/gpu-check.md ($OUT/ when OUT is set)
-#   make gpu-pack   stripped copies of the programs and the CUDA tests in build/gpu-pack
-#                   (about 45 MB), what a GPU machine without the build needs for
-#                   scripts/gpu-check
+#   make gpu-pack   build/gpu-pack.tar.xz (about 11 MB): the programs and CUDA tests
+#                   gpu-check runs, with the Debian libraries they need, for a GPU
+#                   machine without the build (scripts/gpu-window runs it there)
+#   make gpu-rehearse  the GPU window tried here (scripts/gpu-rehearse): fails if
+#                   what travels, the budget or what comes back would not fit
 #   make demo       runs the demo job on the embedded tiny model
 #   make install    PREFIX=/usr/local (bin/, share/man/, the demo voice in
 #                   share/pcg-tts/, the CUDA backend in lib/pcg-tts/, systemd
@@ -40,10 +42,12 @@ SYSUSERSDIR    ?= $(PREFIX)/lib/sysusers.d
 CC       ?= cc
 OPT      ?= -O2
 CFLAGS   ?= $(OPT) -g
-PKGS     := openblas jansson libpcre2-8 libzmq libsodium msgpack sndfile samplerate fftw3f fftw3 espeak-ng
+PKGS     := openblas jansson libpcre2-8 libzmq libsodium msgpack sndfile samplerate fftw3f fftw3
+# espeak-ng's header only: lib/text/voice.c opens libespeak-ng.so.1 on the
+# first phoneme voice spoken (its audio output pulls in 25 libraries).
 # pkg-config is called lazily: on a fresh machine it exists only after install-deps.
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson -lpcre2-8 -lsodium -lsndfile -lsamplerate -lfftw3f -lfftw3 -lespeak-ng)
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) espeak-ng 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lopenblas -ljansson -lpcre2-8 -lsodium -lsndfile -lsamplerate -lfftw3f -lfftw3)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -pthread -MMD -MP $(LIB_INC) $(PKG_CFLAGS) $(CFLAGS)
 LDLIBS_ALL = $(CUDA_RPATH) $(PKG_LIBS) -ldl -lm
 
@@ -175,7 +179,7 @@ build/fuzz/fuzz_tm: tests/fuzz/fuzz_tm.c lib/formats/tm.c lib/core/image.c lib/c
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lm -o $@
 build/fuzz/fuzz_text: tests/fuzz/fuzz_text.c lib/formats/config.c lib/text/tokenizer.c lib/text/tokenizer_load.c lib/text/codes.c lib/text/voice.c lib/core/fileio.c lib/core/err.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
-	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lpcre2-8 -lespeak-ng -lm -o $@
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lpcre2-8 -lm -o $@
 build/fuzz/fuzz_safetensors: tests/fuzz/fuzz_safetensors.c lib/formats/safetensors.c lib/core/fileio.c lib/core/err.c lib/core/dtype.c lib/core/quant.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lm -o $@
@@ -216,20 +220,20 @@ test-gpu: all $(CUDA_TESTS)
 
 # The figures that need a GPU, each step under its own time limit (the
 # script says which; without a GPU it writes a report of nothing measured).
-.PHONY: gpu-check gpu-pack
+.PHONY: gpu-check gpu-pack gpu-rehearse
 gpu-check: all $(CUDA_TESTS)
 	@scripts/gpu-check
 
-# What scripts/gpu-check runs, without debug sections, for a GPU machine that
-# gets files but does not build: carry build/gpu-pack (bin/ then links to it).
+# What scripts/gpu-check runs, for a GPU machine that has CUDA but neither the
+# build nor the Debian libraries: one file, build/gpu-pack.tar.xz, to carry
+# (scripts/gpu-pack); scripts/gpu-window unpacks and runs it there.
 gpu-pack: all $(CUDA_TESTS)
 	@[ -n "$(CUDA_TESTS)" ] || { echo "gpu-pack: no CUDA build (nvcc not found, or CUDA=0)" >&2; exit 1; }
-	rm -rf build/gpu-pack && mkdir -p build/gpu-pack/bin build/gpu-pack/tests build/gpu-pack/lib/pcg-tts
-	strip --strip-debug -o build/gpu-pack/lib/pcg-tts/libpcg-cuda.so build/libpcg-cuda.so
-	for f in $(BINS) $(BENCHES); do strip --strip-debug -o build/gpu-pack/$$f $$f || exit 1; done
-	for f in $(CUDA_TESTS); do strip --strip-debug -o build/gpu-pack/tests/$${f##*/} $$f || exit 1; done
-	git describe --always --dirty >build/gpu-pack/commit 2>/dev/null || echo unknown >build/gpu-pack/commit
-	@du -sh build/gpu-pack
+	@scripts/gpu-pack
+
+# The GPU window tried here: what travels, the budget, what comes back.
+gpu-rehearse: gpu-pack
+	@scripts/gpu-rehearse
 
 demo: all
 	@scripts/demo

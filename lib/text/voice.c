@@ -1,5 +1,6 @@
 /* voice.c: the phoneme voice's front end: libespeak-ng with phoneme events,
  * and voice.json. See voice.h. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -108,6 +109,51 @@ int voice_parse(const char *json, size_t len, const char *name, voice_info *v, p
 
 static int espeak_rate; /* 0: not initialised yet; -1: failed */
 
+/* libespeak-ng is opened on the first voice spoken, not linked: it pulls in
+ * audio output (libpcaudio, PulseAudio, ALSA, X11, systemd: 25 libraries)
+ * that a server which never speaks a phoneme voice would load at every
+ * start, and that a machine without espeak-ng would need to start at all.
+ * The types are the header's; the functions come from dlsym. */
+static struct {
+	int (*Initialize)(espeak_AUDIO_OUTPUT, int, const char *, int);
+	void (*SetSynthCallback)(t_espeak_callback *);
+	espeak_ERROR (*SetVoiceByName)(const char *);
+	espeak_ERROR (*SetVoiceByProperties)(espeak_VOICE *);
+	espeak_ERROR (*SetParameter)(espeak_PARAMETER, int, int);
+	espeak_ERROR (*Synth)(const void *, size_t, unsigned int, espeak_POSITION_TYPE,
+			      unsigned int, unsigned int, unsigned int *, void *);
+	espeak_ERROR (*Synchronize)(void);
+} es;
+
+/* Opens libespeak-ng.so.1 once; 0 when every function was found. */
+static int espeak_open(pcg_err *err)
+{
+	static void *lib;
+	static char why[200];
+
+	if (lib != NULL)
+		return 0;
+	if (why[0] != '\0')
+		return pcg_fail(err, "%s", why);
+	void *h = dlopen("libespeak-ng.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		snprintf(why, sizeof why, "espeak-ng: cannot open libespeak-ng.so.1 (%s): install "
+			 "espeak-ng (Debian: apt install libespeak-ng1 espeak-ng-data)", dlerror());
+		return pcg_fail(err, "%s", why);
+	}
+#define ES(f) ((*(void **)&es.f = dlsym(h, "espeak_" #f)) != NULL)
+	if (!(ES(Initialize) && ES(SetSynthCallback) && ES(SetVoiceByName) &&
+	      ES(SetVoiceByProperties) && ES(SetParameter) && ES(Synth) && ES(Synchronize))) {
+		snprintf(why, sizeof why, "espeak-ng: libespeak-ng.so.1 lacks the espeak_ API (%s)",
+			 dlerror());
+		dlclose(h);
+		return pcg_fail(err, "%s", why);
+	}
+#undef ES
+	lib = h;
+	return 0;
+}
+
 /* What the synthesis callback collects. */
 typedef struct collect {
 	voice_phone *ph;
@@ -173,15 +219,17 @@ static int speak_here(const voice_speaker *s, const char *text, int sample_rate,
 	if (sample_rate <= 0 || hop <= 0)
 		return pcg_fail(err, "voice: sample rate %d and hop %d must be positive", sample_rate,
 				hop);
+	if (espeak_open(err) < 0)
+		return -1;
 	if (espeak_rate == 0) {
 		/* DONT_EXIT: a missing data directory is an error, not exit(). */
-		espeak_rate = espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, NULL,
+		espeak_rate = es.Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, NULL,
 						espeakINITIALIZE_PHONEME_EVENTS |
 						espeakINITIALIZE_DONT_EXIT);
 		if (espeak_rate <= 0)
 			espeak_rate = -1;
 		else
-			espeak_SetSynthCallback(on_synth);
+			es.SetSynthCallback(on_synth);
 	}
 	if (espeak_rate < 0) {
 		pcg_fail(err, "espeak-ng: cannot initialise (is espeak-ng-data installed?)");
@@ -190,19 +238,19 @@ static int speak_here(const voice_speaker *s, const char *text, int sample_rate,
 	/* As the espeak-ng program does: a voice name, else a language
 	 * ("en-gb+m1": language and variant). */
 	espeak_VOICE sel = { .languages = s->voice };
-	if (espeak_SetVoiceByName(s->voice) != EE_OK && espeak_SetVoiceByProperties(&sel) != EE_OK) {
+	if (es.SetVoiceByName(s->voice) != EE_OK && es.SetVoiceByProperties(&sel) != EE_OK) {
 		pcg_fail(err, "espeak-ng: no voice '%s'", s->voice);
 		goto out;
 	}
-	if (espeak_SetParameter(espeakRATE, s->rate, 0) != EE_OK ||
-	    espeak_SetParameter(espeakPITCH, s->pitch, 0) != EE_OK) {
+	if (es.SetParameter(espeakRATE, s->rate, 0) != EE_OK ||
+	    es.SetParameter(espeakPITCH, s->pitch, 0) != EE_OK) {
 		pcg_fail(err, "espeak-ng: cannot set rate %d and pitch %d", s->rate, s->pitch);
 		goto out;
 	}
 	/* Plain UTF-8 text: no SSML, so markup in the text is read, not obeyed. */
-	if (espeak_Synth(text, strlen(text) + 1, 0, POS_CHARACTER, 0, espeakCHARS_UTF8, NULL, &c) !=
+	if (es.Synth(text, strlen(text) + 1, 0, POS_CHARACTER, 0, espeakCHARS_UTF8, NULL, &c) !=
 		    EE_OK ||
-	    espeak_Synchronize() != EE_OK) {
+	    es.Synchronize() != EE_OK) {
 		pcg_fail(err, "espeak-ng: synthesis failed");
 		goto out;
 	}
