@@ -49,7 +49,7 @@ static const pcg_opt opts[] = {
 	{ "lookahead", PCG_OPT_STR, &lookahead_s, "auto", 1, 0, "L|auto",
 	  "tokens drafted per round, 1 to 15, or auto: chosen each round by the "
 	  "verifier's cost model from the acceptance so far (mtp-*: the MTP heads "
-	  "used; auto: 3)" },
+	  "used; auto: the target's, at most 3)" },
 	{ "sequential", PCG_OPT_FLAG, &sequential, NULL, 1, 0, NULL,
 	  "rounds one after the other: the draft waits for each verdict instead of "
 	  "drafting the next block while the target verifies" },

@@ -142,19 +142,37 @@ static double overlap(verifier *v, pcg_client *ct, pcg_client *cd, proto_msg *q,
 	return o < 0 ? 0 : o > 1 ? 1 : o;
 }
 
-/* The cost model's terms (lib/costmodel), once, before the first session:
- * the step and block slope targetd measured at its first ping, the draft's
+/* A client of learn_costs's for the stage at url: timeout_ms per try. */
+static pcg_client *calib_client(verifier *v, const char *u, int timeout_ms, int tries,
+				pcg_err *err)
+{
+	pcg_client *cl = client_new(v->ctx, u, timeout_ms, tries, err);
+
+	if (cl != NULL && !strncmp(u, "ipc://", 6))
+		client_set_alive(cl, stage_listening, (void *)u);
+	return cl;
+}
+
+/* The cost model's terms (lib/costmodel), before the first session: the
+ * step and block slope targetd measured at its first ping, the draft's
  * step, MTP heads' cost, the round trip of a score beyond its compute and
- * the overlap of the two servers at work at once. They stay fixed, so that
- * --lookahead auto chooses the same for the same tokens in every session
- * (--costs gives them instead). A stage that does not answer leaves the
- * defaults (SPEC_COSTS). */
+ * the overlap of the two servers at work at once. Once learnt they stay
+ * fixed, so that --lookahead auto chooses the same for the same tokens in
+ * every session (--costs gives them instead). The pings give up after a
+ * second (a pipeline without a draft server must not wait for one); the
+ * measures that follow wait as long as a round would (--timeout-ms,
+ * --tries, --ms-per-position), so a slow target is measured too. When the
+ * target did not answer, this session has the defaults (SPEC_COSTS) and the
+ * next one tries again, up to LEARN_TRIES sessions. The target's number of
+ * MTP heads is learnt with its ping, also with --costs. */
+enum { LEARN_TRIES = 3 };
 void learn_costs(verifier *v)
 {
 	pcg_err err = { "" };
 	cost_terms c = { 0 };
 	pcg_client *cl[2] = { NULL, NULL };
 	proto_msg *q = NULL, *r = NULL; /* a request and its reply */
+	const verifier_cfg *cfg = v->cfg;
 
 	pthread_mutex_lock(&v->costs_lock);
 	if (v->costs_known)
@@ -162,13 +180,9 @@ void learn_costs(verifier *v)
 	if ((q = calloc(1, sizeof *q)) == NULL || (r = calloc(1, sizeof *r)) == NULL)
 		goto out; /* the defaults, this time */
 	for (int sg = SPEC_TARGET; sg >= SPEC_DRAFT; sg--) {
-		/* a client of its own, quick to give up: a pipeline without a
-		 * draft server must not wait for one */
 		const char *u = v->stages[sg].urls[0];
-		if ((cl[sg] = client_new(v->ctx, u, 1000, 1, &err)) == NULL)
+		if ((cl[sg] = calib_client(v, u, 1000, 1, &err)) == NULL)
 			continue;
-		if (!strncmp(u, "ipc://", 6))
-			client_set_alive(cl[sg], stage_listening, (void *)u);
 		proto_init(q, PROTO_PING, 0);
 		if (client_call(cl[sg], q, r, &err) < 0 || r->type != PROTO_PONG) {
 			client_free(&cl[sg]);
@@ -176,10 +190,18 @@ void learn_costs(verifier *v)
 		}
 		const double step = pong_value(r->pong.msg, "step_ms=") * 1e-3;
 		if (sg == SPEC_TARGET) {
+			const int nh = (int)pong_value(r->pong.msg, "heads=");
+			v->env.target_heads = nh > 0 ? nh : -1;
+			if (v->costs_given)
+				break;
+			/* it answered: the measures wait as a round would */
+			client_free(&cl[sg]);
+			if ((cl[sg] = calib_client(v, u, cfg->timeout_ms, cfg->tries, &err)) == NULL)
+				continue;
+			client_set_ms_per_position(cl[sg], cfg->ms_per_pos);
 			c.step = step;
 			c.slope = pong_value(r->pong.msg, "slope=");
 			c.head = pong_value(r->pong.msg, "head_ms=") * 1e-3;
-			const int nh = (int)pong_value(r->pong.msg, "heads=");
 			const double plain = score_time(v, cl[sg], q, r, 0, &c.trip);
 			/* MTP heads as a score with them pays: beside the
 			 * server's own measure, what they add to a score */
@@ -191,19 +213,37 @@ void learn_costs(verifier *v)
 			c.draft = step;
 		}
 	}
+	if (v->costs_given) {
+		v->costs_known = 1;
+		goto out;
+	}
 	c.overlap = 1;
 	if (cl[SPEC_TARGET] && cl[SPEC_DRAFT]) {
-		const double o = overlap(v, cl[SPEC_TARGET], cl[SPEC_DRAFT], q, r);
+		/* the draft's measures wait as a round would, too */
+		client_free(&cl[SPEC_DRAFT]);
+		cl[SPEC_DRAFT] = calib_client(v, v->stages[SPEC_DRAFT].urls[0], cfg->timeout_ms,
+					      cfg->tries, &err);
+		const double o = cl[SPEC_DRAFT] ? overlap(v, cl[SPEC_TARGET], cl[SPEC_DRAFT], q, r)
+						: -1;
 		if (o >= 0)
 			c.overlap = o;
 	}
 	if (c.step > 0 && c.trip > 0) {
 		v->env.costs = c;
+		v->costs_known = 1;
 		fprintf(stderr, "%s: cost model: target step %.3f ms, block slope %.2f, draft step "
 			"%.3f ms, trip %.3f ms, MTP head %.3f ms, overlap %.2f\n", prog,
 			c.step * 1e3, c.slope, c.draft * 1e3, c.trip * 1e3, c.head * 1e3, c.overlap);
+	} else if (++v->costs_tries >= LEARN_TRIES) {
+		v->costs_known = 1;
+		fprintf(stderr, "%s: cost model: the target was not measured in %d tries; "
+			"--lookahead auto keeps the defaults (%s; give them with --costs)\n", prog,
+			LEARN_TRIES, SPEC_COSTS);
+	} else {
+		fprintf(stderr, "%s: cost model: the target was not measured (%s); the defaults "
+			"for this session, another try at the next\n", prog,
+			err.msg[0] ? err.msg : "no answer");
 	}
-	v->costs_known = 1;
 out:
 	client_free(&cl[0]);
 	client_free(&cl[1]);

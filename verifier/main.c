@@ -211,7 +211,7 @@ static int load(verifier *v, pcg_err *err)
 	if (cfg.costs) {
 		if (cost_terms_parse(cfg.costs, &v->env.costs, err) < 0)
 			return -1;
-		v->costs_known = 1;
+		v->costs_given = 1;
 	}
 	return 0;
 }

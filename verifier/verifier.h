@@ -90,7 +90,9 @@ typedef struct verifier {
 	pthread_mutex_t lock;
 	pthread_cond_t wake;
 	pthread_mutex_t costs_lock; /* learn_costs, once */
-	int costs_known;
+	int costs_known;      /* the terms are learnt, or given, or given up on */
+	int costs_given;      /* --costs: only the target's heads are learnt */
+	int costs_tries;      /* sessions whose learning found no target */
 	job *q_head, *q_tail;
 	int n_queued, idle;
 	sent_asg *sent;

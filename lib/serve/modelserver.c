@@ -45,8 +45,9 @@ typedef struct server {
 	unsigned long evicted;
 	mtp_heads *heads;      /* the model directory's mtp.safetensors, or NULL */
 	int layer_heads;       /* the model's Llasa+ heads (lib/engine/model.h llama_n_mtp), or 0 */
-	float *hlogits;        /* with heads: heads x vocab, one position's (Llasa+:
-				* PROTO_MAX_N positions') */
+	float *hlogits;        /* mtp.safetensors heads: heads x vocab, one position's
+				* (a Llasa+ model's go through lm_head into the
+				* pending's out, after the block's rows) */
 	float *hprobs;         /* with heads: PROTO_MAX_N x (1 + heads) x vocab */
 	double step, slope;    /* measured at the first ping (lib/costmodel): told in pongs */
 	double head;           /* one MTP head at one position, likewise */
@@ -709,7 +710,10 @@ static int reply_probs(server *sv, pending *p, proto_msg *rep)
 		}
 		for (int i = 0; i < r->n; i++) {
 			float *o = sv->hprobs + (size_t)i * (1 + nh) * width;
-			const float *hl = p->out + ((size_t)r->n + (size_t)i * nl) * width;
+			/* the heads' logits: a Llasa+ position's in the pass above,
+			 * after the block's rows; separate heads' from mtp_logits */
+			const float *hl = nl > 0 ? p->out + ((size_t)r->n + (size_t)i * nl) * width
+						 : sv->hlogits;
 			pcg_probs(p->out + (size_t)i * width, width, &r->samp, o, &err);
 			if (nl == 0 && mtp_logits(sv->heads, p->hidden + (size_t)i * H, 0, nh,
 						  &r->rows, sv->hlogits, &err) < 0) {
@@ -928,10 +932,9 @@ static int server_open(server *sv, const ms_config *cfg, pcg_err *err)
 		if (sv->layer_heads == 0 && (sv->heads = mtp_open(sv->model, hpath, err)) == NULL)
 			return -1;
 		const int nh = n_heads(sv), V = llama_get_config(sv->model)->vocab;
-		sv->hlogits = malloc((size_t)(sv->layer_heads ? PROTO_MAX_N : 1) * nh * V *
-				     sizeof(float));
+		sv->hlogits = sv->layer_heads ? NULL : malloc((size_t)nh * V * sizeof(float));
 		sv->hprobs = malloc((size_t)PROTO_MAX_N * (1 + nh) * V * sizeof(float));
-		if (!sv->hlogits || !sv->hprobs)
+		if ((!sv->layer_heads && !sv->hlogits) || !sv->hprobs)
 			return pcg_fail(err, "out of memory for %d MTP heads", nh);
 	}
 	return 0;

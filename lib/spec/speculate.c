@@ -247,8 +247,9 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 		s->L = 0;
 	if (s->is_none) /* the target alone; mtp-viterbi keeps every head it asks for */
 		s->auto_l = 0;
-	if (s->mtp && req->lookahead == 0)
-		s->L = SPEC_MTP_HEADS;
+	if (s->mtp && req->lookahead == 0) /* auto: as many heads as the target has */
+		s->L = env->target_heads > 0 && env->target_heads < SPEC_MTP_HEADS ? env->target_heads
+										 : SPEC_MTP_HEADS;
 	s->heads = s->mtp ? s->L : 0;
 	s->pipe = !req->sequential && !s->is_none && !s->mtp;
 	/* A phoneme voice: the rows are the speech tokens alone (the length is

@@ -64,6 +64,9 @@ typedef struct spec_env {
 	cost_terms costs;        /* what a step, a draft step, a block and a trip cost
 				  * (lib/costmodel): --lookahead auto chooses by them;
 				  * all 0: SPEC_COSTS */
+	int target_heads;        /* the MTP heads the target has (its pong's heads=):
+				  * an MTP rule with lookahead auto asks for at most
+				  * these; 0: not known (SPEC_MTP_HEADS), -1: none */
 } spec_env;
 
 /* The lookahead auto considers 1..SPEC_AUTO_MAX_L (a block of at most 8
