@@ -693,9 +693,15 @@ static int take_body(http_conn *c)
 			}
 			break;
 		}
-		size_t ll = (size_t)(lf - p); /* the line without its LF */
-		if (ll && p[ll - 1] == '\r')
-			ll--;
+		size_t ll = (size_t)(lf - p); /* the line without its CRLF */
+		/* every line of the chunked framing ends in CRLF (RFC 9112 7.1):
+		 * a bare LF is read otherwise by some proxies (smuggling) */
+		if (ll == 0 || p[ll - 1] != '\r') {
+			refuse(c, 400, "Bad request: a line of the chunked body ends in a bare LF, "
+			       "not CRLF.");
+			return -1;
+		}
+		ll--;
 		used += (size_t)(lf - p) + 1;
 		if (c->kstate == K_DATA_END) {
 			if (ll != 0) {
@@ -719,8 +725,17 @@ static int take_body(http_conn *c)
 					continue;
 				x = x * 16 + (unsigned)d;
 			}
-			if (i == 0 || (i < ll && p[i] != ';' && p[i] != ' ' && p[i] != '\t')) {
-				refuse(c, 400, "Bad request: a chunk size that is not hexadecimal.");
+			/* 1*HEXDIG, then only BWS ";" extensions (RFC 9112 7.1.1):
+			 * "49 junk" or "0 junk" is refused, not read as 49 or 0 */
+			size_t e = i;
+			while (e < ll && (p[e] == ' ' || p[e] == '\t'))
+				e++;
+			int bad = i == 0 || (e < ll && p[e] != ';');
+			for (size_t j = e; !bad && j < ll; j++)
+				bad = (unsigned char)p[j] < 0x20 && p[j] != '\t';
+			if (bad) {
+				refuse(c, 400, "Bad request: a chunk-size line that is not hexadecimal "
+				       "digits, optionally followed by ;extensions.");
 				return -1;
 			}
 			if (x > (unsigned long long)(c->limit - (long long)rq->len)) {

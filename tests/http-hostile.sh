@@ -6,7 +6,8 @@
 # head deadline, four more get 429 at once, and /health from 127.0.0.1
 # answers while they hold on; a body that trickles gets 408. Framing:
 # two Content-Lengths, Content-Length with chunked, Transfer-Encoding gzip,
-# a chunk size of 2^64-1, a garbage request line, a TLS hello, HTTP/2.0, a
+# a chunk size of 2^64-1, chunk-size lines "49 junk" and "0 junk", chunk lines
+# and trailers ending in a bare LF, a garbage request line, a TLS hello, HTTP/2.0, a
 # NUL in a header, a folded header, no Host: each answered 400/413/501/505
 # in well under the deadline; a chunked body is read. Half-close: a client
 # that shuts down its sending side after its request gets the response.
@@ -182,6 +183,21 @@ cases = [
      b"ffffffffffffffff\r\nabc"),
     ("a chunk size that is not hexadecimal", 400,
      b"POST /v1/audio/speech HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+    ("a chunk-size line '49 junk'", 400,
+     b"POST /v1/audio/speech HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"49 junk\r\n"),
+    ("a last chunk '0 junk'", 400,
+     b"POST /v1/audio/speech HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"0 junk\r\n\r\n"),
+    ("a chunk-size line ending in a bare LF", 400,
+     b"POST /v1/audio/speech HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"2\n{}\r\n0\r\n\r\n"),
+    ("a chunk's data followed by a bare LF", 400,
+     b"POST /v1/audio/speech HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"2\r\n{}\n0\r\n\r\n"),
+    ("a trailer ending in a bare LF", 400,
+     b"POST /v1/audio/speech HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"2\r\n{}\r\n0\r\nX-T: t\n\r\n"),
     ("a garbage request line", 400, b"HELLO\r\n\r\n"),
     ("a request line of four words", 400, b"GET / x HTTP/1.1\r\nHost: a\r\n\r\n"),
     ("a TLS hello", 400, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"),
@@ -207,7 +223,7 @@ for what, want, req in cases:
 # a chunked body is read: the JSON in two chunks, missing its voice
 body = b'{"model": "tts-1", "input": "Hi."}'
 req = (b"POST /v1/audio/speech HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n" +
-       b"%x\r\n%s\r\n%x;ext=1\r\n%s\r\n0\r\nX-Trailer: t\r\n\r\n" % (10, body[:10], len(body) - 10, body[10:]))
+       b"%x\r\n%s\r\n%x ;ext=1\r\n%s\r\n0\r\nX-Trailer: t\r\n\r\n" % (10, body[:10], len(body) - 10, body[10:]))
 st, dt, data = raw(req)
 if st == 400 and b"voice" in data:
     ok("a chunked body in two chunks with a trailer is read (400 names the missing voice)")
