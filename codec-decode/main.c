@@ -22,6 +22,7 @@
 #include "matmul.h"
 #include "net.h"
 #include "opts.h"
+#include "service.h"
 #include "xcodec2.h"
 
 static const char *prog = "codec-decode";
@@ -210,6 +211,11 @@ out:
 
 int main(int argc, char **argv)
 {
+	/* as a server of the pipeline, its OpenMP threads wait as the model
+	 * servers' do (lib/serve/service.h) */
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--daemon"))
+			pcg_daemon_openmp(argv);
 	pcg_err err = { "" };
 	int first = pcg_opts_parse(opts, argc, argv, &err), rc = 1;
 	audio_format fmt;

@@ -248,7 +248,7 @@ int main(int argc, char **argv)
 
 	/* In --local mode the model servers are threads here: passive OpenMP
 	 * waiting, as draftd and targetd have it. */
-	pcg_daemon_passive_openmp(argv);
+	pcg_daemon_openmp(argv);
 	const int first = pcg_opts_parse(opts, argc, argv, &err);
 	if (first == PCG_OPTS_HELP) {
 		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);

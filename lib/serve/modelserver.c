@@ -1085,7 +1085,7 @@ int modelserver_main(int argc, char **argv, ms_role role)
 	pcg_err err = { "" };
 	int layers[1024], n_layers;
 
-	pcg_daemon_passive_openmp(argv); /* lib/serve/service.h says why */
+	pcg_daemon_openmp(argv); /* lib/serve/service.h says why */
 	int first = pcg_opts_parse(opts, argc, argv, &err);
 	if (first == PCG_OPTS_HELP) {
 		pcg_opts_usage(stdout, prog, synopsis, opts);

@@ -15,15 +15,30 @@
  * loops poll it (pcg_daemon's stop). */
 extern volatile sig_atomic_t pcg_daemon_stop;
 
-/* Servers of a pipeline share cores and take turns. OpenMP threads that
- * spin after each parallel region (libgomp's default) steal the cores from
- * the other processes: 8x slower rounds measured on 2 cores with a tiny
- * model. libgomp reads OMP_WAIT_POLICY when it is loaded, before main, so
- * this sets it to PASSIVE and executes the program again (by its real path,
- * so ps shows its name) with the same arguments; a user's own setting wins,
- * and when the program cannot be executed again it goes on as it is. Call
- * it first in main. */
-void pcg_daemon_passive_openmp(char **argv);
+/* How an OpenMP thread of a server waits between parallel regions: it spins
+ * for PCG_DAEMON_SPIN_US, then sleeps. libgomp's default (about 300,000
+ * spins, 6 ms on a 21 ns pause) keeps the cores from the other servers of a
+ * pipeline when they work at once: a pipelined round of sd on 2 cores went
+ * from 4.5 to 3.3 tokens/s (8x slower rounds once, with a tiny model).
+ * Sleeping at once (OMP_WAIT_POLICY=PASSIVE, the old setting) pays a wake-up
+ * at each of a step's ~100 regions: LLaSA-1B's shape as Q8_0 through the
+ * pipeline at 12.7-13.2 tokens/s instead of 14.0-14.2 with a 0.5 ms spin,
+ * which costs nothing measurable when the servers work at once (4.5 tokens/s
+ * either way): a step's regions follow each other within microseconds, a
+ * spin that long covers them, and an idle server sleeps after 0.5 ms
+ * (docs/BENCHMARKS.md, "The wait between parallel regions"). */
+#define PCG_DAEMON_SPIN_US 500.0
+
+/* Spins of libgomp's wait loop (GOMP_SPINCOUNT) that last about us
+ * microseconds on this CPU: the wait hint's time, measured. */
+long pcg_daemon_spin_count(double us);
+
+/* libgomp reads GOMP_SPINCOUNT when it is loaded, before main, so this sets
+ * it (pcg_daemon_spin_count(PCG_DAEMON_SPIN_US)) and executes the program
+ * again (by its real path, so ps shows its name) with the same arguments; a
+ * user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins, and when the program
+ * cannot be executed again it goes on as it is. Call it first in main. */
+void pcg_daemon_openmp(char **argv);
 
 /* SIGTERM and SIGINT set pcg_daemon_stop (no SA_RESTART: a blocking
  * zmq_poll returns EINTR); SIGPIPE is ignored (a peer gone is an error

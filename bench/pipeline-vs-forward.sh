@@ -1,0 +1,51 @@
+#!/bin/sh
+# bench/pipeline-vs-forward.sh: what a user gets through the four processes
+# against what the engine measures, side by side in one run: the target
+# alone (policy none) through pcg-up and pcg-synth, its steady rate after
+# the first token ((tokens - 1) / (whole - first), the prompt's prefill
+# apart), against bench-forward's speech-range decode at the same threads
+# and about the mean context of the utterance (the median of three
+# utterances); then the same pipeline with
+# the servers' OpenMP threads sleeping at once (OMP_WAIT_POLICY=PASSIVE, the
+# old default) for comparison.
+#
+# Usage: bench/pipeline-vs-forward.sh MODEL [MODEL...]   (a directory or a GGUF file)
+# Environment: THREADS (per server; default: pcg-up's choice for the
+#   model, and bench-forward's 2), TOKENS (default 200), CTX (bench-forward's
+#   context, default 60 + TOKENS / 2: the prompt and half the utterance)
+set -eu
+cd "$(dirname "$0")/.."
+export PATH="$PWD/bin:$PWD/scripts:$PATH"
+tokens=${TOKENS:-200}
+ctx=${CTX:-$((60 + tokens / 2))}
+rt=$(mktemp -d "${TMPDIR:-/tmp}/pcg-bench-pvf.XXXXXX")
+export PCG_RUNTIME_DIR="$rt"
+trap 'pcg-down >/dev/null 2>&1; rm -rf "$rt"' EXIT INT TERM
+# long enough for a phoneme voice, whose length is espeak-ng's, to reach TOKENS
+text="The quick brown fox jumps over the lazy dog, twice. Then the king spoke to the people, and the people listened until the evening came."
+echo "== $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) CPUs, load $(cut -d ' ' -f 1 /proc/loadavg); $tokens tokens, bench-forward --ctx $ctx"
+
+# pipe MODEL: one line, the steady rate through the pipeline, the median
+# of three utterances.
+pipe() {
+	pcg-up --target "$1" ${THREADS:+--threads "$THREADS"} --draft-layers 0 --no-warmup >/dev/null
+	pcg-synth --policy none --seed 9 --max-tokens 8 "Warm up." >/dev/null 2>&1
+	for i in 1 2 3; do
+		first=$(pcg-synth --policy none --seed 1 --max-tokens 1 "$text" 2>&1 >/dev/null |
+			awk '/^tokens / { for (i = 1; i <= NF; i++) if ($i == "in") print $(i + 1) }')
+		pcg-synth --policy none --seed 1 --max-tokens "$tokens" "$text" 2>&1 >/dev/null |
+			awk -v f="$first" '/^tokens / { tok = $2; for (i = 1; i <= NF; i++) if ($i == "in") sec = $(i + 1) }
+				END { printf "%.2f\n", (tok - 1) / (sec - f) }'
+	done | sort -g | sed -n 2p
+	pcg-down >/dev/null
+}
+for m in "$@"; do
+	t=${THREADS:-2}
+	fwd=$(bench-forward --model "$m" --threads "$t" --ctx "$ctx" --steps 32 2>&1 |
+		sed -n 's/^decode speech range[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p')
+	new=$(pipe "$m")
+	old=$(OMP_WAIT_POLICY=PASSIVE pipe "$m")
+	awk -v m="${m##*/}" -v f="$fwd" -v n="$new" -v o="$old" 'BEGIN {
+		printf "%-28s bench-forward %7.2f tokens/s; pipeline %7.2f = %.2fx (servers sleeping at once: %7.2f = %.2fx)\n",
+			m, f, n, n / f, o, o / f }'
+done
