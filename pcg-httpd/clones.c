@@ -257,14 +257,18 @@ static int load(const char *prog)
 		}
 		if (fl < 7 || strcmp(f + fl - 6, ".voice"))
 			continue;
-		pcg_bytes im;
+		/* only a regular file, and no bigger than a voice can be: an
+		 * entry that is a FIFO, a device or a link to one is refused
+		 * before it is read (as the key loader does) */
+		char *data = NULL;
+		size_t n = 0;
 		pcg_err err = { "" };
 		clone_voice *v = NULL;
-		if (pcg_bytes_open(path, 1 << 20, &im, &err) < 0) {
+		if (pcg_read_small(path, CLONES_MAX_FILE, &data, &n, &err) < 0) {
 			snprintf(why, sizeof why, "%s", err.msg);
 		} else {
-			v = parse_file(f, im.data, (size_t)im.size, why, sizeof why);
-			pcg_bytes_close(&im);
+			v = parse_file(f, (const unsigned char *)data, n, why, sizeof why);
+			free(data);
 		}
 		for (int i = 0; v && i < n_voices; i++)
 			if (!strcmp(voices[i]->name, v->name)) {

@@ -28,6 +28,8 @@
 #include "err.h"
 
 #define CLONES_MAX_BYTES (32 << 20) /* one recording's bytes at most */
+/* a .voice file at most: the recording and its header line */
+#define CLONES_MAX_FILE (CLONES_MAX_BYTES + (1 << 20))
 #define CLONES_NAME_MAX 63
 
 typedef struct clone_voice {

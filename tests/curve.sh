@@ -7,8 +7,9 @@
 # words: a client key not on the allow list, a server key that does not
 # match, a CURVE client and a plain server or the other way round, for
 # pcg-synth and for the verifier's calls to targetd. Key and allow-list files
-# that are devices or FIFOs are refused at once, naming the file. Needs root
-# and iproute2; skips otherwise.
+# that are devices or FIFOs are refused at once, naming the file; an empty
+# allow list and a key file whose halves come from two keypairs refuse to
+# start, on loopback too. Needs root and iproute2; skips otherwise.
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 ns=pcgtest$$
@@ -131,6 +132,22 @@ for f in /dev/zero fifo; do
 	err_has "$f: not a regular file"
 	at_once "verifier --curve-allow $f"
 done
+# CURVE fails closed: an allow list with no key, or a key file whose
+# halves come from two keypairs, refuses to start, on loopback too
+: >empty.allow
+echo "# only a comment" >comment.allow
+for f in empty.allow comment.allow; do
+	expect 1 "targetd on loopback with $f: refused" timeout 10 targetd --model m \
+		--listen tcp://127.0.0.1:7731 --curve-key server.key --curve-allow $f
+	err_has "$f: no client key in the allow list"
+done
+{ grep '^public' server.key; grep '^secret' client.key; } >mixed.key
+expect 1 "targetd with a key file of two keypairs: refused" timeout 10 targetd --model m \
+	--listen tcp://127.0.0.1:7731 --curve-key mixed.key --curve-allow allow
+err_has "mixed.key: the 'public' key is not the 'secret' key's"
+expect 1 "pcg-synth with a key file of two keypairs: refused" timeout 10 pcg-synth \
+	--curve-key mixed.key --ping
+err_has "mixed.key: the 'public' key is not the 'secret' key's"
 printf 'public \0\0\0\n' >nul.key
 expect 1 "a key file with NUL bytes: refused" timeout 10 pcg-synth --curve-key nul.key --ping
 err_has "nul.key:1: a NUL byte"

@@ -12,7 +12,8 @@
 # in well under the deadline; a chunked body is read. Half-close: a client
 # that shuts down its sending side after its request gets the response.
 # Voices: alloy, ALLOY, "3", an id's form and a%00b are refused, a voice
-# registers, is deleted (DELETE /v1/audio/voices/ID) and is 404 after; the
+# registers, is deleted (DELETE /v1/audio/voices/ID) and is 404 after; a
+# store entry that is a FIFO or a link to /dev/zero is skipped at start; the
 # store is bounded (409 voice_limit_reached, or the oldest evicted with
 # --voices-evict oldest); voices survive a restart; a stray temporary file
 # and a corrupt voice file are skipped with a log line; a kill -9 during a
@@ -330,7 +331,19 @@ ls voices/*.voice >/dev/null 2>&1 && [ "$(ls voices/*.voice | wc -l)" = 3 ] &&
 first=$(ls voices/*.voice | head -n 1)
 printf 'half a voice' >"voices/voice_0000000000000000.voice.tmp"
 head -c 2000 "$first" >"voices/voice_1111111111111111.voice"
+# entries that are not regular files: refused before they are read (a link
+# to /dev/zero would be read without end, a FIFO would block the start)
+ln -s /dev/zero "voices/voice_2222222222222222.voice"
+mkfifo "voices/voice_3333333333333333.voice"
+t0=$(date +%s)
 start_httpd h2.log --voices-evict oldest
+[ $(($(date +%s) - t0)) -le 5 ] && [ -n "$URL" ] && ok "a store holding a FIFO and a link to /dev/zero: started at once" ||
+	bad "start with hostile entries: $(cat h2.log)"
+for k in 2222222222222222 3333333333333333; do
+	grep -q "skipped voice_$k.voice: .*not a regular file" h2.log && ok "voice_$k.voice (not a regular file): skipped, logged" ||
+		bad "voice_$k.voice: $(cat h2.log)"
+done
+rm -f voices/voice_2222222222222222.voice voices/voice_3333333333333333.voice
 curl -s "$URL/v1/audio/voices" >list.json
 for n in one two three; do
 	grep -q "\"name\": \"$n\"" list.json || bad "after a restart '$n' is missing: $(cat list.json)"

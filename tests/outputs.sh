@@ -8,8 +8,9 @@
 # stays a device; a FIFO read by cat and /dev/stdout into a pipe get the
 # bytes and stay what they are; a link planted at the old temporary name
 # NAME.tmp is not followed (its victim stays as it was); a run killed by a
-# file-size limit leaves the old file as it was; and no temporary file is
-# ever left behind.
+# file-size limit leaves the old file as it was; a replaced private file
+# keeps its mode and owner; a temporary file of a run killed two days ago
+# is removed; and no temporary file is ever left behind.
 # timeout: 120
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
@@ -37,6 +38,20 @@ check() {
 	echo old >"old.$x"
 	expect 0 "$p: a regular file replaced" write_to "old.$x"
 	same "old.$x" "ref.$x" "$p: the replaced file has the new bytes"
+	# a private file stays private, and its owner's (as root: another user's)
+	echo old >"priv.$x"
+	chmod 600 "priv.$x"
+	owner=$(id -u)
+	[ "$owner" != 0 ] || { chown 65534:65534 "priv.$x"; owner=65534; }
+	expect 0 "$p: a private file replaced" write_to "priv.$x"
+	[ "$(stat -c '%a %u' "priv.$x")" = "600 $owner" ] && ok "$p: its mode 600 and owner $owner kept" ||
+		bad "$p: the replaced private file is $(stat -c '%a %U' "priv.$x")"
+	# a temporary file of a run killed outright, two days ago: removed
+	: >".stale.$x.abcdef.partial"
+	touch -d '2 days ago' ".stale.$x.abcdef.partial"
+	expect 0 "$p: beside an old temporary file" write_to "stale.$x"
+	[ ! -e ".stale.$x.abcdef.partial" ] && ok "$p: the stale temporary file removed" ||
+		bad "$p: .stale.$x.abcdef.partial is still there"
 	echo old >"sub/target.$x"
 	ln -s "sub/target.$x" "link.$x"
 	expect 0 "$p: a symbolic link" write_to "link.$x"

@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -26,9 +27,14 @@
 #define MAX_LIVE 64
 static _Atomic(char *) live[MAX_LIVE];
 static pthread_once_t handlers_once = PTHREAD_ONCE_INIT;
-/* those whose default ends the process: interrupted, killed, a closed
- * pipe or terminal, a file-size limit */
-static const int fatal_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGXFSZ };
+/* every catchable signal whose default ends the process: interrupted,
+ * killed, a closed pipe or terminal, a file-size or CPU limit, the user
+ * signals, timers, and the faults (the real-time signals are added in
+ * install_handlers) */
+static const int fatal_signals[] = { SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGXFSZ, SIGXCPU,
+				     SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF,
+				     SIGIO, SIGPWR, SIGSYS, SIGTRAP, SIGABRT, SIGSEGV, SIGBUS,
+				     SIGFPE, SIGILL };
 
 /* Removes every temporary file, then dies of the signal as it would have
  * (SA_RESETHAND restored the default; the raise is delivered on return).
@@ -48,19 +54,26 @@ static void on_fatal(int sig)
 
 /* The handler goes only where the signal would kill the process: a program
  * that handles the signal itself, or ignores it, keeps its own. */
+static void install_one(int sig)
+{
+	struct sigaction old, sa;
+
+	if (sigaction(sig, NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) ||
+	    old.sa_handler != SIG_DFL)
+		return;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_fatal;
+	sa.sa_flags = SA_RESETHAND;
+	sigemptyset(&sa.sa_mask);
+	sigaction(sig, &sa, NULL);
+}
+
 static void install_handlers(void)
 {
-	for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++) {
-		struct sigaction old, sa;
-		if (sigaction(fatal_signals[i], NULL, &old) != 0 ||
-		    (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL)
-			continue;
-		memset(&sa, 0, sizeof sa);
-		sa.sa_handler = on_fatal;
-		sa.sa_flags = SA_RESETHAND;
-		sigemptyset(&sa.sa_mask);
-		sigaction(fatal_signals[i], &sa, NULL);
-	}
+	for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)
+		install_one(fatal_signals[i]);
+	for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++)
+		install_one(sig);
 }
 
 static void live_add(char *tmp)
@@ -149,6 +162,33 @@ static char *follow(const char *path, int *fd)
 	return NULL;
 }
 
+/* Removes the temporary files of earlier runs for the same output name
+ * (DIR/.NAME.XXXXXX.partial, regular files of this user) that are older
+ * than a day: left by a process killed with SIGKILL or by a crash of the
+ * machine. A younger one may be another run's, still writing. */
+static void remove_stale(const char *dir, const char *base)
+{
+	DIR *d = opendir(dir);
+	const size_t bl = strlen(base);
+	const time_t now = time(NULL);
+	struct dirent *e;
+
+	if (d == NULL)
+		return;
+	while ((e = readdir(d)) != NULL) {
+		const char *n = e->d_name;
+		const size_t nl = strlen(n);
+		struct stat st;
+		if (nl != 1 + bl + 1 + 6 + 8 || n[0] != '.' || strncmp(n + 1, base, bl) ||
+		    n[1 + bl] != '.' || strcmp(n + nl - 8, ".partial"))
+			continue;
+		if (fstatat(dirfd(d), n, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+		    st.st_uid == geteuid() && st.st_mtime < now - 86400)
+			unlinkat(dirfd(d), n, 0);
+	}
+	closedir(d);
+}
+
 /* Creates the temporary file beside o->path: DIR/.NAME.XXXXXX.partial with
  * a random XXXXXX, exclusively. */
 static int make_temp(pcg_out *o, mode_t mode, pcg_err *err)
@@ -167,6 +207,12 @@ static int make_temp(pcg_out *o, mode_t mode, pcg_err *err)
 	o->tmp = malloc((size_t)dlen + 200 + 32);
 	if (o->tmp == NULL)
 		return pcg_fail(err, "%s: out of memory", o->name);
+	if (strlen(base) <= 200) {
+		char *dir = dlen ? strndup(o->path, (size_t)dlen) : strdup(".");
+		if (dir != NULL)
+			remove_stale(dir, base);
+		free(dir);
+	}
 	clock_gettime(CLOCK_REALTIME, &ts);
 	r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ ((uint64_t)getpid() << 16);
 	for (int tries = 0; tries < 100; tries++) {
@@ -222,6 +268,7 @@ int pcg_out_open(pcg_out *o, const char *path, mode_t mode, pcg_err *err)
 		}
 		return 0;
 	}
+	int have_old = 0;
 	if (lstat(o->path, &st) != 0) {
 		if (errno != ENOENT) {
 			pcg_fail(err, "%s: %s", o->name, strerror(errno));
@@ -246,9 +293,20 @@ int pcg_out_open(pcg_out *o, const char *path, mode_t mode, pcg_err *err)
 		pcg_fail(err, "%s: not a regular file, character device or FIFO: "
 			 "will not write to it", o->name);
 		goto fail;
+	} else {
+		have_old = 1;
 	}
-	if (make_temp(o, mode, err) == 0)
+	if (make_temp(o, mode, err) == 0) {
+		/* a replaced file keeps its owner, group and mode (a private
+		 * file stays private), where this process may set them; the
+		 * owner first, as a change of owner clears set-id bits */
+		if (have_old) {
+			if (st.st_uid != geteuid() || st.st_gid != getegid())
+				(void)fchown(o->fd, st.st_uid, st.st_gid);
+			(void)fchmod(o->fd, st.st_mode & 07777);
+		}
 		return 0;
+	}
 fail:
 	pcg_out_abort(o);
 	return -1;

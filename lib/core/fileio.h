@@ -19,10 +19,15 @@
  *   O_EXCL | O_NOFOLLOW, so nothing planted under a name is followed),
  *   which is flushed to disk and renamed over DIR/NAME only when complete:
  *   a reader never sees a partial file, and a failure leaves what was at
- *   NAME as it was. The temporary file is removed on every error path, and
- *   on SIGINT, SIGTERM, SIGHUP, SIGPIPE or SIGXFSZ when the program leaves
- *   that signal at its default action (a program with its own handler
- *   aborts the writer);
+ *   NAME as it was. A file replaced keeps its mode, owner and group (where
+ *   the process may set them: a private file stays private); a new one
+ *   gets mode & ~umask. The temporary file is removed on every error path,
+ *   and on every catchable signal whose default ends the process (SIGINT,
+ *   SIGTERM, SIGHUP, SIGPIPE, SIGXFSZ, SIGUSR1, SIGALRM, the faults, the
+ *   real-time signals, ...) when the program leaves it at its default
+ *   action (a program with its own handler aborts the writer); those of an
+ *   earlier run killed outright (.NAME.XXXXXX.partial of this user, older
+ *   than a day) are removed by the next run that writes NAME;
  *   anything else (a directory, a block device, a socket): refused.
  *
  * A write error is kept and reported by the commit, so a device that fails

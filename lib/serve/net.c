@@ -138,10 +138,25 @@ int net_curve_setup(const char *key_path, const char *allow_path, const char *pe
 			return -1;
 		if (!curve.pub[0] || !curve.sec[0])
 			return pcg_fail(err, "%s: needs a 'public' and a 'secret' line", key_path);
+		/* the halves of one keypair: a public key that is not the
+		 * secret's would be refused by every peer, later and in silence */
+		char derived[41];
+		if (zmq_curve_public(derived, curve.sec) != 0)
+			return pcg_fail(err, "%s: libzmq cannot derive a public key (built without "
+					"CURVE?): %s", key_path, zmq_strerror(zmq_errno()));
+		if (strcmp(derived, curve.pub) != 0)
+			return pcg_fail(err, "%s: the 'public' key is not the 'secret' key's: the two "
+					"lines come from different keypairs (make one with pcg-keygen)",
+					key_path);
 		curve.have_key = 1;
 	}
 	if (allow_path && read_lines(allow_path, allow_line, err) < 0)
 		return -1;
+	/* fail closed: an allow list that names no key would leave CURVE off
+	 * on loopback and let no client in elsewhere */
+	if (allow_path && curve.n_allow == 0)
+		return pcg_fail(err, "%s: no client key in the allow list: CURVE needs at least one "
+				"(a client's public key, from pcg-keygen, one per line)", allow_path);
 	if (peers_path && read_lines(peers_path, peer_line, err) < 0)
 		return -1;
 	return 0;

@@ -260,6 +260,69 @@ static void failures(void)
 	waitpid(pid, &status, 0);
 	CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %d", status);
 	CHECK(!strcmp(slurp(at("keep")), "kept") && check_partials(dir) == 0);
+
+	/* every other catchable signal that would end the process alike */
+	const int sigs[] = { SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGXCPU, SIGRTMIN + 1 };
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+		CHECK(pipe(ready) == 0);
+		pid = fork();
+		if (pid == 0) {
+			pcg_out o;
+			pcg_err e = { "" };
+			if (pcg_out_open(&o, at("keep"), 0644, &e) < 0)
+				_exit(1);
+			pcg_out_write(&o, big, sizeof big);
+			(void)!write(ready[1], "r", 1);
+			pause();
+			_exit(2);
+		}
+		close(ready[1]);
+		CHECK(read(ready[0], &c, 1) == 1);
+		close(ready[0]);
+		CHECK(check_partials(dir) == 1);
+		kill(pid, sigs[i]);
+		waitpid(pid, &status, 0);
+		CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == sigs[i], "signal %d: status %d",
+		       sigs[i], status);
+		CHECKF(!strcmp(slurp(at("keep")), "kept") && check_partials(dir) == 0,
+		       "signal %d left a temporary file", sigs[i]);
+	}
+}
+
+/* A replaced file keeps its mode (and owner and group, as root); a new one
+ * gets the umask's; the temporary files of a run killed outright are
+ * removed by the next run once older than a day. */
+static void kept(void)
+{
+	pcg_err err = { "" };
+	struct stat st;
+
+	put(at("private"), "old");
+	CHECK(chmod(at("private"), 0600) == 0);
+	if (geteuid() == 0)
+		CHECK(chown(at("private"), 65534, 65534) == 0);
+	CHECKF(pcg_write_file(at("private"), "new", 3, 0644, &err) == 0, "%s", err.msg);
+	CHECK(stat(at("private"), &st) == 0 && (st.st_mode & 07777) == 0600);
+	if (geteuid() == 0)
+		CHECKF(st.st_uid == 65534 && st.st_gid == 65534, "owner %d:%d", (int)st.st_uid,
+		       (int)st.st_gid);
+	CHECK(!strcmp(slurp(at("private")), "new"));
+	const mode_t um = umask(027);
+	CHECKF(pcg_write_file(at("fresh"), "x", 1, 0666, &err) == 0, "%s", err.msg);
+	umask(um);
+	CHECK(stat(at("fresh"), &st) == 0 && (st.st_mode & 07777) == 0640);
+
+	put(at(".stale.abcdef.partial"), "dead");
+	put(at(".stale.ghijkl.partial"), "young");
+	struct timespec old[2] = { { time(NULL) - 2 * 86400, 0 }, { time(NULL) - 2 * 86400, 0 } };
+	CHECK(utimensat(AT_FDCWD, at(".stale.abcdef.partial"), old, 0) == 0);
+	CHECKF(pcg_write_file(at("stale"), "x", 1, 0644, &err) == 0, "%s", err.msg);
+	CHECK(access(at(".stale.abcdef.partial"), F_OK) != 0);
+	CHECK(access(at(".stale.ghijkl.partial"), F_OK) == 0); /* another run's, maybe */
+	unlink(at(".stale.ghijkl.partial"));
+	unlink(at("private"));
+	unlink(at("fresh"));
+	unlink(at("stale"));
 }
 
 static void small(void)
@@ -296,6 +359,7 @@ int main(void)
 		return 1;
 	}
 	regular();
+	kept();
 	links();
 	devices();
 	fifo();
