@@ -35,6 +35,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s NAME\n", prog);
 		return 2;
 	}
+	/* an empty name, or one ending in '/', would write the hidden files
+	 * ".key" and ".pub" */
+	const size_t nl = strlen(argv[1]);
+	if (nl == 0 || argv[1][nl - 1] == '/') {
+		fprintf(stderr, "%s: NAME %s: give a name for the files (NAME.key and NAME.pub), "
+			"such as 'server'\n", prog, nl ? "ends in '/'" : "is empty");
+		return 2;
+	}
 	snprintf(path, sizeof path, "%s.key", argv[1]);
 	/* a secret key is never overwritten, nor written through a link
 	 * someone left at its name */

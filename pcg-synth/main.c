@@ -107,6 +107,14 @@ static const pcg_opt opts[] = {
  * timeout. Other transports are not checked. */
 static int no_listener(const char *url, pcg_err *err)
 {
+	/* a runtime directory or socket this user may not use: said at once,
+	 * not found out by waiting for the timeout */
+	if (!strncmp(url, "ipc://", 6) && access(url + 6, W_OK) != 0 && errno == EACCES) {
+		pcg_fail(err, "cannot reach the pipeline at %s: %s (it belongs to another user: "
+			 "start your own with pcg-up, set PCG_RUNTIME_DIR, or name a verifier with "
+			 "--verifier)", url, strerror(EACCES));
+		return 1;
+	}
 	if (net_listening(url))
 		return 0;
 	pcg_fail(err, "no pipeline at %s (%s): start one with pcg-up, or name a verifier "
