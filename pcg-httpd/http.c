@@ -495,9 +495,9 @@ static int parse_head(http_conn *c, size_t len)
 	const char *version = sp2 + 1;
 	for (const char *q = line; *q; q++)
 		if (!tchar(*q) || q - line >= 16) {
-			refuse(c, q - line >= 16 ? 501 : 400, "Bad request: the method is not a "
-			       "method of HTTP.");
-			return 400;
+			const int st = q - line >= 16 ? 501 : 400;
+			refuse(c, st, "Bad request: the method is not a method of HTTP.");
+			return st;
 		}
 	if (!strcmp(version, "HTTP/1.1")) {
 		rq->minor = 1;
@@ -625,8 +625,14 @@ static int parse_head(http_conn *c, size_t len)
 		rq->chunked = 1;
 	}
 	rq->content_length = cl;
-	const char *conn = http_header(rq, "Connection");
-	if (rq->minor < 1 ? !has_token(conn, "keep-alive") : has_token(conn, "close"))
+	/* every Connection header counts (a list may be split over several) */
+	int keep = 0, close_ = 0;
+	for (int i = 0; i < c->n_headers; i++)
+		if (!strcasecmp(c->names[i], "Connection")) {
+			keep |= has_token(c->values[i], "keep-alive");
+			close_ |= has_token(c->values[i], "close");
+		}
+	if (close_ || (rq->minor < 1 && !keep))
 		c->close_after = 1;
 	return 0;
 }
@@ -665,7 +671,8 @@ static int take_body(http_conn *c)
 			refuse(c, 500, "The server is out of memory.");
 			return -1;
 		}
-		memcpy(rq->body + rq->len, c->in, k);
+		if (k) /* an empty body may have no buffer: no memcpy from or to NULL */
+			memcpy(rq->body + rq->len, c->in, k);
 		rq->len += k;
 		c->left -= (long long)k;
 		used = k;

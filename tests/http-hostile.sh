@@ -201,6 +201,7 @@ cases = [
      b"2\r\n{}\r\n0\r\nX-T: t\n\r\n"),
     ("a garbage request line", 400, b"HELLO\r\n\r\n"),
     ("a request line of four words", 400, b"GET / x HTTP/1.1\r\nHost: a\r\n\r\n"),
+    ("a method of 20 letters", 501, b"ABCDEFGHIJKLMNOPQRST / HTTP/1.1\r\nHost: a\r\n\r\n"),
     ("a TLS hello", 400, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"),
     ("HTTP/2.0", 505, b"GET /health HTTP/2.0\r\nHost: a\r\n\r\n"),
     ("a NUL in a header", 400, b"GET /health HTTP/1.1\r\nHost: a\r\nX-A: a\x00b\r\n\r\n"),
@@ -220,6 +221,19 @@ for what, want, req in cases:
         ok("%s: %d in %.3f s" % (what, st, dt))
     else:
         bad("%s: %s in %.3f s, want %d: %r" % (what, st, dt, want, data[:200]))
+
+# "Connection: close" in a second Connection header is obeyed: the
+# response ends the connection (read_all sees the close well before 2 s)
+st, dt, data = raw(b"GET /health HTTP/1.1\r\nHost: a\r\nConnection: keep-alive\r\n"
+                   b"Connection: close\r\n\r\n")
+if st is not None and dt < 1.0 and b"connection: close" in data.lower():
+    ok("a second Connection header's close obeyed (%d, closed after %.3f s)" % (st, dt))
+else:
+    bad("two Connection headers: %s after %.3f s: %r" % (st, dt, data[:200]))
+# an empty body with Content-Length: 0 (no buffer to copy into)
+st, dt, data = raw(b"POST /v1/audio/speech HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n"
+                   b"Connection: close\r\n\r\n")
+ok("an empty body: %d" % st) if st == 400 else bad("empty body: %s %r" % (st, data[:200]))
 
 # a chunked body is read: the JSON in two chunks, missing its voice
 body = b'{"model": "tts-1", "input": "Hi."}'
