@@ -266,8 +266,11 @@ static int health(http_req *h)
 			 cfg.verifier);
 	}
 	client_free(&cl);
+	/* a stage with a replica down still serves: 200, "degraded", the
+	 * replicas down named in the pipeline's line */
 	if (up)
-		j = json_pack("{s:s,s:s,s:i,s:i,s:s}", "status", "ok", "pipeline", r->pong.msg,
+		j = json_pack("{s:s,s:s,s:i,s:i,s:s}", "status",
+			      strstr(r->pong.msg, "(down: ") ? "degraded" : "ok", "pipeline", r->pong.msg,
 			      "requests", atomic_load(&active), "max_requests", max_requests,
 			      "version", VERSION);
 	else

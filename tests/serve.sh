@@ -10,7 +10,9 @@
 # cancelled within a round and does not delay the next request; an
 # interrupted client cancels its request; with two replicas of targetd and
 # draftd, one targetd killed with SIGKILL in the middle of 8 sessions, all 8
-# complete with the tokens they have alone.
+# complete with the tokens they have alone; with one replica stopped
+# (SIGSTOP), a ping names it within 3 s and a session on the other is
+# relayed meanwhile.
 # serial: time bounds (a request served within 2 s) and many clients at once
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
@@ -153,7 +155,30 @@ for i in 1 2 3 4 5 6 7 8; do [ "$(tail -n 1 ra$i.out)" = "$(tail -n 1 rc$i.out)"
 moved=$(grep -c "moves to another replica" "$T/rt/verifier.log")
 [ "$moved" -ge 1 ] && ok "$moved sessions moved to the other replica" || bad "no session moved"
 expect 0 "ping with a replica gone" pcg-synth --ping
-out_has "targetd 1 of 2 replicas ok"
+out_has "targetd 1 of 2 replicas ok (down: "
+expect 0 "pcg-down" pcg-down
+
+# A stopped replica (SIGSTOP) and pings: the hub hands pings to its pinger,
+# so a session on the healthy replica is relayed while a ping waits for the
+# stopped one (the ping answers within its 2 s bound and names it).
+expect 0 "pcg-up with 2 replicas again" pcg-up --target "$M" --replicas 2 --sessions 4
+kill -STOP "$(cat "$T/rt/targetd-2.pid")"
+t0=$(ms)
+pcg-synth --ping >ping1.out 2>ping1.err &
+p1=$!
+sleep 0.2
+t1=$(ms)
+pcg-synth --seed 1 --max-tokens 20 --tokens "The ox." >during.out 2>during.err ||
+	bad "a synth during the ping: $(cat during.err)"
+t2=$(ms)
+wait $p1 || bad "the ping with a stopped replica: $(cat ping1.err)"
+t3=$(ms)
+[ $((t2 - t1)) -lt 1500 ] && ok "a synth while a ping waits on a stopped replica: $((t2 - t1)) ms" ||
+	bad "the synth took $((t2 - t1)) ms while a ping waited (the hub blocked)"
+grep -q "targetd 1 of 2 replicas ok (down: " ping1.out && ok "the ping names the stopped replica" ||
+	bad "ping: $(cat ping1.out ping1.err)"
+[ $((t3 - t0)) -lt 3000 ] && ok "the ping answered in $((t3 - t0)) ms" || bad "the ping took $((t3 - t0)) ms"
+kill -CONT "$(cat "$T/rt/targetd-2.pid")"
 expect 0 "pcg-down" pcg-down
 [ -z "$(pcg-runtime --running)" ] && ok "every daemon is gone" || bad "left: $(pcg-runtime --running)"
 trap - EXIT INT TERM

@@ -22,7 +22,17 @@ typedef struct hub {
 	int n_jobs;
 	proto_buf buf;
 	proto_msg *rep;
-	pcg_client *ping[2][MAX_REPLICAS], *ping_codec;
+	pcg_client *ping[2][MAX_REPLICAS], *ping_codec; /* the pinger's alone */
+	/* the pinger: a thread that asks the servers on the hub's behalf, so
+	 * the hub never waits on one (a stopped replica takes its timeout);
+	 * the pings that come meanwhile share the next answer */
+	pthread_t pinger;
+	int pinger_up;
+	pthread_mutex_t ping_lock;
+	pthread_cond_t ping_wake;
+	job *pings;           /* waiting for an answer (under ping_lock) */
+	int ping_stop;
+	void *ping_out;       /* the pinger's PUSH to the hub: [job][1][pong] */
 } hub;
 
 void job_free(job **j)
@@ -87,40 +97,57 @@ static void tell_queue(hub *h)
 	pthread_mutex_unlock(&v->lock);
 }
 
-/* ping: the verifier and every server behind it answer. */
-static void ping(hub *h, const proto_msg *req, proto_msg *rep)
+/* ping: the verifier and every server behind it answer (the pinger's
+ * thread: it waits on the servers, the hub does not). */
+static void ping(hub *h, uint64_t id, proto_msg *rep)
 {
 	verifier *v = h->v;
 	pcg_err err = { "" };
-	char summary[200] = "", why[160] = "";
+	char summary[400] = "", why[160] = "";
 	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
+	const proto_msg req_ = { .id = id }, *req = &req_;
 
 	if (q == NULL || r == NULL) {
 		proto_error(rep, req->id, PROTO_E_INTERNAL, "out of memory");
 		goto out;
 	}
-	/* every replica of draftd and targetd, then codec-decode: a stage is
-	 * ok while one of its replicas answers */
+	/* every replica of draftd and targetd, and codec-decode, asked at
+	 * once (so a stopped one costs one timeout, not one each): a stage is
+	 * ok while one of its replicas answers; those that do not are named */
+	int sent[3][MAX_REPLICAS] = { { 0 } };
+	for (int sg = 0; sg < 3; sg++) {
+		const int n = sg < 2 ? v->stages[sg].n : h->ping_codec != NULL;
+		for (int k = 0; k < n; k++) {
+			proto_init(q, PROTO_PING, 0);
+			sent[sg][k] = client_send(sg < 2 ? h->ping[sg][k] : h->ping_codec, q, &err) == 0;
+		}
+	}
 	for (int sg = 0; sg < 3; sg++) {
 		const char *name = sg < 2 ? v->stages[sg].name : "codec-decode";
 		const int n = sg < 2 ? v->stages[sg].n : h->ping_codec != NULL;
+		char down[400] = "";
 		int up = 0;
 		for (int k = 0; k < n; k++) {
 			pcg_client *c = sg < 2 ? h->ping[sg][k] : h->ping_codec;
-			proto_init(q, PROTO_PING, 0);
-			if (client_call(c, q, r, &err) == 0 && r->type == PROTO_PONG)
+			if (sent[sg][k] && client_wait(c, r, &err) == 0 && r->type == PROTO_PONG) {
 				up++;
-			else
-				snprintf(why, sizeof why, "%.150s",
-					 r->type == PROTO_ERROR ? r->error.msg : err.msg);
+				continue;
+			}
+			snprintf(why, sizeof why, "%.150s",
+				 sent[sg][k] && r->type == PROTO_ERROR ? r->error.msg : err.msg);
+			if (sg < 2)
+				snprintf(down + strlen(down), sizeof down - strlen(down), "%s%s",
+					 *down ? ", " : "", v->stages[sg].urls[k]);
 		}
 		if (n > 0 && up == 0) {
+			/* the others' replies are dropped by their next wait */
 			proto_error(rep, req->id, PROTO_E_INTERNAL, "%s: %s", name, why);
 			goto out;
 		}
 		if (n > 1)
 			snprintf(summary + strlen(summary), sizeof summary - strlen(summary),
-				 "%s%s %d of %d replicas ok", *summary ? ", " : "", name, up, n);
+				 "%s%s %d of %d replicas ok%s%.150s%s", *summary ? ", " : "", name, up,
+				 n, *down ? " (down: " : "", down, *down ? ")" : "");
 		else if (n == 1)
 			snprintf(summary + strlen(summary), sizeof summary - strlen(summary), "%s%s ok",
 				 *summary ? ", " : "", name);
@@ -212,6 +239,76 @@ static void cancel(hub *h, const net_req *nr, const proto_msg *req)
 	reply_msg(h, nr, h->rep);
 }
 
+/* The pinger's thread: takes every ping waiting, asks the servers once,
+ * and sends the answer to each of them through the hub. */
+static void *pinger_main(void *arg)
+{
+	hub *h = arg;
+	proto_msg *rep = calloc(1, sizeof *rep);
+	proto_buf buf = { 0 };
+
+	pthread_mutex_lock(&h->ping_lock);
+	while (!h->ping_stop) {
+		if (h->pings == NULL) {
+			pthread_cond_wait(&h->ping_wake, &h->ping_lock);
+			continue;
+		}
+		job *batch = h->pings;
+		h->pings = NULL;
+		pthread_mutex_unlock(&h->ping_lock);
+		for (job *j = batch, *nx; j; j = nx) {
+			nx = j->next;
+			pcg_err err = { "" };
+			if (rep != NULL && j == batch)
+				ping(h, j->req->id, rep); /* once for all that waited */
+			else if (rep != NULL)
+				rep->id = j->req->id;
+			const unsigned char fin = 1;
+			if (rep == NULL || proto_pack_buf(rep, &buf, &err) < 0) {
+				job_free(&j); /* unanswerable: the client times out */
+				continue;
+			}
+			zmq_send(h->ping_out, &j, sizeof j, ZMQ_SNDMORE);
+			zmq_send(h->ping_out, &fin, 1, ZMQ_SNDMORE);
+			zmq_send(h->ping_out, buf.data, buf.len, 0);
+		}
+		pthread_mutex_lock(&h->ping_lock);
+	}
+	for (job *j = h->pings, *nx; j; j = nx) { /* never answered */
+		nx = j->next;
+		job_free(&j);
+	}
+	h->pings = NULL;
+	pthread_mutex_unlock(&h->ping_lock);
+	proto_buf_free(&buf);
+	free(rep);
+	return NULL;
+}
+
+/* A ping: handed to the pinger, answered when the servers have (the hub
+ * relays everyone's audio meanwhile). */
+static void ping_async(hub *h, const net_req *nr, const proto_msg *req)
+{
+	job *j = calloc(1, sizeof *j);
+
+	if (j == NULL || (j->req = malloc(sizeof *j->req)) == NULL ||
+	    nr->route_len > sizeof j->route) {
+		job_free(&j);
+		proto_error(h->rep, req->id, PROTO_E_INTERNAL, "out of memory");
+		reply_msg(h, nr, h->rep);
+		return;
+	}
+	memcpy(j->req, req, sizeof *req);
+	memcpy(j->route, nr->route, nr->route_len);
+	j->route_len = nr->route_len;
+	j->delim = nr->delim;
+	pthread_mutex_lock(&h->ping_lock);
+	j->next = h->pings;
+	h->pings = j;
+	pthread_cond_signal(&h->ping_wake);
+	pthread_mutex_unlock(&h->ping_lock);
+}
+
 /* A request from a client (pcg_daemon's request callback). */
 static void from_client(pcg_daemon *d, net_req *nr)
 {
@@ -228,8 +325,7 @@ static void from_client(pcg_daemon *d, net_req *nr)
 	} else if (req->type == PROTO_CANCEL) {
 		cancel(h, nr, req);
 	} else if (req->type == PROTO_PING) {
-		ping(h, req, h->rep);
-		reply_msg(h, nr, h->rep);
+		ping_async(h, nr, req);
 	} else {
 		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST, "the verifier does not take '%s'",
 			    proto_type_name(req->type));
@@ -263,14 +359,17 @@ static void from_worker(pcg_daemon *d)
 			    zmq_msg_size(&f[2])) < 0)
 			unreachable(j);
 		if (final) {
+			int listed = 0; /* a synth's job; a ping's is not listed */
 			for (job **pp = &h->jobs; *pp; pp = &(*pp)->next)
 				if (*pp == j) {
 					*pp = j->next;
+					listed = 1;
 					break;
 				}
-			h->n_jobs--;
+			h->n_jobs -= listed;
 			job_free(&j);
-			tell_queue(h);
+			if (listed)
+				tell_queue(h);
 		}
 	}
 	for (int i = 0; i < n; i++)
@@ -293,14 +392,23 @@ static int hub_start(pcg_daemon *d, pcg_err *err)
 	d->other = h->in;
 	if (workers_start(v, err) < 0)
 		return -1;
+	/* a ping waits 2 s at most for a server (less with --timeout-ms), so
+	 * that a stopped replica is named within a health check's 3 s */
+	const int ping_ms = c->timeout_ms < 2000 ? c->timeout_ms : 2000;
 	for (int sg = 0; sg < 2; sg++)
 		for (int k = 0; k < v->stages[sg].n; k++)
-			if ((h->ping[sg][k] = client_new(d->ctx, v->stages[sg].urls[k],
-							 c->timeout_ms, 1, err)) == NULL)
+			if ((h->ping[sg][k] = client_new(d->ctx, v->stages[sg].urls[k], ping_ms, 1,
+							 err)) == NULL)
 				return -1;
 	if (strcmp(c->codec_url, "none") &&
-	    (h->ping_codec = client_new(d->ctx, c->codec_url, c->timeout_ms, 1, err)) == NULL)
+	    (h->ping_codec = client_new(d->ctx, c->codec_url, ping_ms, 1, err)) == NULL)
 		return -1;
+	if ((h->ping_out = zmq_socket(d->ctx, ZMQ_PUSH)) == NULL ||
+	    zmq_connect(h->ping_out, "inproc://verifier-out") != 0)
+		return pcg_fail(err, "inproc socket: %s", zmq_strerror(zmq_errno()));
+	if (pthread_create(&h->pinger, NULL, pinger_main, h) != 0)
+		return pcg_fail(err, "cannot start the pinger's thread");
+	h->pinger_up = 1;
 	fprintf(stderr, "%s: listening on %s (draft %s, target %s, codec %s; %d sessions)\n",
 		prog, d->url, c->draft_url, c->target_url, c->codec_url, c->n_sessions);
 	return 0;
@@ -308,7 +416,8 @@ static int hub_start(pcg_daemon *d, pcg_err *err)
 
 int hub_run(verifier *v)
 {
-	hub h = { .v = v };
+	hub h = { .v = v, .ping_lock = PTHREAD_MUTEX_INITIALIZER,
+		  .ping_wake = PTHREAD_COND_INITIALIZER };
 	int rc = 1;
 
 	/* progress messages queue per client while it reads: room for a long
@@ -321,6 +430,14 @@ int hub_run(verifier *v)
 	else
 		rc = pcg_daemon_run(&d) != 0;
 	pcg_daemon_stop = 1;
+	if (h.pinger_up) { /* it ends after the ping in hand, its clients' timeout at most */
+		pthread_mutex_lock(&h.ping_lock);
+		h.ping_stop = 1;
+		pthread_cond_signal(&h.ping_wake);
+		pthread_mutex_unlock(&h.ping_lock);
+		pthread_join(h.pinger, NULL);
+	}
+	net_close(&h.ping_out);
 	workers_stop(v); /* before the jobs they run go */
 	for (job *j = h.jobs, *nx; j; j = nx) { /* never started */
 		nx = j->next;
