@@ -128,7 +128,7 @@ for n in $clients; do
 		fi
 		awk '{ printf "%.4f\n", $1 - $2 }' "$d/$i.t" >>"$d/lat"
 		sed -n 's/^tokens \([0-9]*\) .*/\1/p' "$d/$i.out" >>"$d/tok"
-		sed -n 's/^first audio after \([0-9.]*\) s; worst lag behind playback \([-0-9.]*\) s/\1 \2/p' \
+		sed -n 's/^first audio after \([0-9.]*\) s; worst lag behind playback \([-0-9.]*\) s.*/\1 \2/p' \
 			"$d/$i.out" | while read -r f l; do echo "$f" >>"$d/ttfa"; echo "$l" >>"$d/lag"; done
 	done
 	rss=

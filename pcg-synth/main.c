@@ -241,7 +241,8 @@ static void print_error(const proto_error_reply *r)
 
 /* The statistics to standard error (unless --quiet); the tokens, with
  * --tokens, to standard output unless the audio goes there. */
-static void print_result(const proto_result *r, const char *path, double t_first, double lag)
+static void print_result(const proto_result *r, const char *path, double t_first, double lag,
+			 double gap)
 {
 	const double *s = r->stats;
 	FILE *o = stderr;
@@ -277,8 +278,8 @@ static void print_result(const proto_result *r, const char *path, double t_first
 		if (path && strcmp(path, "-"))
 			fprintf(o, "audio: %s\n", path);
 		if (t_first >= 0)
-			fprintf(o, "first audio after %.3f s; worst lag behind playback %.3f s\n",
-				t_first, lag);
+			fprintf(o, "first audio after %.3f s; worst lag behind playback %.3f s; "
+				"longest wait between chunks %.3f s\n", t_first, lag, gap);
 	}
 	if (print_tokens) {
 		FILE *t = path && !strcmp(path, "-") ? stderr : stdout;
@@ -385,7 +386,8 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 		return 1;
 	}
 	free(packed);
-	double last = pcg_now(), t0 = last, t_first = 0, played = 0, lag = 0;
+	double last = pcg_now(), t0 = last, t_first = 0, played = 0, lag = 0, gap = 0,
+	       last_audio = 0;
 	for (;;) {
 		zmq_msg_t m;
 		int got = net_recv(sock, &m, 250, &err);
@@ -439,6 +441,9 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 					t_first = at, lag = 0;
 				else if (at - t_first - played > lag)
 					lag = at - t_first - played;
+				if (got_audio && at - last_audio > gap) /* a stall, as heard */
+					gap = at - last_audio;
+				last_audio = at;
 				got_audio = 1;
 				played += (double)pg->n_samples / (pg->rate > 0 ? pg->rate : 16000);
 				int bad = 0;
@@ -498,7 +503,7 @@ static int synth_one(void *sock, proto_msg *q, proto_msg *r, const char *path, c
 		if (path && !got_audio && !to_stdout)
 			fprintf(stderr, "%s: no audio came (no speech tokens): %s not written\n",
 				prog, path);
-		print_result(&r->result, path, got_audio ? t_first : -1, lag);
+		print_result(&r->result, path, got_audio ? t_first : -1, lag, gap);
 		zmq_msg_close(&m);
 		rc = 0;
 		break;
