@@ -7,7 +7,9 @@
 # standard output and a "usage: PROG" line on standard error, naming the
 # option first; a file that is
 # not there (for programs that read one) exits 1 with one line on standard
-# error, "PROG: ..." naming the file, and writes no output file.
+# error, "PROG: ..." naming the file, and writes no output file. --help
+# lists every option the program's man page lists, and a script's --help
+# (pcg-up, pcg-down, pcg-runtime) prints its whole header comment.
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 rel=$(sed -n 's/^#define PCG_VERSION "\(.*\)"$/\1/p' "$ROOT/lib/core/opts.h")
@@ -75,5 +77,30 @@ while IFS='|' read -r p lists args names; do
 		bad "$p $args: exit $rc, want 1 and one line naming nowhere...: $(head -n 3 err)"
 	ls x.* >/dev/null 2>&1 && bad "$p, a missing file: left $(ls x.*)" && rm -f x.*
 done <table
+
+# --help is whole: every option a program's man page lists (.It Fl --NAME)
+# is in its usage; a script's --help is its whole header comment, not a
+# fixed range of lines that a longer header cuts mid-sentence.
+for m in "$ROOT"/man/*.1 "$ROOT"/man/*.8; do
+	p=$(basename "$m" | sed 's/\.[0-9]$//')
+	command -v "$p" >/dev/null 2>&1 || continue
+	"$p" --help >out 2>&1
+	missing=
+	for o in $(grep '^\.It Fl' "$m" | grep -o 'Fl -[a-z0-9-]*' | sed 's/^Fl //' | sort -u); do
+		grep -qF -- "-$o" out || missing="$missing -$o"
+	done
+	[ -z "$missing" ] && ok "$p --help lists every option of its man page" ||
+		bad "$p --help lacks what man $p names:$missing"
+done
+for p in pcg-up pcg-down pcg-runtime; do
+	f=$ROOT/scripts/$p
+	awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$f" >header
+	"$f" --help >out 2>err
+	if cmp -s out header && [ "$(wc -l <out)" -ge 2 ] && tail -n 1 out | grep -q '\.$'; then
+		ok "$p --help: its whole header ($(wc -l <out) lines, ending '$(tail -n 1 out | cut -c 1-40)')"
+	else
+		bad "$p --help is not its whole header: $(diff out header | head -n 5)"
+	fi
+done
 
 finish
