@@ -54,10 +54,25 @@ awk '/^```sh$/ {on=1; next} /^```$/ {on=0} on' "$ROOT/README.md" >"$T/block"
 # Man pages: the .Bd -literal blocks of EXAMPLES, in order, in one directory.
 # Commands that make a LLaSA-sized model are skipped (too big for a test);
 # a small stand-in of its layout (--preset llasa-1b --hidden N) runs.
+# What runs is what a reader sees: the source's escapes undone as mandoc
+# renders them (\e a backslash, \(dq a quote, \- a minus, \& nothing), and
+# each line must be found as such in the rendered page, so an escape that
+# renders otherwise than meant (a bare \n in the source eats what follows)
+# fails here.
+unesc() { sed -e 's/\\&//g' -e 's/\\(dq/"/g' -e "s/\\\\(aq/'/g" -e 's/\\-/-/g' -e 's/\\e/\\/g'; }
 for page in "$ROOT"/man/*.[1-8]; do
 	awk '/^\.Sh EXAMPLES/ {ex=1; next} /^\.Sh / {ex=0}
-	     ex && /^\.Bd -literal/ {on=1; next} /^\.Ed/ {on=0} ex && on' "$page" |
-		awk '!/--preset llasa/ || /--hidden/' >"$T/block"
+	     ex && /^\.Bd -literal/ {on=1; next} /^\.Ed/ {on=0} ex && on' "$page" | unesc >"$T/src"
+	[ -s "$T/src" ] || continue
+	mandoc -Tascii "$page" 2>/dev/null | col -bx 2>/dev/null | sed 's/^[[:space:]]*//' >"$T/rendered"
+	odd=0
+	while IFS= read -r line; do
+		l=$(printf '%s\n' "$line" | sed 's/^[[:space:]]*//')
+		[ -z "$l" ] && continue
+		grep -qxF -- "$l" "$T/rendered" || { odd=1; bad "$(basename "$page"): the example line '$l' renders otherwise"; }
+	done <"$T/src"
+	[ $odd = 0 ] && ok "$(basename "$page"): its examples render as written"
+	awk '!/--preset llasa/ || /--hidden/' "$T/src" >"$T/block"
 	[ -s "$T/block" ] && run_block "$(basename "$page")"
 done
 
