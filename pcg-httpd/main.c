@@ -44,7 +44,7 @@
 #include "proto.h"
 #include "speech.h"
 
-#define VERSION "1.0"
+#define VERSION PCG_VERSION /* one version string: the programs' (lib/core/opts.h) */
 #define IDLE_MS 60000 /* a kept-alive connection idle this long, a client reading nothing */
 
 static const char *prog = "pcg-httpd";
@@ -406,9 +406,16 @@ static int add_voice(http_req *h)
 			    "Invalid 'transcript': it holds a NUL byte.");
 	json_t *j = clones_add(name, (size_t)nl, text, h->body, h->len, &status, &code, msg,
 			       sizeof msg);
-	if (j == NULL)
+	if (j == NULL) {
+		/* curl -d sends a form: newlines stripped, the audio broken */
+		const char *ct = http_header(h, "Content-Type");
+		const int form = ct && !strncasecmp(ct, "application/x-www-form-urlencoded", 33);
 		return fail(h, status, status >= 500 ? "server_error" : "invalid_request_error",
-			    status == 400 || status == 409 ? "name" : NULL, code, NULL, "%s", msg);
+			    status == 400 || status == 409 ? "name" : NULL, code, NULL, "%s%s", msg,
+			    status == 400 && form ? " The body came as a form (curl -d strips its "
+			    "newlines and breaks audio): send the file as it is, curl --data-binary "
+			    "@voice.wav." : "");
+	}
 	return reply_json(h, 200, j);
 }
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -277,6 +278,9 @@ static void print_result(const proto_result *r, const char *path, double t_first
 				s[PROTO_STAT_TOK_S] / s[PROTO_STAT_PREDICTED]);
 		if (path && strcmp(path, "-"))
 			fprintf(o, "audio: %s\n", path);
+		else if (path == NULL && !print_tokens)
+			fprintf(o, "audio: none kept (no -o: give -o FILE.wav, or -o - to stream it "
+				"to standard output; --tokens prints the speech tokens)\n");
 		if (t_first >= 0)
 			fprintf(o, "first audio after %.3f s; worst lag behind playback %.3f s; "
 				"longest wait between chunks %.3f s\n", t_first, lag, gap);
@@ -350,6 +354,65 @@ static void send_cancel(void *sock, uint64_t id)
 		zmq_send(sock, b, len, ZMQ_DONTWAIT);
 	free(b);
 	free(c);
+}
+
+/* Edit distance of a and b (adjacent swaps count 1), for "did you mean". */
+static int distance(const char *a, const char *b)
+{
+	enum { M = 32 };
+	int d[M + 1][M + 1];
+	const int n = (int)strlen(a), m = (int)strlen(b);
+
+	if (n > M || m > M)
+		return 99;
+	for (int i = 0; i <= n; i++)
+		for (int j = 0; j <= m; j++) {
+			if (i == 0 || j == 0) {
+				d[i][j] = i + j;
+				continue;
+			}
+			int c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+			if (d[i - 1][j] + 1 < c)
+				c = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < c)
+				c = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+			    d[i - 2][j - 2] + 1 < c)
+				c = d[i - 2][j - 2] + 1;
+			d[i][j] = c;
+		}
+	return d[n][m];
+}
+
+/* --policy NAME checked here, as the verifier would, so that a misspelt
+ * name is told as the flag the user typed, with the nearest name. */
+static int policy_check(const char *name, pcg_err *err)
+{
+	const int mtp = !strncmp(name, "mtp-", 4);
+	const char *p = mtp ? name + 4 : name;
+
+	if ((!mtp && !strcmp(p, "none")) || (mtp && !strcmp(p, "viterbi")) ||
+	    policy_kind_from_name(p) >= 0)
+		return 0;
+	char all[256], best[64] = "";
+	int bd = 3; /* suggest within two edits */
+	const char *extra[] = { "none", "mtp-viterbi" };
+	for (int k = 0; k < POLICY_N_KINDS; k++) {
+		char c[64];
+		snprintf(c, sizeof c, "%s%s", mtp ? "mtp-" : "", policy_kind_name((policy_kind)k));
+		const int dd = distance(name, c);
+		if (dd < bd)
+			bd = dd, snprintf(best, sizeof best, "%s", c);
+	}
+	for (int k = 0; k < 2; k++) {
+		const int dd = distance(name, extra[k]);
+		if (dd < bd)
+			bd = dd, snprintf(best, sizeof best, "%s", extra[k]);
+	}
+	return pcg_fail(err, "--policy '%s': no such policy%s%s%s (%s, none, mtp-viterbi, or "
+			"mtp- and a rule; --policy help describes them)", name,
+			*best ? "; did you mean '" : "", best, *best ? "'?" : "",
+			policy_names(all, sizeof all, ", "));
 }
 
 static uint64_t new_id(void)
@@ -636,6 +699,10 @@ int main(int argc, char **argv)
 		policy_help();
 		return 0;
 	}
+	if (policy_check(policy_name, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 2;
+	}
 	if (first >= 0 && strcmp(lookahead_s, "auto")) {
 		char *end;
 		long l = strtol(lookahead_s, &end, 10);
@@ -673,7 +740,15 @@ int main(int argc, char **argv)
 	}
 	/* a device, a FIFO or /dev/stdout has no extension: WAV, as for -o - */
 	if (out && !to_stdout && audio_format_from_path(out, &fmt) < 0 && !pcg_out_through(out)) {
-		fprintf(stderr, "%s: -o %s: unknown extension (.wav, .flac, .raw)\n", prog, out);
+		const char *dot = strrchr(out, '.');
+		if (dot && (!strcasecmp(dot, ".mp3") || !strcasecmp(dot, ".ogg") ||
+			    !strcasecmp(dot, ".opus")))
+			fprintf(stderr, "%s: -o %s: %s is not written here (.wav, .flac, .raw are): "
+				"pipe the WAV through sox, pcg-synth -o - TEXT | sox -t wav - %s "
+				"(pcg-httpd serves mp3 and opus itself)\n", prog, out, dot + 1, out);
+		else
+			fprintf(stderr, "%s: -o %s: unknown extension (.wav, .flac, .raw)\n", prog,
+				out);
 		return 2;
 	}
 	if (!prompt_wav != !prompt_text) {
