@@ -246,39 +246,50 @@ static int reply_fixed(http_req *h, const char *body)
 	return reply(h, 200, s, "application/json", NULL);
 }
 
+/* A ping of the verifier through every stage: 1 with its summary in msg,
+ * 0 with why not in err. */
+static int ping_pipeline(char *msg, size_t msg_len, pcg_err *err)
+{
+	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
+	pcg_client *cl = NULL;
+	int up = 0;
+
+	if (q && r && net_listening(cfg.verifier) &&
+	    (cl = client_new(cfg.zmq, cfg.verifier, 3000, 1, err)) != NULL) {
+		q->type = PROTO_PING;
+		up = client_call(cl, q, r, err) == 0 && r->type == PROTO_PONG;
+		if (up)
+			snprintf(msg, msg_len, "%s", r->pong.msg);
+		else if (r->type == PROTO_ERROR)
+			snprintf(err->msg, sizeof err->msg, "%s", r->error.msg);
+	} else if (q && r && !*err->msg) {
+		snprintf(err->msg, sizeof err->msg, "nobody listens at %s: start it with pcg-up",
+			 cfg.verifier);
+	}
+	client_free(&cl);
+	free(q);
+	free(r);
+	return up;
+}
+
 /* GET /health: the verifier answers a ping through every stage. */
 static int health(http_req *h)
 {
 	pcg_err err = { "" };
-	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
-	pcg_client *cl = NULL;
+	char pong[300] = "";
 	json_t *j;
-	int up = 0;
-
-	if (q && r && net_listening(cfg.verifier) &&
-	    (cl = client_new(cfg.zmq, cfg.verifier, 3000, 1, &err)) != NULL) {
-		q->type = PROTO_PING;
-		up = client_call(cl, q, r, &err) == 0 && r->type == PROTO_PONG;
-		if (!up && r->type == PROTO_ERROR)
-			snprintf(err.msg, sizeof err.msg, "%s", r->error.msg);
-	} else if (q && r && !*err.msg) {
-		snprintf(err.msg, sizeof err.msg, "nobody listens at %s: start it with pcg-up",
-			 cfg.verifier);
-	}
-	client_free(&cl);
+	const int up = ping_pipeline(pong, sizeof pong, &err);
 	/* a stage with a replica down still serves: 200, "degraded", the
 	 * replicas down named in the pipeline's line */
 	if (up)
 		j = json_pack("{s:s,s:s,s:i,s:i,s:s}", "status",
-			      strstr(r->pong.msg, "(down: ") ? "degraded" : "ok", "pipeline", r->pong.msg,
+			      strstr(pong, "(down: ") ? "degraded" : "ok", "pipeline", pong,
 			      "requests", atomic_load(&active), "max_requests", max_requests,
 			      "version", VERSION);
 	else
 		j = json_pack("{s:s,s:{s:s,s:s,s:n,s:n}}", "status", "unavailable", "error",
 			      "message", *err.msg ? err.msg : "out of memory", "type",
 			      "server_error", "param", "code");
-	free(q);
-	free(r);
 	return reply_json(h, up ? 200 : 503, j);
 }
 
@@ -404,6 +415,19 @@ static int add_voice(http_req *h)
 	if (strlen(text) != (size_t)tl)
 		return fail(h, 400, "invalid_request_error", "transcript", "invalid_value", NULL,
 			    "Invalid 'transcript': it holds a NUL byte.");
+	/* a pipeline that answers and cannot clone (its verifier has no
+	 * encoder: a phoneme voice, or no X-codec2 checkpoint) refuses at once,
+	 * not at the first speech with the voice; one that does not answer
+	 * keeps the voice for when it does */
+	char pong[300] = "";
+	pcg_err perr = { "" };
+	if (ping_pipeline(pong, sizeof pong, &perr) && !strstr(pong, ", cloning"))
+		return fail(h, 400, "invalid_request_error", NULL, "cloning_unavailable", NULL,
+			    "This pipeline cannot clone voices: its verifier has no encoder (a "
+			    "phoneme voice, such as the demo's, cannot clone). Start a LLaSA "
+			    "pipeline with its X-codec2 checkpoint (pcg-up --target DIR "
+			    "--codec-weights DIR --http PORT), or give the encoder: pcg-up "
+			    "--encoder DIR.");
 	json_t *j = clones_add(name, (size_t)nl, text, h->body, h->len, &status, &code, msg,
 			       sizeof msg);
 	if (j == NULL) {

@@ -699,9 +699,9 @@ int main(int argc, char **argv)
 		policy_help();
 		return 0;
 	}
-	if (policy_check(policy_name, &err) < 0) {
+	if (policy_check(policy_name, &err) < 0) { /* 1, as when the verifier refused it */
 		fprintf(stderr, "%s: %s\n", prog, err.msg);
-		return 2;
+		return 1;
 	}
 	if (first >= 0 && strcmp(lookahead_s, "auto")) {
 		char *end;

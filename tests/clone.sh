@@ -10,7 +10,9 @@
 # audio, a verifier without an encoder: clear errors. Through pcg-httpd: a
 # voice registered by its recording (POST /v1/audio/voices) is listed and
 # speaks (the same file: not encoded again); not audio, a name taken, no
-# transcript: 400 / 409.
+# transcript: 400 / 409. Through pcg-up --http --encoder: a voice registered
+# and spoken; on the demo voice's pipeline a registration is refused at
+# once (400 cloning_unavailable).
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 ENC="$ROOT/tests/fixtures/xcodec2-enc/tiny"
@@ -89,4 +91,34 @@ verifier --local m --local-draft-layers 0 --listen "$V" 2>v2.log &
 pids=$!
 expect 1 "a verifier without --encoder" $S --prompt-wav voice.wav --prompt-text "x" "Hi."
 err_has "--encoder"
+kill $pids
+wait $pids 2>/dev/null
+pids=
+
+# Through pcg-up --http, as a user would: the encoder given with --encoder,
+# a voice registered by its recording, then spoken; on the demo voice's
+# pipeline (a phoneme voice cannot clone) the registration is refused at
+# once with what to start instead.
+export PCG_RUNTIME_DIR="$T/rt"
+trap 'pcg-down >/dev/null 2>&1; cleanup' EXIT
+asg-build --model m --theta 0.3 --quiet -o m.asg || bad "asg-build"
+expect 0 "pcg-up --encoder --http 0" pcg-up --target m --draft-layers 0 --asg m.asg \
+	--codec-weights "$ROOT/tests/fixtures/xcodec2/tiny" --encoder "$ENC" --http 0 --no-warmup
+URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/out" | head -n 1)
+code=$(curl -s -o reg.json -w '%{http_code}' --data-binary @voice.wav \
+	"$URL/v1/audio/voices?name=mine&transcript=This%20is%20my%20voice.")
+vid=$(sed -n 's/.*"id": *"\([^"]*\)".*/\1/p' reg.json)
+[ "$code" = 200 ] && [ -n "$vid" ] && ok "a voice registered through pcg-up --http: $vid" || bad "register: $code $(cat reg.json)"
+code=$(curl -s -o spoken.wav -w '%{http_code}' "$URL/v1/audio/speech" -H 'Content-Type: application/json' \
+	-d '{"model": "tts-1", "input": "Something new.", "voice": "'"$vid"'", "response_format": "wav"}')
+[ "$code" = 200 ] && [ "$(head -c 4 spoken.wav)" = RIFF ] && ok "the registered voice speaks (200, WAV)" ||
+	bad "speak: $code $(head -c 300 spoken.wav)"
+pcg-down >/dev/null 2>&1
+expect 0 "pcg-up the demo voice, --http 0" pcg-up --http 0 --no-warmup
+URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/out" | head -n 1)
+code=$(curl -s -o refused.json -w '%{http_code}' --data-binary @voice.wav "$URL/v1/audio/voices?name=mine&transcript=hi")
+[ "$code" = 400 ] && grep -q 'cloning_unavailable' refused.json && grep -q 'cannot clone' refused.json &&
+	ok "a phoneme voice's pipeline refuses a registration at once: 400 cloning_unavailable" ||
+	bad "demo pipeline registration: $code $(cat refused.json)"
+pcg-down >/dev/null 2>&1
 finish

@@ -157,9 +157,9 @@ static void ping(hub *h, uint64_t id, proto_msg *rep)
 	pthread_mutex_unlock(&v->lock);
 	proto_init(rep, PROTO_PONG, req->id);
 	snprintf(rep->pong.msg, sizeof rep->pong.msg,
-		 "verifier ok, %s (speech %d tokens%s; sessions %d running of %d, %d queued)",
-		 summary, v->voc.speech_count, v->groups ? ", asg" : "", busy, v->cfg->n_sessions,
-		 queued);
+		 "verifier ok, %s (speech %d tokens%s%s; sessions %d running of %d, %d queued)",
+		 summary, v->voc.speech_count, v->groups ? ", asg" : "",
+		 v->prompts ? ", cloning" : "", busy, v->cfg->n_sessions, queued);
 out:
 	free(q);
 	free(r);
