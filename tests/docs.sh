@@ -3,7 +3,7 @@
 # -Tlint at warning level, every .Xr names a page we ship, every program has
 # a page), and the examples of the README (```sh blocks) and of the man
 # pages (EXAMPLES, .Bd -literal blocks) run and succeed.
-# ports: the README and man page examples listen on fixed ports (8123, 8124, 7610-7612, 7699), which no other test uses
+# ports: the README and man page examples listen on fixed ports (8123, 8124, 8125, 7610-7612, 7699), which no other test uses
 . "${PCG_ROOT:-.}/tests/shlib"
 
 if ! command -v mandoc >/dev/null 2>&1; then
