@@ -174,6 +174,10 @@ build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/formats/gguf.c lib/formats/conf
 build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/spec/asg.c lib/core/image.c lib/spec/policy.c $(wildcard lib/spec/policy_*.c) lib/core/fileio.c lib/core/err.c lib/core/rng.c lib/core/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fopenmp -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lopenblas -lm -o $@
+# fuzz_http: pcg-httpd's parser (http.c, with its fuzz entry) alone
+build/fuzz/fuzz_http: tests/fuzz/fuzz_http.c pcg-httpd/http.c lib/core/err.c lib/core/clock.c | $(DEPS_OK)
+	@mkdir -p build/fuzz
+	$(CLANG) -g -O1 -D_GNU_SOURCE -DPCG_HTTP_FUZZ -pthread -fsanitize=fuzzer,address,undefined $(LIB_INC) -Ipcg-httpd $^ -lm -o $@
 build/fuzz/fuzz_tm: tests/fuzz/fuzz_tm.c lib/formats/tm.c lib/core/image.c lib/core/fileio.c lib/core/err.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lm -o $@

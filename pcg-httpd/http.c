@@ -796,6 +796,11 @@ static void dispatch(http_conn *c)
 		return;
 	}
 	c->rq.body[c->rq.len] = '\0';
+#ifdef PCG_HTTP_FUZZ
+	/* the fuzzer's: the request is complete; no thread answers it */
+	c->state = C_BUSY;
+	return;
+#endif
 	c->state = C_BUSY;
 	s->busy++;
 	pthread_attr_init(&at);
@@ -1180,3 +1185,59 @@ int http_query(const http_req *rq, const char *name, char *buf, size_t n)
 	}
 	return -1;
 }
+
+#ifdef PCG_HTTP_FUZZ
+/* The fuzzer's entry (tests/fuzz/fuzz_http.c): data arrives on one
+ * connection in pieces of `piece` bytes, as recv would give them, through
+ * the loop's own parser (advance: the head, its headers, a Content-Length
+ * or chunked body); a complete request is taken as answered and the next
+ * one read from what remains, as on a kept-alive connection. No socket, no
+ * thread. Returns the requests completed. */
+static long long fuzz_on_head(http_req *rq, void *arg)
+{
+	(void)rq;
+	(void)arg;
+	return 1 << 16;
+}
+
+int http_fuzz_feed(const unsigned char *data, size_t n, size_t piece)
+{
+	static http_conn *slot[1];
+	http_server s = { .cfg = { .max_conns = 1, .max_per_client = 1, .head_ms = 1000,
+				   .body_ms = 1000, .idle_ms = 1000, .on_head = fuzz_on_head },
+			  .conns = slot, .n_conns = 1 };
+	http_conn *c = calloc(1, sizeof *c);
+	int done = 0;
+
+	if (c == NULL)
+		return 0;
+	c->srv = &s;
+	c->fd = -1;
+	conn_reset_request(c);
+	if (piece == 0)
+		piece = 1;
+	while (n > 0 && (c->state == C_HEAD || c->state == C_BODY)) {
+		size_t k = n < piece ? n : piece;
+		if (k > sizeof c->in - c->in_len)
+			k = sizeof c->in - c->in_len;
+		if (k == 0)
+			break; /* a full buffer the parser did not take */
+		memcpy(c->in + c->in_len, data, k);
+		c->in_len += k;
+		data += k;
+		n -= k;
+		advance(c);
+		if (c->state == C_BUSY) { /* complete: the next request, as kept alive */
+			done++;
+			if (c->close_after)
+				break;
+			conn_reset_request(c);
+			advance(c);
+		}
+	}
+	free(c->out);
+	free(c->rq.body);
+	free(c);
+	return done;
+}
+#endif
