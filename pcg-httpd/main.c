@@ -105,7 +105,7 @@ static const pcg_opt opts[] = {
 	  "the verification policy of a request that names none (as pcg-synth's)" },
 	{ "seed", PCG_OPT_INT, &seed, "1", 0, 2147483647, "N",
 	  "the seed of a request that names none" },
-	{ "lookahead", PCG_OPT_INT, &lookahead, "0", 0, PROTO_MAX_N - 1, "L",
+	{ "lookahead", PCG_OPT_INT, &lookahead, "0", 0, PROTO_MAX_LOOKAHEAD, "L",
 	  "tokens drafted per round (0: auto, the verifier's cost model chooses)" },
 	{ "temp", PCG_OPT_FLOAT, &temp, "0.8", 0, 100, "T", "temperature" },
 	{ "top-k", PCG_OPT_INT, &top_k, "50", 0, 1 << 30, "K", "top-k (0: off)" },

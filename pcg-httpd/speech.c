@@ -273,7 +273,7 @@ static int take_pcg(json_t *root, const speech_cfg *cfg, speech_req *r, api_erro
 		return -1;
 	if (rc)
 		r->seed = (int)d;
-	if ((rc = get_number(root, "lookahead", 0, PROTO_MAX_N - 1, 1, &d, e)) < 0)
+	if ((rc = get_number(root, "lookahead", 0, PROTO_MAX_LOOKAHEAD, 1, &d, e)) < 0)
 		return -1;
 	if (rc)
 		r->lookahead = (int)d;

@@ -706,9 +706,9 @@ int main(int argc, char **argv)
 	if (first >= 0 && strcmp(lookahead_s, "auto")) {
 		char *end;
 		long l = strtol(lookahead_s, &end, 10);
-		if (end == lookahead_s || *end != '\0' || l < 1 || l > PROTO_MAX_N - 1) {
+		if (end == lookahead_s || *end != '\0' || l < 1 || l > PROTO_MAX_LOOKAHEAD) {
 			snprintf(err.msg, sizeof err.msg, "--lookahead '%s': a number of drafts "
-				 "from 1 to %d, or auto", lookahead_s, PROTO_MAX_N - 1);
+				 "from 1 to %d, or auto", lookahead_s, PROTO_MAX_LOOKAHEAD);
 			return pcg_usage_error(prog, SYNOPSIS, opts, err.msg);
 		}
 		lookahead = (int)l;

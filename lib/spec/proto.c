@@ -1069,7 +1069,7 @@ static int get_synth(proto_synth *s, int f, const msgpack_object *v, pcg_err *er
 	case F_TEXT: return get_str(v, "text", s->text, sizeof s->text, err);
 	case F_POLICY: return get_str(v, "policy", s->policy, sizeof s->policy, err);
 	case F_BETA: return get_float(v, "beta", &s->beta, err);
-	case F_N: return get_i(v, "n", 0, PROTO_MAX_N, &s->lookahead, err);
+	case F_N: return get_i(v, "n", 0, PROTO_MAX_LOOKAHEAD, &s->lookahead, err);
 	case F_TEMP: case F_TOPK: case F_TOPP: return get_samp(v, f, &s->samp, err);
 	case F_SEED: return get_u64(v, "seed", &s->seed, err);
 	case F_MAXTOK: return get_i(v, "max_tokens", 1, PROTO_MAX_APPEND, &s->max_tokens, err);

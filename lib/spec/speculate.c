@@ -239,8 +239,8 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 		pp.arg[a] = req->arg_val[i];
 		pp.arg_set |= 1u << a;
 	}
-	if (!s->is_none && (s->L < 1 || s->L + 1 > PROTO_MAX_N)) {
-		pcg_fail(err, "field 'n': lookahead %d not in [1, %d]", s->L, PROTO_MAX_N - 1);
+	if (!s->is_none && (s->L < 1 || s->L > PROTO_MAX_LOOKAHEAD)) {
+		pcg_fail(err, "field 'n': lookahead %d not in [1, %d]", s->L, PROTO_MAX_LOOKAHEAD);
 		goto fail;
 	}
 	if (s->is_none && !s->mtp)
