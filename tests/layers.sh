@@ -6,7 +6,8 @@
 # folder after it: this fails naming the file, the header and both folders.
 # One exception, by name: lib/engine/cudaload.c, the device table's loader of
 # lib/cuda, includes the library's interface (cuda/library.h), whose table
-# holds codec functions; it is the one file that opens the library.
+# holds codec functions; it is the one file that opens the library. And no
+# two headers of lib/ share a name.
 allowed="lib/engine/cudaload.c:cuda/library.h"
 cd "$(dirname "$0")/.." || exit 2
 order="core formats engine text spec codec serve"
@@ -47,6 +48,15 @@ for f in lib/*/*.c lib/*/*.h lib/cuda/*.cu lib/cuda/*.cuh; do
 	done
 done
 [ -d lib/core ] || { echo "FAIL: lib/ has no folders"; exit 1; }
+# A header's name is unique in lib/: every folder is on the include path and
+# includes use bare names, so a second asg.h would be picked by search order.
+dups=$(find lib -name '*.h' -o -name '*.cuh' | sed 's|.*/||' | sort | uniq -d)
+if [ -n "$dups" ]; then
+	for h in $dups; do echo "FAIL: two headers named $h: $(find lib -name "$h" | tr '\n' ' ')"; done
+	bad=$((bad + 1))
+else
+	echo "ok: every header name in lib/ is unique"
+fi
 if [ $bad -eq 0 ]; then
 	echo "ok: $n includes in lib/, each of its own folder or one before it"
 	exit 0

@@ -1,8 +1,8 @@
 /* asg.cu: asg_build's similar pairs on a CUDA device: blocked f32 cuBLAS
  * products of the normalised rows, thresholded on the device (the design
- * and the memory bound are in cuda/asg.h). Every CUDA and cuBLAS call is
+ * and the memory bound are in cuda/cuda_asg.h). Every CUDA and cuBLAS call is
  * checked; device memory comes from pcg_cuda_alloc. */
-#include "cuda/asg.h"
+#include "cuda/cuda_asg.h"
 
 #include <stdint.h>
 #include <stdlib.h>

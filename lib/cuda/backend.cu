@@ -25,7 +25,7 @@ extern "C" {
 #include "cuda/check.h"
 #include "cuda/reduce.cuh"
 #include "cuda/rmsnorm.cuh"
-#include "cuda/sampling.h"
+#include "cuda/cuda_sampling.h"
 
 struct cuda_ctx {
 	int device;

@@ -1,6 +1,6 @@
 /* device.cu: CUDA device discovery, every runtime call checked with file and
  * line. Without a GPU or a driver the count is 0 and the CPU path serves. */
-#include "cuda/device.h"
+#include "cuda/cuda_device.h"
 
 #include <stdio.h>
 

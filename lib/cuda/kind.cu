@@ -5,11 +5,11 @@
  * it opens it (library.cu), and passes each call on. */
 extern "C" {
 #include "backend.h"
-#include "device.h"
+#include "engine/device.h" /* pcg_device; lib/cuda/cuda_device.h below */
 }
-#include "cuda/asg.h"
-#include "cuda/device.h"
-#include "cuda/xcodec2.h"
+#include "cuda/cuda_asg.h"
+#include "cuda/cuda_device.h"
+#include "cuda/cuda_xcodec2.h"
 
 /* The decoder behind the kind's untyped hooks. */
 static void *xc2_open_hook(const xc2_model *m, int device, pcg_err *err)

@@ -24,7 +24,7 @@
  * through shared memory with a barrier per level; every barrier is reached
  * by all threads of the block (the branches around them depend only on
  * shared values or on the launch). */
-#include "cuda/sampling.h"
+#include "cuda/cuda_sampling.h"
 
 #include <limits.h>
 #include <math.h>

@@ -21,7 +21,7 @@
  * work area. One stream per decoder: all work, copies included, is ordered
  * on it, and a call ends with a checked synchronisation.
  */
-#include "cuda/xcodec2.h"
+#include "cuda/cuda_xcodec2.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

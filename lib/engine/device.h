@@ -39,13 +39,13 @@ typedef struct pcg_device_kind {
 	int (*count)(pcg_err *err);
 	/* The forward pass's backend on device index (lib/engine/backend.h). */
 	struct pcg_backend *(*backend_open)(int index, pcg_err *err);
-	/* asg_build's similar pairs on device index, as lib/cuda/asg.h says;
+	/* asg_build's similar pairs on device index, as lib/cuda/cuda_asg.h says;
 	 * NULL: the kind has none (the CPU's are lib/spec/asg.c's own). */
 	int (*asg_pairs)(int index, const float *E, int n, int d, float theta, int rows,
 			 void (*progress)(void *ctx, double done, double total),
 			 void *progress_ctx, struct asg_pair **pairs, size_t *npairs,
 			 pcg_err *err);
-	/* The X-codec2 decoder on device index, as lib/cuda/xcodec2.h says
+	/* The X-codec2 decoder on device index, as lib/cuda/cuda_xcodec2.h says
 	 * (open, decode as an xc2_decoder, close); NULL: the kind has none (the
 	 * CPU's is xc2_decode). */
 	void *(*xc2_open)(const struct xc2_model *m, int index, pcg_err *err);

@@ -106,7 +106,7 @@ typedef struct asg_build_opts {
 } asg_build_opts;
 
 /* A similar pair of rows, i < j, with the f32 cosine the product gave: what
- * either backend of asg_build (CPU tiles here, CUDA blocks in lib/cuda/asg.h)
+ * either backend of asg_build (CPU tiles here, CUDA blocks in lib/cuda/cuda_asg.h)
  * hands to the group assembly, which both share. */
 typedef struct asg_pair {
 	uint32_t i, j;
@@ -118,7 +118,7 @@ typedef struct asg_pair {
  * E E^T (upper triangle only, one single-threaded sgemm per thread) are
  * thresholded as they are computed, keeping O(n * mean |G(t)|) memory.
  * On a CUDA device the same products are f32 cuBLAS GEMMs over row blocks,
- * thresholded on the device (lib/cuda/asg.h); only the pairs found come
+ * thresholded on the device (lib/cuda/cuda_asg.h); only the pairs found come
  * back, and the groups are assembled by the same code. The result equals
  * the CPU's except where a cosine lies within rounding of theta or of a
  * top-k cut (docs/BENCHMARKS.md, "asg-build on the GPU"). A device that

@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "../unit/check.h"
-#include "cuda/device.h"
+#include "cuda/cuda_device.h"
 
 int main(void)
 {

@@ -23,7 +23,7 @@
 
 #include "../unit/check.h"
 #include "../unit/fixture.h"
-#include "cuda/device.h"
+#include "cuda/cuda_device.h"
 
 /* Per-op and per-forward limits on the normalised error, by weight dtype. */
 #define GPU_TOL_OP_F32   1e-5  /* f32 products: summation order only */

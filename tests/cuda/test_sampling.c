@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "cuda/check.h"
-#include "cuda/sampling.h"
+#include "cuda/cuda_sampling.h"
 #include "gpu.h"
 #include "rng.h"
 #include "sampling.h"

@@ -54,7 +54,7 @@
 
 #include "../unit/fixture.h"
 #include "../unit/numeric.h"
-#include "cuda/xcodec2.h"
+#include "cuda/cuda_xcodec2.h"
 #include "dtype.h"
 #include "gpu.h"
 #include "matmul.h"

@@ -1,4 +1,4 @@
-/* cuda/sampling.h: pcg_probs (sampling.h) on the device, for rows of logits
+/* cuda/cuda_sampling.h: pcg_probs (sampling.h) on the device, for rows of logits
  * that are already there (the target's L + 1 positions of a verification
  * block, each 65,537 wide for LLaSA's speech range). The CPU's pcg_probs is
  * the oracle: same order of warpers, same kept tokens, same tie rules. */
@@ -6,7 +6,7 @@
 #define PCG_CUDA_SAMPLING_H
 
 #include "err.h"
-#include "../core/sampling.h" /* lib/core/sampling.h: this file has the same name */
+#include "../core/sampling.h"
 
 #ifdef __cplusplus
 extern "C" {
