@@ -5,7 +5,7 @@
  * it opens it (library.cu), and passes each call on. */
 extern "C" {
 #include "backend.h"
-#include "engine/device.h" /* pcg_device; lib/cuda/cuda_device.h below */
+#include "device.h" /* lib/engine/device.h, pcg_device (the CUDA one: cuda_device.h) */
 }
 #include "cuda/cuda_asg.h"
 #include "cuda/cuda_device.h"
