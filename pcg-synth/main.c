@@ -273,7 +273,8 @@ static void print_result(const proto_result *r, const char *path, double t_first
 			"resends %.0f\n", s[PROTO_STAT_T_DRAFT], s[PROTO_STAT_T_TARGET],
 			s[PROTO_STAT_T_POLICY], s[PROTO_STAT_T_MSG], s[PROTO_STAT_RESENDS]);
 		if (s[PROTO_STAT_PREDICTED] > 0)
-			fprintf(o, "cost model: %.1f tokens/s predicted, %.1f measured (%.2f)\n",
+			fprintf(o, "cost model: %.1f tokens/s predicted (the prompt's round as "
+				"measured), %.1f measured (%.2f)\n",
 				s[PROTO_STAT_PREDICTED], s[PROTO_STAT_TOK_S],
 				s[PROTO_STAT_TOK_S] / s[PROTO_STAT_PREDICTED]);
 		if (path && strcmp(path, "-"))

@@ -109,7 +109,9 @@ enum proto_stat {
 	PROTO_STAT_RESENDS,    /* contexts resent to a server that lost them */
 	PROTO_STAT_LOOKAHEAD,  /* drafts per round (the lookahead, on average over all rounds) */
 	PROTO_STAT_PIPELINED,  /* the share of drafting rounds whose draft drafted ahead */
-	PROTO_STAT_PREDICTED,  /* tokens/s the cost model predicts (lib/costmodel) */
+	PROTO_STAT_PREDICTED,  /* tokens/s the cost model predicts for the session
+				* (lib/costmodel): its rounds at the model's rate,
+				* the first (with the prompt's prefill) as measured */
 	PROTO_STAT_DRAFTING,   /* the share of rounds that drafted (the rest: the target alone) */
 	PROTO_STAT_POS0        /* the first per-position acceptance */
 };

@@ -63,6 +63,8 @@ struct spec_session {
 	double st[PROTO_STAT_POS0];   /* the result's statistics, by enum proto_stat */
 	double accept_pos[PROTO_MAX_N]; /* rounds that accepted position i */
 	double t0, t_server;     /* pcg_now() at the start; the servers' compute (s) */
+	double t_first;          /* the first round's seconds (the prompt's prefill in it) */
+	int tok_first;           /* and its tokens */
 	/* buffers */
 	proto_msg *q, *r;        /* a request to a server, its reply */
 	proto_msg *qd, *rd;      /* the draft's request ahead, its reply */
@@ -835,7 +837,10 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 			s->last_groups[s->n_last++] = groups[i];
 		}
 	}
-	s->rounds++;
+	if (s->rounds++ == 0) {
+		s->t_first = pcg_now() - s->t0;
+		s->tok_first = s->nsp;
+	}
 	s->st[PROTO_STAT_DRAFTED] += s->viterbi ? heads : target_only ? 0 : Lr;
 	s->st[PROTO_STAT_ACCEPTED] += accepted;
 	s->n_drafting += s->viterbi || !target_only;
@@ -911,7 +916,13 @@ void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 	st[PROTO_STAT_RESENDS] = s->resends;
 	st[PROTO_STAT_LOOKAHEAD] = rounds > 0 ? st[PROTO_STAT_DRAFTED] / rounds : 0;
 	st[PROTO_STAT_PIPELINED] = s->n_drafting > 0 ? (double)s->n_piped / s->n_drafting : 0;
-	st[PROTO_STAT_PREDICTED] = spec_predict(s);
+	/* the session as the model predicts it: its rounds at the model's rate,
+	 * the first (which carries the prompt's prefill, not modelled) as it
+	 * went, so that measured / predicted is near 1 when the model is right */
+	const double rate = spec_predict(s);
+	st[PROTO_STAT_PREDICTED] = rate;
+	if (rate > 0 && rounds > 1 && s->nsp > s->tok_first)
+		st[PROTO_STAT_PREDICTED] = s->nsp / (s->t_first + (s->nsp - s->tok_first) / rate);
 	st[PROTO_STAT_DRAFTING] = rounds > 0 ? (double)s->n_drafting / rounds : 0;
 	const int per_pos = !s->is_none || s->viterbi;
 	res->n_stats = PROTO_STAT_POS0 + (per_pos ? s->L : 0);
