@@ -141,6 +141,12 @@ for f in empty.allow comment.allow; do
 		--listen tcp://127.0.0.1:7731 --curve-key server.key --curve-allow $f
 	err_has "$f: no client key in the allow list"
 done
+expect 1 "targetd with --curve-allow and no key: refused" timeout 10 targetd --model m \
+	--listen tcp://127.0.0.1:7731 --curve-allow allow
+err_has "--curve-allow allow without --curve-key"
+expect 1 "pcg-synth with --curve-server and no key: refused" timeout 10 pcg-synth \
+	--curve-server server.pub --ping
+err_has "without --curve-key"
 { grep '^public' server.key; grep '^secret' client.key; } >mixed.key
 expect 1 "targetd with a key file of two keypairs: refused" timeout 10 targetd --model m \
 	--listen tcp://127.0.0.1:7731 --curve-key mixed.key --curve-allow allow

@@ -133,6 +133,13 @@ static int peer_line(char **w, int n, pcg_err *err)
 int net_curve_setup(const char *key_path, const char *allow_path, const char *peers_path,
 		    pcg_err *err)
 {
+	/* CURVE options that cannot be honoured refuse to start: an allow list
+	 * or a peer key without this side's keypair would be ignored, and the
+	 * sockets left in plaintext */
+	if (!key_path && (allow_path || peers_path))
+		return pcg_fail(err, "%s %s without --curve-key: CURVE needs this side's keypair "
+				"too (pcg-keygen NAME makes one)", allow_path ? "--curve-allow" :
+				"the server's key", allow_path ? allow_path : peers_path);
 	if (key_path) {
 		if (read_lines(key_path, key_line, err) < 0)
 			return -1;
