@@ -77,7 +77,7 @@ endif
 
 # lib/ in folders, each a layer on those before it (tests/layers.sh checks the
 # includes); programs include a header by its name alone.
-LIB_DIRS := core formats engine text spec codec serve
+LIB_DIRS := core formats engine wire text speculate codec serve
 LIB_INC  := -Ilib $(addprefix -Ilib/,$(LIB_DIRS))
 LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard lib/$(d)/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=build/%.o)
@@ -165,13 +165,13 @@ CLANG    ?= $(shell command -v clang 2>/dev/null)
 FUZZ_OK  := $(if $(CLANG),$(shell printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' | \
 		$(CLANG) -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo 1))
 FUZZERS  := $(if $(FUZZ_OK),$(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/*.c)))
-build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/spec/proto.c lib/core/err.c lib/core/dtype.c lib/core/quant.c lib/core/sampling.c | $(DEPS_OK)
+build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/wire/proto.c lib/core/err.c lib/core/dtype.c lib/core/quant.c lib/core/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lmsgpackc -lm -o $@
 build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/formats/gguf.c lib/formats/config_gguf.c lib/text/tokenizer_gguf.c lib/text/tokenizer.c lib/text/tokenizer_load.c lib/core/fileio.c lib/core/err.c lib/core/dtype.c lib/core/quant.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lpcre2-8 -lm -o $@
-build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/spec/asg.c lib/core/image.c lib/spec/policy.c $(wildcard lib/spec/policy_*.c) lib/core/fileio.c lib/core/err.c lib/core/rng.c lib/core/sampling.c | $(DEPS_OK)
+build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/speculate/asg.c lib/core/image.c lib/speculate/policy.c $(wildcard lib/speculate/policy_*.c) lib/core/fileio.c lib/core/err.c lib/core/rng.c lib/core/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fopenmp -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lopenblas -lm -o $@
 # fuzz_http: pcg-httpd's parser (http.c, with its fuzz entry) alone

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/layers.sh: lib/'s folders are layers, each on those before it:
-#   core formats engine text spec codec serve
+#   core formats engine wire text speculate codec serve
 # (and lib/cuda, the CUDA backend, on any of them but serve). A file may
 # include a header of its own folder or of a folder before it, never one of a
 # folder after it: this fails naming the file, the header and both folders.
@@ -10,14 +10,14 @@
 # two headers of lib/ share a name.
 allowed="lib/engine/cudaload.c:cuda/library.h"
 cd "$(dirname "$0")/.." || exit 2
-order="core formats engine text spec codec serve"
+order="core formats engine wire text speculate codec serve"
 rank() { # rank FOLDER: its place in order (cuda: just below serve)
 	i=0
 	for d in $order; do
 		[ "$d" = "$1" ] && { echo $i; return; }
 		i=$((i + 1))
 	done
-	[ "$1" = cuda ] && { echo 5; return; }
+	[ "$1" = cuda ] && { echo 6; return; }
 	echo 99
 }
 home() { # home FILE-FOLDER HEADER: the folder of lib/ the include finds

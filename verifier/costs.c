@@ -1,4 +1,4 @@
-/* costs.c: the verifier learns the cost model's terms (lib/spec/costmodel.h)
+/* costs.c: the verifier learns the cost model's terms (lib/speculate/costmodel.h)
  * from the servers, once, before the first session: what targetd says of
  * its step at a ping, and the time of a few scores and proposes of its
  * own, on sessions that are dropped after. */

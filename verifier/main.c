@@ -1,5 +1,5 @@
 /* verifier: the hub of the pipeline. Clients (pcg-synth) send "synth"
- * requests; each becomes a session of the round loop (lib/spec/speculate.h: the
+ * requests; each becomes a session of the round loop (lib/speculate/speculate.h: the
  * draft proposes L tokens at draftd, the target scores the block in one
  * pass at targetd, the policy decides what to keep), run by one of
  * --sessions worker threads, so many utterances are in flight at once and

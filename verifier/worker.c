@@ -1,5 +1,5 @@
 /* worker.c: the verifier's workers. Each runs one job at a time, round by
- * round (lib/spec/speculate.h), with its own clients of the model servers' replicas
+ * round (lib/speculate/speculate.h), with its own clients of the model servers' replicas
  * and of codec-decode (a ZeroMQ socket belongs to one thread); what goes to
  * the job's client is pushed to the hub (hub.c), which owns the clients'
  * socket. Also here: the stages (a model server's replicas, the one a

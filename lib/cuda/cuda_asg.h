@@ -1,7 +1,7 @@
-/* asg.h (lib/cuda): the CUDA backend of asg_build (lib/spec/asg.h). Of the build
+/* asg.h (lib/cuda): the CUDA backend of asg_build (lib/speculate/asg.h). Of the build
  * only the search for similar pairs differs between devices; normalising
  * the rows, the top-k cut, merging identical G(t) and the weights are the
- * same code in lib/spec/asg.c, whose CPU path is the oracle for this one.
+ * same code in lib/speculate/asg.c, whose CPU path is the oracle for this one.
  *
  * Design: the normalised rows are uploaded once (f32, n x d); for each block
  * of rows [i0, i0 + R) one cuBLAS GEMM against the columns [i0, n) (the
@@ -23,7 +23,7 @@
 
 #include <stddef.h>
 
-#include "../spec/asg.h"
+#include "../speculate/asg.h"
 #include "err.h"
 
 #ifdef __cplusplus

@@ -50,7 +50,7 @@ static double delta_of(int d)
 }
 
 /* One comparison: rows drawn per row from (seed, row, attempt). */
-typedef struct spec {
+typedef struct asg_case {
 	const char *name;
 	int n, d;
 	double theta;
@@ -58,10 +58,10 @@ typedef struct spec {
 	int clusters;   /* 0: Gaussian rows, else centre + s * noise, s in [0.5, 1.5] */
 	int planted;    /* rows n-1, n-2, ... planted on rows 0, 1, ... at theta +- 3 delta */
 	int zero_dup;   /* row n/2 zero, row n/3 a copy of row 1 */
-} spec;
+} asg_case;
 
 typedef struct rows {
-	const spec *s;
+	const asg_case *s;
 	float *E;        /* [n, d] as given to asg_build */
 	double *centre;  /* [clusters, d] */
 	double *X;       /* [n, d] E normalised in double */
@@ -71,7 +71,7 @@ typedef struct rows {
 
 static void draw(rows *r, int t)
 {
-	const spec *s = r->s;
+	const asg_case *s = r->s;
 	const int d = s->d;
 	float *e = r->E + (size_t)t * d;
 	pcg_rng g;
@@ -115,7 +115,7 @@ static void draw(rows *r, int t)
 /* The special rows after (re)drawing: the zero row and the duplicate. */
 static void fix_roles(rows *r)
 {
-	const spec *s = r->s;
+	const asg_case *s = r->s;
 	if (s->zero_dup) {
 		memset(r->E + (size_t)(s->n / 2) * s->d, 0, (size_t)s->d * sizeof *r->E);
 		memcpy(r->E + (size_t)(s->n / 3) * s->d, r->E + (size_t)s->d, (size_t)s->d * sizeof *r->E);
@@ -152,7 +152,7 @@ static int by_desc(const void *a, const void *b)
  * Returns the number marked. */
 static int ambiguous(rows *r, char *mark, long *near)
 {
-	const spec *s = r->s;
+	const asg_case *s = r->s;
 	const int n = s->n;
 	const double dl = delta_of(s->d), th = (float)s->theta;
 	double *nb = malloc((size_t)n * sizeof *nb);
@@ -211,7 +211,7 @@ static void on_progress(void *ctx, double done, double total)
 
 static asg *build(const rows *r, int cuda, prog *p)
 {
-	const spec *s = r->s;
+	const asg_case *s = r->s;
 	float *E = malloc((size_t)s->n * s->d * sizeof *E);
 	asg_build_opts o = { s->theta, s->topk, s->weights, 3, 0, cuda ? s->tile : 0,
 			     on_progress, p, cuda ? "cuda" : NULL };
@@ -245,7 +245,7 @@ static long first_difference(const asg_view *a, const asg_view *b)
 	return -1;
 }
 
-static void run(const spec *s)
+static void run(const asg_case *s)
 {
 	const int n = s->n, d = s->d;
 	const double dl = delta_of(d);
@@ -332,7 +332,7 @@ int main(void)
 	const int EQ = ASG_W_EQUAL, SIM = ASG_W_SIMILARITY;
 	/* name, n, d, theta, topk, weights, tile (rows per block, 0: from free
 	 * memory), clusters, planted, zero_dup */
-	static const spec specs[] = {
+	static const asg_case cases[] = {
 		{ "one row", 1, 16, 0.4, 0, EQ, 0, 0, 0, 0 },
 		{ "two rows, d 3", 2, 3, 0.4, 0, SIM, 0, 0, 0, 0 },
 		{ "Gaussian 700x37 theta 0.2, zero and duplicate rows", 700, 37, 0.2, 0, EQ, 0, 0,
@@ -353,7 +353,7 @@ int main(void)
 	};
 
 	gpu_require("cuda-test_asg");
-	for (size_t i = 0; i < sizeof specs / sizeof *specs; i++)
-		run(&specs[i]);
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+		run(&cases[i]);
 	return check_done("cuda-test_asg");
 }

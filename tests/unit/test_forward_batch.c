@@ -40,11 +40,11 @@
 
 /* One sequence: ctx prompt positions run before, then n positions, the
  * last n_out of them out; out and hidden wanted or not. */
-struct spec {
+struct shape_case {
 	int ctx, n, n_out, out, hidden;
 };
 
-static const struct spec specs[] = {
+static const struct shape_case cases[] = {
 	{ 0, 1, 1, 1, 1 },  /* a first position */
 	{ 5, 4, 4, 1, 1 },  /* a verification block after a prompt */
 	{ 12, 1, 1, 1, 0 }, /* a decode step */
@@ -55,10 +55,10 @@ static const struct spec specs[] = {
 	{ 1, 2, 1, 1, 1 },
 	{ 4, 11, 3, 1, 1 }, /* longer than PCG_MATMUL_SMALL */
 };
-#define N_SPECS (int)(sizeof specs / sizeof specs[0])
+#define N_SPECS (int)(sizeof cases / sizeof cases[0])
 #define LONG 8 /* the index of the long one */
 
-/* Batches: indices into specs, -1 ends. */
+/* Batches: indices into cases, -1 ends. */
 static const int batches[][N_SPECS + 1] = {
 	{ 0, -1 },
 	{ 0, 1, -1 },
@@ -108,7 +108,7 @@ static llama_rows subset_rows(int vocab)
 static int run_new(llama_model *m, struct run *r, int i, int count)
 {
 	const llama_config *c = llama_get_config(m);
-	const struct spec *s = &specs[i];
+	const struct shape_case *s = &cases[i];
 	int prompt[32];
 	pcg_err err = { "" };
 
@@ -142,7 +142,7 @@ static void run_free(struct run *r)
 
 static llama_seq seq_of(struct run *r, int i, int st)
 {
-	const struct spec *s = &specs[i];
+	const struct shape_case *s = &cases[i];
 	llama_seq q = { r->kv, r->toks[st], st == 0 ? s->n : 1, st == 0 ? s->n_out : 1,
 			st == 0 && !s->out ? NULL : r->out[st],
 			st == 0 && !s->hidden ? NULL : r->hidden[st], NULL };
@@ -177,7 +177,7 @@ static void check_batches(llama_model *m, const char *label, const struct mode *
 		int n = 0, rows_total = 0, same = 1;
 		llama_seq q[N_SPECS];
 		while (idx[n] >= 0)
-			rows_total += specs[idx[n++]].n;
+			rows_total += cases[idx[n++]].n;
 		for (int j = 0; j < n; j++)
 			if (run_new(m, &b[j], idx[j], count) < 0)
 				return;
@@ -201,7 +201,7 @@ static void check_batches(llama_model *m, const char *label, const struct mode *
 					same = 0;
 				}
 				CHECK(llama_kv_len(b[j].kv) ==
-				      specs[i].ctx + specs[i].n + (st == 1));
+				      cases[i].ctx + cases[i].n + (st == 1));
 			}
 		}
 		CHECKF(same, "%s, %s: batch %d of %d sequences, %d rows: not what they give alone",
@@ -507,10 +507,10 @@ static void check_errors(const char *path, const char *other)
 		CHECKF(!memcmp(a.out, q[j].out, (size_t)a.n_out * V * 4) &&
 		       !memcmp(a.hidden, q[j].hidden, (size_t)a.n_out * c->hidden * 4),
 		       "sequence %d beside a NaN one differs from alone", j);
-		CHECK(llama_kv_truncate(a.kv, specs[idx[j]].ctx, &err) == 0);
+		CHECK(llama_kv_truncate(a.kv, cases[idx[j]].ctx, &err) == 0);
 	}
 	for (int j = 0; j < 3; j++)
-		CHECK(llama_kv_truncate(r[j].kv, specs[idx[j]].ctx, &err) == 0);
+		CHECK(llama_kv_truncate(r[j].kv, cases[idx[j]].ctx, &err) == 0);
 
 	/* After all that, a batch gives what the sequences give alone. */
 	RESET;

@@ -22,7 +22,7 @@
  * at token level, pcg taking Q_c proposals without the thinning test, pcg
  * taking the first group of x instead of K ~ w) are run through the same
  * tests and must be rejected; they are, each with a p-value below 1e-30.
- * Mutations of lib/spec/policy.c itself were tried once: pcg thinning without its
+ * Mutations of lib/speculate/policy.c itself were tried once: pcg thinning without its
  * acceptance test (a = 1) failed 90 checks, sd drawing its residual from q
  * failed 17, a thinning loop that ignores its first success failed every
  * mean-trials test.

@@ -4,7 +4,7 @@
  *   1. sd: every emitted token follows the target's conditional
  *      distribution given the prefix actually emitted before it;
  *   2. pcg with the demo's ASG: every emitted group follows the target's
- *      group distribution Q_c (lib/spec/policy.h) given the prefix, and every
+ *      group distribution Q_c (lib/speculate/policy.h) given the prefix, and every
  *      label names a group that holds its token;
  *   3. a session gives the same tokens and per-position statistics alone,
  *      round-robin with three others, run twice, or with its servers losing
@@ -61,7 +61,7 @@
  * with the draft as the scoring server: the draft's distribution emitted
  * instead of the target's) at token level, from POWER_SESSIONS sessions
  * only, and pcg's draft alone at group level; over the 31 base seeds their
- * p-values were below 1e-13, 1e-52 and 1e-300. Mutations of lib/spec/speculate.c
+ * p-values were below 1e-13, 1e-52 and 1e-300. Mutations of lib/speculate/speculate.c
  * were tried once: the bonus token drawn from q_L instead of q_{L+1} failed
  * sd pooled (p 1e-25) and at three positions; the policy's random stream
  * made equal to the draft server's failed sd at position 1 (p 4e-15) though

@@ -12,7 +12,7 @@ takes with --draft, and measured in the project's own pipeline.
    as models/demo) the prompt text is the speaker token and espeak-ng's
    phoneme tokens, and each phoneme token is put right before the frame
    where espeak-ng starts it (pcg-phonemize): the sequence the verifier
-   builds, token for token (lib/spec/speculate.c).
+   builds, token for token (lib/speculate/speculate.c).
 2. Student: a LlamaForCausalLM with the target's config but k layers,
    initialised with the target's embeddings, layers 0..k-1, final norm and
    lm_head (tied or not as the target is).

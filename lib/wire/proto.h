@@ -81,7 +81,7 @@
 #define PROTO_MAX_APPEND 8192 /* tokens per request: a whole LLaSA context fits */
 #define PROTO_MAX_N 16        /* lookahead + 1 */
 /* A synth's lookahead (its n): 1 to PROTO_MAX_LOOKAHEAD drafts a round, or 0:
- * auto. The one definition pcg-synth, pcg-httpd, the wire and lib/spec check. */
+ * auto. The one definition pcg-synth, pcg-httpd, the wire and lib/speculate check. */
 #define PROTO_MAX_LOOKAHEAD (PROTO_MAX_N - 1)
 #define PROTO_MAX_HEADS 16    /* MTP heads a score may ask for */
 #define PROTO_MAX_VEC (PROTO_MAX_N * (1 + PROTO_MAX_HEADS)) /* vectors in a probs */

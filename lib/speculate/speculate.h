@@ -15,7 +15,7 @@
  *      the next one);
  *   2. target: q_1..q_{L+1} in one "score" of [last committed, x_1..x_L]
  *      with the forced tokens in place (their own vectors are not used);
- *   3. the policy (lib/spec/policy.h) keeps a prefix of the drafts and emits a
+ *   3. the policy (lib/speculate/policy.h) keeps a prefix of the drafts and emits a
  *      corrected or bonus token (or mtp-viterbi's path, or one token of q
  *      when the target runs alone);
  *   4. commit up to the end token or max_tokens; a forced token is committed
@@ -35,7 +35,7 @@
  * clients (lib/serve/client.h), pcg-sim and the tests a server in this process
  * (modelserver_local). Every random draw comes from the request's seed and
  * the round number, so a session gives the same tokens however its rounds
- * interleave with other sessions'. A new policy is a lib/spec/policy.h kind:
+ * interleave with other sessions'. A new policy is a lib/speculate/policy.h kind:
  * the loop does not change.
  */
 #ifndef PCG_SPECULATE_H
@@ -129,7 +129,7 @@ const int *spec_tokens(const spec_session *s, int *n);
 const int *spec_context(const spec_session *s, int *n);
 
 /* Tokens emitted by the last round, and for pcg each one's group label
- * (lib/spec/policy.h: -1 for a bonus token and for other policies); tokens cut
+ * (lib/speculate/policy.h: -1 for a bonus token and for other policies); tokens cut
  * by max_tokens or the end token are not among them. */
 int spec_last_round(const spec_session *s, const int **tokens, const int **groups);
 

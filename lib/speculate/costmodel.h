@@ -30,7 +30,7 @@
  * run apart, on their own cores or hosts; 1: no better than one after the
  * other, as two servers sharing the same cores or memory can be):
  * only then are the next round's drafts ready when the verdict comes
- * (lib/spec/speculate.c); after a rejection the draft drafts again while the
+ * (lib/speculate/speculate.c); after a rejection the draft drafts again while the
  * target waits. The target alone costs a trip and a step per token.
  */
 #ifndef PCG_COSTMODEL_H

@@ -1,9 +1,9 @@
 /* policy_rule.h: what a verification rule implements, and the helpers the
- * rules share (lib/spec/policy.c). Internal to lib/policy*.c: programs use
+ * rules share (lib/speculate/policy.c). Internal to lib/policy*.c: programs use
  * policy.h.
  *
  * A rule is its info (name, summary, guarantee, parameters, needs) and up to
- * five functions. policy_run (lib/spec/policy.c) runs the round: for each draft
+ * five functions. policy_run (lib/speculate/policy.c) runs the round: for each draft
  * x_i, accept(); on a rejection, correct() gives the emitted token and the
  * block ends; when all are accepted, the bonus token is drawn from q_{L+1}
  * (argmax for a rule with deterministic set). The random draws a rule makes,
