@@ -2,14 +2,17 @@
  * clients' socket. It takes requests (synth, cancel, ping), queues synths
  * as jobs for the workers (worker.c), forwards what the workers push to
  * the jobs' clients, and frees a job after its final message. */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <pthread.h>
 #include <zmq.h>
 
 #include "client.h"
+#include "clock.h"
 #include "net.h"
 #include "opts.h"
 #include "service.h"
@@ -135,9 +138,13 @@ static void ping(hub *h, uint64_t id, proto_msg *rep)
 			}
 			snprintf(why, sizeof why, "%.150s",
 				 sent[sg][k] && r->type == PROTO_ERROR ? r->error.msg : err.msg);
-			if (sg < 2)
+			if (sg < 2) {
 				snprintf(down + strlen(down), sizeof down - strlen(down), "%s%s",
 					 *down ? ", " : "", v->stages[sg].urls[k]);
+				/* new sessions go elsewhere a while, as after a
+				 * failed call (stage_pick) */
+				atomic_store(&v->stages[sg].dead_until[k], pcg_now() + 10);
+			}
 		}
 		if (n > 0 && up == 0) {
 			/* the others' replies are dropped by their next wait */
@@ -239,6 +246,8 @@ static void cancel(hub *h, const net_req *nr, const proto_msg *req)
 	reply_msg(h, nr, h->rep);
 }
 
+enum { PING_EVERY = 5 }; /* seconds between the pinger's own rounds */
+
 /* The pinger's thread: takes every ping waiting, asks the servers once,
  * and sends the answer to each of them through the hub. */
 static void *pinger_main(void *arg)
@@ -247,10 +256,24 @@ static void *pinger_main(void *arg)
 	proto_msg *rep = calloc(1, sizeof *rep);
 	proto_buf buf = { 0 };
 
+	/* with replicas, a round of pings every PING_EVERY s of its own too, so
+	 * that new sessions avoid a replica that stopped answering before any
+	 * session waits on it */
+	const int replicas = h->v->stages[0].n > 1 || h->v->stages[1].n > 1;
 	pthread_mutex_lock(&h->ping_lock);
 	while (!h->ping_stop) {
 		if (h->pings == NULL) {
-			pthread_cond_wait(&h->ping_wake, &h->ping_lock);
+			struct timespec until;
+			clock_gettime(CLOCK_REALTIME, &until);
+			until.tv_sec += PING_EVERY;
+			if (!replicas) {
+				pthread_cond_wait(&h->ping_wake, &h->ping_lock);
+			} else if (pthread_cond_timedwait(&h->ping_wake, &h->ping_lock, &until) ==
+					   ETIMEDOUT && h->pings == NULL && !h->ping_stop && rep) {
+				pthread_mutex_unlock(&h->ping_lock);
+				ping(h, 0, rep); /* the answer: dead_until of those down */
+				pthread_mutex_lock(&h->ping_lock);
+			}
 			continue;
 		}
 		job *batch = h->pings;
