@@ -77,6 +77,18 @@ const pcg_device_kind *pcg_cuda_library_open(const pcg_cuda_host *h, pcg_err *er
 			 "rebuild and reinstall both", PCG_CUDA_LIBRARY_ABI, h->abi);
 		return NULL;
 	}
+#define PCG_CUDA_NAME_(name, type) name,
+#define PCG_CUDA_SIZE_(name, type) sizeof(type),
+	static const char *const names[] = { PCG_CUDA_STRUCTS(PCG_CUDA_NAME_) };
+	static const size_t mine[] = { PCG_CUDA_STRUCTS(PCG_CUDA_SIZE_) };
+	for (int i = 0; i < PCG_CUDA_N_STRUCTS; i++)
+		if (h->struct_size[i] != mine[i]) {
+			snprintf(err->msg, sizeof err->msg,
+				 "built from other headers than this program: %s is %zu bytes in "
+				 "the library and %zu in the program; rebuild and reinstall both",
+				 names[i], mine[i], h->struct_size[i]);
+			return NULL;
+		}
 	host = h;
 	return &pcg_cuda_kind;
 }

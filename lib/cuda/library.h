@@ -35,6 +35,9 @@
 #include "../core/err.h"
 #include "../core/sampling.h"
 #include "../codec/xcodec2.h"
+#include "../engine/backend_impl.h"
+#include "../engine/matmul.h"
+#include "../speculate/asg.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,7 +49,24 @@ extern "C" {
 #define PCG_CUDA_LIBRARY "libpcg-cuda.so"
 #define PCG_CUDA_LIBRARY_OPEN "pcg_cuda_library_open"
 /* Bumped when this file changes what the two sides pass. */
-#define PCG_CUDA_LIBRARY_ABI 1
+#define PCG_CUDA_LIBRARY_ABI 2
+
+/* Every struct that crosses the boundary, by name: the host tells the
+ * library their sizes as the program was built, and the library refuses to
+ * open (naming the first that differs) when its own differ, so a library
+ * left from an older build of other headers is not used. */
+#define PCG_CUDA_STRUCTS(X) \
+	X("pcg_device_kind", pcg_device_kind) \
+	X("pcg_backend_ops", pcg_backend_ops) \
+	X("struct pcg_backend", struct pcg_backend) \
+	X("pcg_mat", pcg_mat) \
+	X("pcg_sampling", pcg_sampling) \
+	X("pcg_err", pcg_err) \
+	X("xc2_config", xc2_config) \
+	X("xc2_tensors", xc2_tensors) \
+	X("asg_pair", asg_pair)
+#define PCG_CUDA_COUNT_(name, type) +1
+enum { PCG_CUDA_N_STRUCTS = 0 PCG_CUDA_STRUCTS(PCG_CUDA_COUNT_) };
 
 /* The libpcg functions the CUDA code calls, as err.h, dtype.h, sampling.h
  * and xcodec2.h declare them. */
@@ -54,6 +74,7 @@ typedef struct pcg_cuda_host {
 	int abi;          /* PCG_CUDA_LIBRARY_ABI */
 	size_t size;      /* sizeof (pcg_cuda_host) */
 	size_t kind_size; /* sizeof (pcg_device_kind) */
+	size_t struct_size[PCG_CUDA_N_STRUCTS]; /* PCG_CUDA_STRUCTS' sizes, in order */
 	int (*vfail)(pcg_err *err, const char *fmt, va_list ap);
 	void (*err_prefix)(pcg_err *err, const char *prefix);
 	size_t (*dtype_size)(pcg_dtype t);

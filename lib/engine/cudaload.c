@@ -22,6 +22,9 @@ static const pcg_cuda_host host = {
 	.abi = PCG_CUDA_LIBRARY_ABI,
 	.size = sizeof(pcg_cuda_host),
 	.kind_size = sizeof(pcg_device_kind),
+#define PCG_CUDA_SIZE_(name, type) sizeof(type),
+	.struct_size = { PCG_CUDA_STRUCTS(PCG_CUDA_SIZE_) },
+#undef PCG_CUDA_SIZE_
 	.vfail = pcg_vfail,
 	.err_prefix = pcg_err_prefix,
 	.dtype_size = pcg_dtype_size,
