@@ -39,6 +39,8 @@ run_block() {
 	wait $pid
 	rc=$?
 	kill -TERM -- -$pid 2>/dev/null
+	# and a pipeline it left up goes down, so the next examples start clean
+	[ $rc -eq 0 ] || pcg-down >/dev/null 2>&1
 	if [ $rc -eq 0 ]; then
 		echo "ok: $1 example $n"
 	else
