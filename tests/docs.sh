@@ -38,7 +38,7 @@ run_block() {
 	pid=$!
 	wait $pid
 	rc=$?
-	kill -TERM -- -$pid 2>/dev/null
+	kill -TERM -"$pid" 2>/dev/null # dash's kill takes no "--"
 	# and a pipeline it left up goes down, so the next examples start clean
 	[ $rc -eq 0 ] || pcg-down >/dev/null 2>&1
 	if [ $rc -eq 0 ]; then
