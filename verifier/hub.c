@@ -283,9 +283,9 @@ static void *pinger_main(void *arg)
 			nx = j->next;
 			pcg_err err = { "" };
 			if (rep != NULL && j == batch)
-				ping(h, j->req->id, rep); /* once for all that waited */
+				ping(h, j->session, rep); /* once for all that waited */
 			else if (rep != NULL)
-				rep->id = j->req->id;
+				rep->id = j->session;
 			const unsigned char fin = 1;
 			if (rep == NULL || proto_pack_buf(rep, &buf, &err) < 0) {
 				job_free(&j); /* unanswerable: the client times out */
@@ -314,14 +314,13 @@ static void ping_async(hub *h, const net_req *nr, const proto_msg *req)
 {
 	job *j = calloc(1, sizeof *j);
 
-	if (j == NULL || (j->req = malloc(sizeof *j->req)) == NULL ||
-	    nr->route_len > sizeof j->route) {
+	if (j == NULL || nr->route_len > sizeof j->route) {
 		job_free(&j);
 		proto_error(h->rep, req->id, PROTO_E_INTERNAL, "out of memory");
 		reply_msg(h, nr, h->rep);
 		return;
 	}
-	memcpy(j->req, req, sizeof *req);
+	j->session = req->id; /* a ping's job: the request's id, no copy of it */
 	memcpy(j->route, nr->route, nr->route_len);
 	j->route_len = nr->route_len;
 	j->delim = nr->delim;

@@ -59,7 +59,8 @@ typedef struct sent_asg {
  * and frees a job (job_free) after its final message; a worker owns a job
  * from dequeue to its final message. */
 typedef struct job {
-	uint64_t session;          /* the servers' session id */
+	uint64_t session;          /* the servers' session id (a ping's job: its
+				    * request's id, and no req) */
 	unsigned char route[256];  /* the client */
 	size_t route_len;
 	int delim;

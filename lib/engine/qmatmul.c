@@ -605,6 +605,27 @@ V512 static void rows_vnni_any(float *y, int ldy, const pcg_qx *q, const uint8_t
  * xq with w's sign (128 * 127 * 2 < 32767). */
 #define V256 "avx2,fma,f16c"
 
+/* A Q8_0 (q8) or Q4_0 block's 32 weights at p as signed bytes (Q4_0's
+ * nibbles less 8), in the order the activations are laid out. */
+__attribute__((target(V256))) static inline __attribute__((always_inline)) __m256i
+w32_q8q4(const unsigned char *p, int q8)
+{
+	if (q8)
+		return _mm256_loadu_si256((const void *)(p + 2));
+	const __m128i v = _mm_loadu_si128((const void *)(p + 2));
+	return _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v),
+						_mm256_set1_epi8(15)), _mm256_set1_epi8(8));
+}
+
+/* The 8 lanes' sum, in the order every 256-bit path sums them. */
+__attribute__((target(V256))) static inline __attribute__((always_inline)) float
+hsum256(__m256 a)
+{
+	const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+	const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+	return _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+}
+
 #define BODY256(NAME, ATTR, DOT) \
 ATTR static inline __attribute__((always_inline)) void \
 NAME(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr, int yr0, const int NB) \
@@ -633,14 +654,7 @@ NAME(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr, int y
 				for (int k = 0; k < n; k += 32, p += q8 ? 34 : 18) { \
 					uint16_t dh; \
 					memcpy(&dh, p, 2); \
-					__m256i w; \
-					if (q8) { \
-						w = _mm256_loadu_si256((const void *)(p + 2)); \
-					} else { \
-						const __m128i v = _mm_loadu_si128((const void *)(p + 2)); \
-						w = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i( \
-							_mm_srli_epi16(v, 4), v), m15), _mm256_set1_epi8(8)); \
-					} \
+					const __m256i w = w32_q8q4(p, q8); \
 					const __m256i aw = _mm256_abs_epi8(w); \
 					const __m256 av = _mm256_set1_ps(_cvtsh_ss(dh)); \
 					_Pragma("GCC unroll 8") \
@@ -736,12 +750,8 @@ NAME(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr, int y
 							 acc[b]); \
 		} \
 		_Pragma("GCC unroll 8") \
-		for (int b = 0; b < NB; b++) { \
-			const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[b]), \
-						    _mm256_extractf128_ps(acc[b], 1)); \
-			const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h)); \
-			y[(size_t)b * ldy + (r - yr0)] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))); \
-		} \
+		for (int b = 0; b < NB; b++) \
+			y[(size_t)b * ldy + (r - yr0)] = hsum256(acc[b]); \
 	} \
 }
 
@@ -776,7 +786,6 @@ NAME(float *y, const pcg_qx *q, const pcg_mat *W, int r, int yr0, const int R) \
 	const int K = W->cols, nb = q->nb; \
 	const int q8 = W->dtype == PCG_Q8_0; \
 	const size_t rb = pcg_dtype_row_bytes(W->dtype, K); \
-	const __m256i m15 = _mm256_set1_epi8(15); \
 	const unsigned char *rows[4]; \
 	__m256 acc[4]; \
 	_Pragma("GCC unroll 4") \
@@ -800,14 +809,7 @@ NAME(float *y, const pcg_qx *q, const pcg_mat *W, int r, int yr0, const int R) \
 					__builtin_prefetch(p + QPF_AHEAD, 0, 1); \
 				uint16_t dh; \
 				memcpy(&dh, p, 2); \
-				__m256i w; \
-				if (q8) { \
-					w = _mm256_loadu_si256((const void *)(p + 2)); \
-				} else { \
-					const __m128i v = _mm_loadu_si128((const void *)(p + 2)); \
-					w = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i( \
-						_mm_srli_epi16(v, 4), v), m15), _mm256_set1_epi8(8)); \
-				} \
+				const __m256i w = w32_q8q4(p, q8); \
 				t[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(_mm256_abs_epi8(w), \
 						_mm256_sign_epi8(x, w))), _mm256_set1_ps(_cvtsh_ss(dh)), t[i]); \
 			} \
@@ -817,12 +819,8 @@ NAME(float *y, const pcg_qx *q, const pcg_mat *W, int r, int yr0, const int R) \
 			acc[i] = _mm256_fmadd_ps(t[i], _mm256_set1_ps(q->d[j]), acc[i]); \
 	} \
 	_Pragma("GCC unroll 4") \
-	for (int i = 0; i < R; i++) { \
-		const __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[i]), \
-					    _mm256_extractf128_ps(acc[i], 1)); \
-		const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h)); \
-		y[r + i - yr0] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1))); \
-	} \
+	for (int i = 0; i < R; i++) \
+		y[r + i - yr0] = hsum256(acc[i]); \
 }
 ROWSQ4(rowsq4_avx2, __attribute__((target(V256))), dot_avx2)
 ROWSQ4(rowsq4_avxvnni, __attribute__((target(V256 ",avxvnni"))), dot_avxvnni)
