@@ -24,6 +24,7 @@
 #include "opts.h"
 #include "policy.h"
 #include "proto.h"
+#include "speculate.h"
 
 static const char *prog = "pcg-synth";
 static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--policy-args NAME=X,...] "
@@ -389,11 +390,9 @@ static int distance(const char *a, const char *b)
  * name is told as the flag the user typed, with the nearest name. */
 static int policy_check(const char *name, pcg_err *err)
 {
-	const int mtp = !strncmp(name, "mtp-", 4);
-	const char *p = mtp ? name + 4 : name;
+	int mtp, viterbi, is_none, kind;
 
-	if ((!mtp && !strcmp(p, "none")) || (mtp && !strcmp(p, "viterbi")) ||
-	    policy_kind_from_name(p) >= 0)
+	if (spec_policy_parse(name, &mtp, &viterbi, &is_none, &kind) == 0)
 		return 0;
 	char all[256], best[64] = "";
 	int bd = 3; /* suggest within two edits */

@@ -149,6 +149,18 @@ static int forced_make(const spec_env *env, const proto_synth *req, forced *f, p
 	return 0;
 }
 
+int spec_policy_parse(const char *name, int *mtp, int *viterbi, int *is_none, int *kind)
+{
+	/* mtp-<policy>: the target's MTP heads draft and <policy> verifies;
+	 * mtp-viterbi: the heads' Viterbi path is emitted unverified. */
+	*mtp = !strncmp(name, "mtp-", 4);
+	*viterbi = *mtp && !strcmp(name + 4, "viterbi");
+	const char *pname = *mtp ? name + 4 : name;
+	*is_none = !strcmp(pname, "none") || *viterbi;
+	*kind = *viterbi ? -1 : policy_kind_from_name(pname);
+	return (!*is_none && *kind < 0) || (*mtp && !*viterbi && *kind < 0) ? -1 : 0;
+}
+
 spec_session *spec_new(const spec_env *env, const proto_synth *req, const asg *groups, uint64_t id,
 		       pcg_err *err)
 {
@@ -191,16 +203,11 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 	s->seed = req->seed;
 	s->f16 = req->f16;
 	s->viterbi_k = req->viterbi_k > 0 ? req->viterbi_k : 8;
-	/* mtp-<policy>: the target's MTP heads draft and <policy> verifies;
-	 * mtp-viterbi: the heads' Viterbi path is emitted unverified. */
-	s->mtp = !strncmp(req->policy, "mtp-", 4);
-	s->viterbi = s->mtp && !strcmp(req->policy + 4, "viterbi");
-	const char *pname = s->mtp ? req->policy + 4 : req->policy;
-	s->is_none = !strcmp(pname, "none") || s->viterbi;
-	const int kind = s->viterbi ? -1 : policy_kind_from_name(pname);
+	int kind;
+	const int bad = spec_policy_parse(req->policy, &s->mtp, &s->viterbi, &s->is_none, &kind);
 	s->heads = s->mtp ? s->L : 0;
 
-	if ((!s->is_none && kind < 0) || (s->mtp && !s->viterbi && kind < 0)) {
+	if (bad) {
 		char all[256], one_of[256];
 		pcg_fail(err, "field 'policy': '%s' is not %s, none, mtp-viterbi, or mtp- and "
 			 "one of %s", req->policy, policy_names(all, sizeof all, ", "),

@@ -104,6 +104,13 @@ typedef struct spec_session spec_session;
  * groups (for pcg; borrowed until spec_free), named id at the servers.
  * Returns NULL with err saying what in the request is wrong (a bad request)
  * or out of memory. */
+/* A synth's policy name: "none", a rule of policy.h, or "mtp-" (the
+ * target's MTP heads draft) and "viterbi" or a rule. Sets *mtp, *viterbi,
+ * *is_none (the target alone, or mtp-viterbi's path unverified) and *kind
+ * (the rule, or -1); returns 0, or -1 when the name is none of these. Every
+ * program that checks a policy name checks it here. */
+int spec_policy_parse(const char *name, int *mtp, int *viterbi, int *is_none, int *kind);
+
 spec_session *spec_new(const spec_env *env, const proto_synth *req, const asg *groups,
 		       uint64_t id, pcg_err *err);
 /* spec_new for zero-shot cloning: codes[0..n_codes) are the prompt audio's
