@@ -235,35 +235,14 @@ static void failures(void)
 	CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
 	CHECK(!strcmp(slurp(at("keep")), "kept") && check_partials(dir) == 0);
 
-	/* SIGTERM at its default (main sees to it): the handler fileio
-	 * installed at its first output file (inherited here) removes the
-	 * temporary file, then the process dies of the signal as before */
-	int ready[2];
-	CHECK(pipe(ready) == 0);
-	pid = fork();
-	if (pid == 0) {
-		pcg_out o;
-		pcg_err e = { "" };
-		if (pcg_out_open(&o, at("keep"), 0644, &e) < 0)
-			_exit(1);
-		pcg_out_write(&o, big, sizeof big);
-		(void)!write(ready[1], "r", 1);
-		pause();
-		_exit(2);
-	}
-	char c;
-	close(ready[1]);
-	CHECK(read(ready[0], &c, 1) == 1);
-	close(ready[0]);
-	CHECK(check_partials(dir) == 1); /* the child's, while it writes */
-	kill(pid, SIGTERM);
-	waitpid(pid, &status, 0);
-	CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %d", status);
-	CHECK(!strcmp(slurp(at("keep")), "kept") && check_partials(dir) == 0);
-
-	/* every other catchable signal that would end the process alike */
-	const int sigs[] = { SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGXCPU, SIGRTMIN + 1 };
+	/* SIGTERM at its default (main sees to it), and every other catchable
+	 * signal that would end the process: the handler fileio installed at
+	 * its first output file (inherited here) removes the temporary file,
+	 * then the process dies of the signal as before */
+	const int sigs[] = { SIGTERM, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGXCPU, SIGRTMIN + 1 };
 	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+		int ready[2];
+		char c;
 		CHECK(pipe(ready) == 0);
 		pid = fork();
 		if (pid == 0) {
@@ -279,7 +258,7 @@ static void failures(void)
 		close(ready[1]);
 		CHECK(read(ready[0], &c, 1) == 1);
 		close(ready[0]);
-		CHECK(check_partials(dir) == 1);
+		CHECK(check_partials(dir) == 1); /* the child's, while it writes */
 		kill(pid, sigs[i]);
 		waitpid(pid, &status, 0);
 		CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == sigs[i], "signal %d: status %d",
