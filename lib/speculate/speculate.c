@@ -50,6 +50,9 @@ struct spec_session {
 	int pipe, n_ahead, p_off, ax[PROTO_MAX_N];
 	int pipe_next, n_piped;  /* whether the next round drafts ahead; rounds that did */
 	int probe_every, next_probe; /* auto, the target alone: when it drafts to measure */
+	int can_pay;             /* auto: drafting beats the target alone at full acceptance */
+	double t_alone, t_probes; /* auto: the model's seconds of the rounds the target ran
+				   * alone, and of the probes' catch-up */
 	int ahead_pipe;          /* the choice the drafts ahead were made for */
 	/* the lookahead: the request's, or chosen each round (auto_l) from the
 	 * acceptance per position so far (tries, accepted) by lib/costmodel */
@@ -89,6 +92,7 @@ static int row_id(const spec_session *s, int row)
 }
 
 static int next_lookahead(spec_session *s);
+static int drafting_can_pay(const spec_session *s);
 
 static void forced_free(forced *f)
 {
@@ -316,6 +320,7 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 	if (s->env.costs.step <= 0)
 		cost_terms_parse(SPEC_COSTS, &s->env.costs, err);
 	s->env.costs.heads = s->mtp ? s->heads : 0; /* a score asks for them all */
+	s->can_pay = !s->auto_l || drafting_can_pay(s);
 	s->L_next = next_lookahead(s);
 	s->t0 = pcg_now();
 	return s;
@@ -553,12 +558,49 @@ static int best_lookahead(const spec_session *s, int *pipe, int *pays)
 	return L;
 }
 
+/* Whether drafting can beat the target alone by more than the model's
+ * error at all: with every draft accepted. Where it cannot (a draft as slow
+ * as the target), auto never drafts, not even to measure. */
+static int drafting_can_pay(const spec_session *s)
+{
+	double a[PROTO_MAX_N + 1];
+	const cost_terms *c = &s->env.costs;
+	const cost_kind k = s->mtp ? COST_MTP : COST_SEQUENTIAL;
+
+	for (int i = 0; i <= PROTO_MAX_N; i++)
+		a[i] = 1;
+	double best = cost_tokens_per_second(c, k, a, cost_best_lookahead(c, k, a, s->L));
+	if (s->pipe) {
+		const double tp = cost_tokens_per_second(
+			c, COST_PIPELINED, a, cost_best_lookahead(c, COST_PIPELINED, a, s->L));
+		best = tp > best ? tp : best;
+	}
+	return cost_tokens_per_second(c, COST_NONE, a, 1) * AUTO_MARGIN < best;
+}
+
+/* What a probe's catch-up costs the draft: the tokens committed since it
+ * last drafted, in one batched prefill (a block of that many positions at
+ * the draft's step; the target's block slope stands in for the draft's).
+ * MTP heads ride on the target's score: nothing to catch up. */
+static double catch_up_seconds(const spec_session *s)
+{
+	const cost_terms *c = &s->env.costs;
+	const int k = s->n - s->d_sync;
+
+	return s->mtp || k < 1 ? 0 : c->draft * (1 + c->slope * (k - 1));
+}
+
 /* The next round's lookahead and whether it drafts ahead (s->pipe_next),
  * once a round. Where drafting does not pay by more than the model's
  * error, the target alone (exact under every rule), with a round that
  * drafts now and then to measure on, AUTO_PROBE rounds apart at first and
- * twice as far each time it confirms (a probe costs the draft its catch-up
- * over the tokens since the last). */
+ * twice as far each time it confirms. A probe's catch-up (the draft prefills
+ * every token since it last drafted) is counted: after the first probe
+ * (which measures the draft at all), the probes' catch-up is kept within
+ * AUTO_PROBE_SHARE of the session's rounds alone, so that auto stays within
+ * a few per cent of the target alone where drafting does not pay; where it
+ * cannot pay even with every draft accepted, there is no probe at all. */
+#define AUTO_PROBE_SHARE 0.03
 static int next_lookahead(spec_session *s)
 {
 	int pays;
@@ -572,10 +614,13 @@ static int next_lookahead(spec_session *s)
 		s->probe_every = AUTO_PROBE;
 		s->next_probe = s->rounds + AUTO_PROBE;
 	}
-	if (s->rounds + 1 < s->next_probe) {
+	const double probe = catch_up_seconds(s);
+	if (!s->can_pay || s->rounds + 1 < s->next_probe ||
+	    (s->t_probes > 0 && s->t_probes + probe > AUTO_PROBE_SHARE * s->t_alone)) {
 		s->pipe_next = 0;
 		return 0;
 	}
+	s->t_probes += probe;
 	s->probe_every *= 2;
 	s->next_probe = s->rounds + 1 + s->probe_every;
 	return L;
@@ -851,6 +896,8 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	s->st[PROTO_STAT_DRAFTED] += s->viterbi ? heads : target_only ? 0 : Lr;
 	s->st[PROTO_STAT_ACCEPTED] += accepted;
 	s->n_drafting += s->viterbi || !target_only;
+	if (target_only && !s->viterbi)
+		s->t_alone += cost_round_seconds(&s->env.costs, COST_NONE, NULL, 1);
 	if (kept_ahead)
 		s->pipe_next = s->ahead_pipe && A > 1;
 	s->L_next = kept_ahead ? A - 1 : next_lookahead(s);
@@ -880,7 +927,8 @@ int spec_last_round(const spec_session *s, const int **tokens, const int **group
 /* What the cost model predicts for the session's rounds: the acceptance
  * measured per position (no prior); the drafting rounds at their mean
  * lookahead, the others (the target alone: auto found drafting would not
- * pay, or no room before max_tokens) at a step and a trip each. */
+ * pay, or no room before max_tokens) at a step and a trip each, and the
+ * probes' catch-up. */
 static double spec_predict(const spec_session *s)
 {
 	double a[PROTO_MAX_N + 1];
@@ -897,7 +945,7 @@ static double spec_predict(const spec_session *s)
 		return cost_tokens_per_second(c, COST_NONE, a, 1);
 	const double tokens = alone + s->n_drafting * cost_tokens_per_round(a, L);
 	const double t = alone * cost_round_seconds(c, COST_NONE, a, 1) +
-			 s->n_drafting * cost_round_seconds(c, kind, a, L);
+			 s->n_drafting * cost_round_seconds(c, kind, a, L) + s->t_probes;
 	return t > 0 ? tokens / t : 0;
 }
 

@@ -625,7 +625,7 @@ int main(int argc, char **argv)
 	CHECKF(ty[1].checked_ahead.n > 2000 && ty[1].reused.n > 5000,
 	       "pipelined sd: %ld drafts ahead checked, %ld tokens of reused drafts",
 	       ty[1].checked_ahead.n, ty[1].reused.n);
-	CHECKF(ty[3].reused_grp.n > 5000, "pipelined pcg: %ld groups of drafts ahead",
+	CHECKF(ty[3].reused_grp.n > 3000, "pipelined pcg: %ld groups of drafts ahead",
 	       ty[3].reused_grp.n);
 	for (int i = 4; i <= 5; i++) {
 		int distinct = 0;
@@ -647,6 +647,17 @@ int main(int argc, char **argv)
 	       "the heads drafted nothing acceptable: %.0f of %.0f, %.0f of %.0f", ty[6].accepted,
 	       ty[6].drafted, ty[7].accepted, ty[7].drafted);
 	CHECKF(n_tests == N_TESTS, "%d tests, ALPHA assumes %d", n_tests, N_TESTS);
+
+	/* a draft slower than the target: drafting cannot pay even with every
+	 * draft accepted, so auto never drafts, not even to measure (a probe
+	 * would cost the draft's catch-up over every token since the last) */
+	const config slow = { "sd, auto, a draft slower than the target", "sd", 0, 0, DRAFT_NEAR, 0,
+			      0, TA, 200, plain, "1,1.2,0.3,0.1" };
+	tally *ts = calloc(1, sizeof *ts);
+	run_config(&slow, &env, groups, ts, base + 800000);
+	CHECKF(ts->sequential + ts->pipelined == 0 && ts->drafted == 0,
+	       "%s: %ld rounds drafted", slow.what, ts->sequential + ts->pipelined);
+	free(ts);
 
 	printf("power: these must be rejected\n");
 	const config lie_ahead = { "sd, drafts ahead from another p", "sd", 3, 0, DRAFT_NEAR,
