@@ -662,245 +662,355 @@ static int propose_ahead(spec_session *s, int Lr, const int *fb)
 	return A;
 }
 
-int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
-{
-	int out[PROTO_MAX_N], n_emit = 0, x[PROTO_MAX_N], accepted = 0;
-	int groups[PROTO_MAX_N], fb[PROTO_MAX_N + 1];
-	int tail[PROTO_MAX_N], n_tail = 0, qat[PROTO_MAX_N];
-	const float *pv[PROTO_MAX_N]; /* the drafts' vectors */
-	const int W = s->width;
-	double t;
+/* ---- the round, in steps ----
+ *
+ * What one round holds between its steps. */
+typedef struct round {
+	int Lr;                  /* drafts this round */
+	int room;                /* MTP: speech tokens before the next forced one */
+	int target_only;         /* no drafts: the target alone (or mtp-viterbi) */
+	int fb[PROTO_MAX_N + 1]; /* forced_in_block */
+	int x[PROTO_MAX_N];      /* the drafts (model ids) */
+	const float *pv[PROTO_MAX_N]; /* and their vectors */
+	int tail[PROTO_MAX_N], n_tail; /* the block after the last committed token */
+	int qat[PROTO_MAX_N];    /* the vector of q for speech token k of the round */
+	int A;                   /* drafts asked ahead (0: none) */
+	int nq, heads;           /* vectors of the score, MTP heads at each */
+	int out[PROTO_MAX_N], groups[PROTO_MAX_N], n_emit; /* the tokens emitted */
+	int accepted;            /* drafts accepted */
+	int kept_ahead;          /* the drafts ahead are the next round's */
+} round;
 
-	if (s->ended || s->nsp >= s->max_tokens)
-		return 1;
-	int Lr = s->L_next;
-	s->n_last = 0;
-	/* 0. a phoneme voice: the phoneme tokens due at this frame go in. Those
-	 * due later run inside the round's block (below), except for MTP
-	 * drafts: heads computed before a forced token do not see it (they go
-	 * stale), so there the round stops short of the next one. */
-	int room = PROTO_MAX_N;
+/* 0. a phoneme voice: the phoneme tokens due at this frame go in. Those
+ * due later run inside the round's block, except for MTP drafts: heads
+ * computed before a forced token do not see it (they go stale), so there
+ * the round stops short of the next one. Then the round's lookahead: no
+ * drafts beyond max_tokens (a round emits at most Lr + 1). */
+static void round_begin(spec_session *s, round *r)
+{
+	r->Lr = s->L_next;
+	r->room = PROTO_MAX_N;
 	if (s->env.voice) {
 		while (s->j < s->fc.n && s->fc.frame[s->j] <= s->nsp) {
 			s->ctx[s->n++] = s->fc.id[s->j++];
 			s->have_heads = 0;
 		}
 		if (s->mtp) {
-			room = (s->j < s->fc.n ? s->fc.frame[s->j] : s->fc.n_frames) - s->nsp;
-			if (Lr > room - 1)
-				Lr = room - 1;
+			r->room = (s->j < s->fc.n ? s->fc.frame[s->j] : s->fc.n_frames) - s->nsp;
+			if (r->Lr > r->room - 1)
+				r->Lr = r->room - 1;
 		}
 	}
-	/* no drafts beyond max_tokens: a round emits at most Lr + 1 */
-	if (Lr > s->max_tokens - s->nsp - 1)
-		Lr = s->max_tokens - s->nsp - 1;
-	if (Lr > 0)
-		Lr = forced_in_block(s, Lr, fb);
-	const int target_only = s->is_none || Lr < 1 || (s->mtp && !s->have_heads);
+	if (r->Lr > s->max_tokens - s->nsp - 1)
+		r->Lr = s->max_tokens - s->nsp - 1;
+	if (r->Lr > 0)
+		r->Lr = forced_in_block(s, r->Lr, r->fb);
+	r->target_only = s->is_none || r->Lr < 1 || (s->mtp && !s->have_heads);
+	for (int i = 0; i < PROTO_MAX_N; i++)
+		r->groups[i] = -1;
+}
 
-	/* 1. draft: x_1..x_Lr and p_1..p_Lr: drafted ahead last round, or from
-	 * the draft server now, or from the target's heads at the last
-	 * committed token */
-	if (!target_only && s->mtp) {
-		pcg_rng drng;
-		pcg_rng_init(&drng, s->seed ^ 0x6d74702d64726166ull, 1 + (uint64_t)s->rounds);
-		for (int i = 0; i < Lr; i++) {
-			float *pi = s->p + (size_t)i * W;
-			memcpy(pi, s->hp[i], (size_t)W * sizeof *pi);
-			pv[i] = pi;
-			int row = pcg_sample(pi, W, pcg_rng_uniform(&drng));
-			x[i] = row_id(s, row < 0 ? 0 : row);
-		}
-	} else if (!target_only && s->n_ahead >= Lr) {
-		for (int i = 0; i < Lr; i++) {
-			x[i] = s->ax[i];
-			pv[i] = s->p + (size_t)(s->p_off + i) * W;
-		}
-	} else if (!target_only) {
-		/* the forced tokens due inside the block go with the request, so
-		 * that the draft conditions on them (before drafting token k, the
-		 * ones due at frame nsp + k) */
-		request(s, s->q, PROTO_PROPOSE, Lr);
-		proto_propose *pq = &s->q->propose;
-		pq->seed = s->seed * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds;
-		for (int k = 1; k < Lr; k++)
-			for (int f = fb[k]; f < fb[k + 1]; f++) {
-				pq->forced_at[pq->n_forced] = k;
-				pq->forced[pq->n_forced++] = s->fc.id[f];
-			}
-		t = pcg_now();
-		if (ask(s, io, SPEC_DRAFT, &s->d_sync, NULL, 0, s->q, s->r, 0, err) < 0)
-			return -1;
-		s->st[PROTO_STAT_T_DRAFT] += pcg_now() - t;
-		for (int i = 0; i < Lr; i++) {
-			x[i] = s->r->probs.x[i];
-			proto_vector(&s->r->probs, i, s->p + (size_t)i * W);
-			pv[i] = s->p + (size_t)i * W;
-		}
+/* 1. draft: x_1..x_Lr and p_1..p_Lr, by the kind of round. */
+
+/* From the target's heads at the last committed token. */
+static int draft_heads(spec_session *s, const spec_io *io, round *r, pcg_err *err)
+{
+	const int W = s->width;
+	pcg_rng drng;
+
+	(void)io;
+	(void)err;
+	pcg_rng_init(&drng, s->seed ^ 0x6d74702d64726166ull, 1 + (uint64_t)s->rounds);
+	for (int i = 0; i < r->Lr; i++) {
+		float *pi = s->p + (size_t)i * W;
+		memcpy(pi, s->hp[i], (size_t)W * sizeof *pi);
+		r->pv[i] = pi;
+		int row = pcg_sample(pi, W, pcg_rng_uniform(&drng));
+		r->x[i] = row_id(s, row < 0 ? 0 : row);
 	}
-	s->n_ahead = 0;
-	/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1, the
-	 * forced tokens before x_2, x_2, ..., x_Lr, the forced tokens before
-	 * the bonus token]: the distribution of speech token k of the round is
-	 * the vector qat[k], at the token right before it (mtp-*: with the
-	 * heads' distributions at each position). Pipelined, the draft drafts
-	 * on meanwhile (propose_ahead). */
-	qat[0] = 0;
-	for (int k = 1; !target_only && k <= Lr; k++) {
-		tail[n_tail++] = x[k - 1];
-		for (int f = fb[k]; f < fb[k + 1]; f++)
-			tail[n_tail++] = s->fc.id[f];
-		qat[k] = n_tail;
+	return 0;
+}
+
+/* Drafted ahead last round. */
+static int draft_ahead(spec_session *s, const spec_io *io, round *r, pcg_err *err)
+{
+	(void)io;
+	(void)err;
+	for (int i = 0; i < r->Lr; i++) {
+		r->x[i] = s->ax[i];
+		r->pv[i] = s->p + (size_t)(s->p_off + i) * s->width;
 	}
-	const int A = !target_only && !s->mtp && s->pipe_next ? propose_ahead(s, Lr, fb) : 0;
-	s->n_piped += A > 0;
-	request(s, s->q, PROTO_SCORE, target_only ? 1 : n_tail + 1);
+	return 0;
+}
+
+/* From the draft server now; the forced tokens due inside the block go
+ * with the request, so that the draft conditions on them (before drafting
+ * token k, the ones due at frame nsp + k). */
+static int draft_server(spec_session *s, const spec_io *io, round *r, pcg_err *err)
+{
+	request(s, s->q, PROTO_PROPOSE, r->Lr);
+	proto_propose *pq = &s->q->propose;
+	pq->seed = s->seed * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds;
+	for (int k = 1; k < r->Lr; k++)
+		for (int f = r->fb[k]; f < r->fb[k + 1]; f++) {
+			pq->forced_at[pq->n_forced] = k;
+			pq->forced[pq->n_forced++] = s->fc.id[f];
+		}
+	const double t = pcg_now();
+	if (ask(s, io, SPEC_DRAFT, &s->d_sync, NULL, 0, s->q, s->r, 0, err) < 0)
+		return -1;
+	s->st[PROTO_STAT_T_DRAFT] += pcg_now() - t;
+	for (int i = 0; i < r->Lr; i++) {
+		r->x[i] = s->r->probs.x[i];
+		proto_vector(&s->r->probs, i, s->p + (size_t)i * s->width);
+		r->pv[i] = s->p + (size_t)i * s->width;
+	}
+	return 0;
+}
+
+/* 2. target: q_1..q_{Lr+1} in one pass over [last committed, x_1, the
+ * forced tokens before x_2, x_2, ..., x_Lr, the forced tokens before the
+ * bonus token]: the distribution of speech token k of the round is the
+ * vector qat[k], at the token right before it (mtp-*: with the heads'
+ * distributions at each position). Pipelined, the draft drafts on
+ * meanwhile (propose_ahead). */
+static int score(spec_session *s, const spec_io *io, round *r, pcg_err *err)
+{
+	const int W = s->width;
+	double t;
+
+	r->qat[0] = 0;
+	for (int k = 1; !r->target_only && k <= r->Lr; k++) {
+		r->tail[r->n_tail++] = r->x[k - 1];
+		for (int f = r->fb[k]; f < r->fb[k + 1]; f++)
+			r->tail[r->n_tail++] = s->fc.id[f];
+		r->qat[k] = r->n_tail;
+	}
+	r->A = !r->target_only && !s->mtp && s->pipe_next ? propose_ahead(s, r->Lr, r->fb) : 0;
+	s->n_piped += r->A > 0;
+	request(s, s->q, PROTO_SCORE, r->target_only ? 1 : r->n_tail + 1);
 	/* MTP heads cost the target a product and lm_head each at every
 	 * position: not asked for while auto leaves the rounds to the target
 	 * alone, but for the round before its next probe */
 	const int quiet = s->mtp && s->auto_l && s->probe_every > 0 &&
 			  s->rounds + 2 < s->next_probe;
 	s->q->score.heads = quiet ? 0 : s->heads;
-	const int nq = s->q->score.req.n, heads = s->q->score.heads;
+	r->nq = s->q->score.req.n;
+	r->heads = s->q->score.heads;
 	t = pcg_now();
-	if (A > 0) {
+	if (r->A > 0) {
 		double t_wait;
-		if (ask_both(s, io, tail, n_tail, A, &t_wait, err) < 0)
+		if (ask_both(s, io, r->tail, r->n_tail, r->A, &t_wait, err) < 0)
 			return -1;
 		s->st[PROTO_STAT_T_TARGET] += pcg_now() - t - t_wait;
 		s->st[PROTO_STAT_T_DRAFT] += t_wait;
 	} else {
-		if (ask(s, io, SPEC_TARGET, &s->t_sync, tail, n_tail, s->q, s->r, 0, err) < 0)
+		if (ask(s, io, SPEC_TARGET, &s->t_sync, r->tail, r->n_tail, s->q, s->r, 0, err) < 0)
 			return -1;
 		s->st[PROTO_STAT_T_TARGET] += pcg_now() - t;
 	}
-	for (int i = 0; i < nq; i++) {
-		proto_vector(&s->r->probs, i * (1 + heads), s->qv + (size_t)i * W);
-		for (int k = 0; k < heads; k++) {
-			int vi = i * (1 + heads) + 1 + k;
+	for (int i = 0; i < r->nq; i++) {
+		proto_vector(&s->r->probs, i * (1 + r->heads), s->qv + (size_t)i * W);
+		for (int k = 0; k < r->heads; k++) {
+			int vi = i * (1 + r->heads) + 1 + k;
 			proto_vector(&s->r->probs, vi, s->hv + (size_t)vi * W);
 		}
 	}
+	return 0;
+}
 
-	/* 3. policy */
-	t = pcg_now();
-	pcg_rng rng;
-	pcg_rng_init(&rng, s->seed, 1 + (uint64_t)s->rounds);
-	for (int i = 0; i < PROTO_MAX_N; i++)
-		groups[i] = -1;
-	int kept_ahead = 0;
-	if (s->viterbi) {
-		/* the target's q and the heads: 1 + heads positions */
-		const int V = s->env.voice ? W : W - 1;
-		viterbi_opts vo = { s->viterbi_k, -1, VITERBI_UNION };
-		uint32_t path[PROTO_MAX_N];
-		memcpy(s->hv, s->qv, (size_t)W * sizeof *s->hv);
-		if (V > (int)tm_get(s->env.tm)->n)
-			return pcg_fail(err, "the transition matrix covers %u tokens, the model %d",
-					tm_get(s->env.tm)->n, V);
-		if (W != V) /* the end row sits between the vectors */
-			for (int k = 1; k <= heads; k++)
-				memmove(s->hv + (size_t)k * V, s->hv + (size_t)k * W,
-					(size_t)V * sizeof *s->hv);
-		if (viterbi_decode(s->env.tm, s->hv, 1 + heads, V, &vo, path, NULL, NULL, err) < 0)
-			return -1;
-		for (int i = 0; i < 1 + heads && i < room; i++)
-			out[n_emit++] = row_id(s, (int)path[i]);
-		accepted = n_emit - 1;
-		/* for the cost model: each head's token kept, until a round
-		 * stops short of a forced token */
-		for (int i = 0; i < heads && i <= accepted; i++) {
-			s->tries_pos[i]++;
-			s->acc_pos[i] += i < accepted;
-		}
-	} else if (target_only) {
-		int row = pcg_sample(s->qv, W, pcg_rng_uniform(&rng));
-		out[n_emit++] = row_id(s, row < 0 ? W - 1 : row);
-	} else {
-		/* Pipelined, the first draft ahead stands where the bonus token
-		 * would: when x_1..x_Lr are all accepted it is verified against
-		 * q_{Lr+1} like any draft (accepted, or corrected from the
-		 * rule's residual), so every position still follows the rule. */
-		int xr[PROTO_MAX_N + 1];
-		const float *pp[PROTO_MAX_N + 1], *qq[PROTO_MAX_N + 1];
-		const int Ld = Lr + (A > 0);
-		for (int i = 0; i < Lr; i++) {
-			xr[i] = id_row(s, x[i]);
-			pp[i] = pv[i];
-		}
-		for (int i = 0; i <= Lr; i++)
-			qq[i] = s->qv + (size_t)qat[i] * W;
-		if (A > 0) {
-			xr[Lr] = id_row(s, s->ax[0]);
-			pp[Lr] = s->ap;
-			qq[Lr + 1] = NULL;
-			if (xr[Lr] < 0)
-				return pcg_fail(err, "draft: token %d is not a speech token", s->ax[0]);
-		}
-		if (policy_run(s->pol, Ld, xr, pp, qq, &rng, &s->res, err) < 0)
-			return -1;
-		n_emit = s->res.n_tokens;
-		accepted = s->res.n_accepted < Lr ? s->res.n_accepted : Lr;
-		for (int i = 0; i < n_emit; i++) {
-			out[i] = row_id(s, s->res.tokens[i]);
-			groups[i] = s->res.groups[i];
-		}
-		const int tried = s->res.n_accepted + s->res.rejected;
-		for (int i = 0; i < tried && i < PROTO_MAX_N; i++) {
-			s->tries_pos[i]++;
-			s->acc_pos[i] += i < s->res.n_accepted;
-		}
-		kept_ahead = A > 1 && s->res.n_accepted == Ld && !s->res.ended;
+/* 3. what the round emits, by the kind of round. */
+
+/* mtp-viterbi: the path through the target's q and the heads (1 + heads
+ * positions), unverified. */
+static int verify_viterbi(spec_session *s, round *r, pcg_rng *rng, pcg_err *err)
+{
+	const int W = s->width, V = s->env.voice ? W : W - 1, heads = r->heads;
+	viterbi_opts vo = { s->viterbi_k, -1, VITERBI_UNION };
+	uint32_t path[PROTO_MAX_N];
+
+	(void)rng;
+	memcpy(s->hv, s->qv, (size_t)W * sizeof *s->hv);
+	if (V > (int)tm_get(s->env.tm)->n)
+		return pcg_fail(err, "the transition matrix covers %u tokens, the model %d",
+				tm_get(s->env.tm)->n, V);
+	if (W != V) /* the end row sits between the vectors */
+		for (int k = 1; k <= heads; k++)
+			memmove(s->hv + (size_t)k * V, s->hv + (size_t)k * W,
+				(size_t)V * sizeof *s->hv);
+	if (viterbi_decode(s->env.tm, s->hv, 1 + heads, V, &vo, path, NULL, NULL, err) < 0)
+		return -1;
+	for (int i = 0; i < 1 + heads && i < r->room; i++)
+		r->out[r->n_emit++] = row_id(s, (int)path[i]);
+	r->accepted = r->n_emit - 1;
+	/* for the cost model: each head's token kept, until a round stops
+	 * short of a forced token */
+	for (int i = 0; i < heads && i <= r->accepted; i++) {
+		s->tries_pos[i]++;
+		s->acc_pos[i] += i < r->accepted;
 	}
-	for (int i = 0; i < accepted; i++)
-		s->accept_pos[i] += 1;
-	/* the next drafts: the heads at the last accepted position, whose q
-	 * gave the token that ends this round; or the drafts ahead after the
-	 * one just accepted (their vectors become s->p, from vector 1) */
+	return 0;
+}
+
+/* The target alone: one token of q. */
+static int verify_alone(spec_session *s, round *r, pcg_rng *rng, pcg_err *err)
+{
+	(void)err;
+	const int row = pcg_sample(s->qv, s->width, pcg_rng_uniform(rng));
+	r->out[r->n_emit++] = row_id(s, row < 0 ? s->width - 1 : row);
+	return 0;
+}
+
+/* The rule over the drafts. Pipelined, the first draft ahead stands where
+ * the bonus token would: when x_1..x_Lr are all accepted it is verified
+ * against q_{Lr+1} like any draft (accepted, or corrected from the rule's
+ * residual), so every position still follows the rule. */
+static int verify_drafts(spec_session *s, round *r, pcg_rng *rng, pcg_err *err)
+{
+	int xr[PROTO_MAX_N + 1];
+	const float *pp[PROTO_MAX_N + 1], *qq[PROTO_MAX_N + 1];
+	const int Lr = r->Lr, Ld = Lr + (r->A > 0);
+
+	for (int i = 0; i < Lr; i++) {
+		xr[i] = id_row(s, r->x[i]);
+		pp[i] = r->pv[i];
+	}
+	for (int i = 0; i <= Lr; i++)
+		qq[i] = s->qv + (size_t)r->qat[i] * s->width;
+	if (r->A > 0) {
+		xr[Lr] = id_row(s, s->ax[0]);
+		pp[Lr] = s->ap;
+		qq[Lr + 1] = NULL;
+		if (xr[Lr] < 0)
+			return pcg_fail(err, "draft: token %d is not a speech token", s->ax[0]);
+	}
+	if (policy_run(s->pol, Ld, xr, pp, qq, rng, &s->res, err) < 0)
+		return -1;
+	r->n_emit = s->res.n_tokens;
+	r->accepted = s->res.n_accepted < Lr ? s->res.n_accepted : Lr;
+	for (int i = 0; i < r->n_emit; i++) {
+		r->out[i] = row_id(s, s->res.tokens[i]);
+		r->groups[i] = s->res.groups[i];
+	}
+	const int tried = s->res.n_accepted + s->res.rejected;
+	for (int i = 0; i < tried && i < PROTO_MAX_N; i++) {
+		s->tries_pos[i]++;
+		s->acc_pos[i] += i < s->res.n_accepted;
+	}
+	r->kept_ahead = r->A > 1 && s->res.n_accepted == Ld && !s->res.ended;
+	return 0;
+}
+
+/* The kinds of round, as policy_rules.h lists the rules: where the drafts
+ * come from (step 1; NULL: none) and how the round's tokens are chosen
+ * (step 3). */
+typedef struct round_kind {
+	const char *name;
+	int (*draft)(spec_session *s, const spec_io *io, round *r, pcg_err *err);
+	int (*verify)(spec_session *s, round *r, pcg_rng *rng, pcg_err *err);
+} round_kind;
+
+static const round_kind ROUND_ALONE = { "the target alone", NULL, verify_alone };
+static const round_kind ROUND_VITERBI = { "mtp-viterbi's path", NULL, verify_viterbi };
+static const round_kind ROUND_HEADS = { "the MTP heads' drafts", draft_heads, verify_drafts };
+static const round_kind ROUND_AHEAD = { "drafts drafted ahead", draft_ahead, verify_drafts };
+static const round_kind ROUND_SERVER = { "drafts from the draft server", draft_server,
+					 verify_drafts };
+
+static const round_kind *kind_of_round(const spec_session *s, const round *r)
+{
+	if (s->viterbi)
+		return &ROUND_VITERBI;
+	if (r->target_only)
+		return &ROUND_ALONE;
+	if (s->mtp)
+		return &ROUND_HEADS;
+	return s->n_ahead >= r->Lr ? &ROUND_AHEAD : &ROUND_SERVER;
+}
+
+/* The next round's drafts: the heads at the last accepted position, whose
+ * q gave the token that ends this round; or the drafts ahead after the one
+ * just accepted (their vectors become s->p, from vector 1). */
+static void keep_drafts(spec_session *s, const round *r)
+{
 	if (s->mtp && !s->viterbi) {
-		const int a = target_only ? 0 : accepted;
-		for (int k = 0; k < heads; k++)
-			s->hp[k] = s->hv + ((size_t)a * (1 + heads) + 1 + k) * W;
-		s->have_heads = heads > 0;
+		const int a = r->target_only ? 0 : r->accepted;
+		for (int k = 0; k < r->heads; k++)
+			s->hp[k] = s->hv + ((size_t)a * (1 + r->heads) + 1 + k) * s->width;
+		s->have_heads = r->heads > 0;
 	}
-	if (kept_ahead) {
+	if (r->kept_ahead) {
 		float *tp = s->p;
 		s->p = s->ap;
 		s->ap = tp;
 		s->p_off = 1;
-		s->n_ahead = A - 1;
-		memmove(s->ax, s->ax + 1, (size_t)(A - 1) * sizeof *s->ax);
+		s->n_ahead = r->A - 1;
+		memmove(s->ax, s->ax + 1, (size_t)(r->A - 1) * sizeof *s->ax);
 	}
-	s->st[PROTO_STAT_T_POLICY] += pcg_now() - t;
+}
 
-	/* 4. commit, up to the end token; the forced tokens due before a
-	 * token of the block go in before it, with certainty (neither drafted
-	 * nor accepted) */
-	for (int i = 0; i < n_emit && !s->ended && s->nsp < s->max_tokens; i++) {
-		if (i > 0 && !target_only) /* fb was made for the block */
-			while (s->j < fb[i + 1])
+/* 4. commit, up to the end token; the forced tokens due before a token of
+ * the block go in before it, with certainty (neither drafted nor
+ * accepted). */
+static void commit(spec_session *s, const round *r)
+{
+	for (int i = 0; i < r->n_emit && !s->ended && s->nsp < s->max_tokens; i++) {
+		if (i > 0 && !r->target_only) /* fb was made for the block */
+			while (s->j < r->fb[i + 1])
 				s->ctx[s->n++] = s->fc.id[s->j++];
-		if (out[i] == s->env.voc->end_id) {
+		if (r->out[i] == s->env.voc->end_id) {
 			s->ended = 1;
 		} else {
-			s->ctx[s->n++] = out[i];
-			s->sp[s->nsp++] = out[i];
-			s->last[s->n_last] = out[i];
-			s->last_groups[s->n_last++] = groups[i];
+			s->ctx[s->n++] = r->out[i];
+			s->sp[s->nsp++] = r->out[i];
+			s->last[s->n_last] = r->out[i];
+			s->last_groups[s->n_last++] = r->groups[i];
 		}
 	}
+}
+
+/* The round's statistics, and the next round's lookahead. */
+static void round_end(spec_session *s, const round *r)
+{
+	for (int i = 0; i < r->accepted; i++)
+		s->accept_pos[i] += 1;
 	if (s->rounds++ == 0) {
 		s->t_first = pcg_now() - s->t0;
 		s->tok_first = s->nsp;
 	}
-	s->st[PROTO_STAT_DRAFTED] += s->viterbi ? heads : target_only ? 0 : Lr;
-	s->st[PROTO_STAT_ACCEPTED] += accepted;
-	s->n_drafting += s->viterbi || !target_only;
-	if (target_only && !s->viterbi)
+	s->st[PROTO_STAT_DRAFTED] += s->viterbi ? r->heads : r->target_only ? 0 : r->Lr;
+	s->st[PROTO_STAT_ACCEPTED] += r->accepted;
+	s->n_drafting += s->viterbi || !r->target_only;
+	if (r->target_only && !s->viterbi)
 		s->t_alone += cost_round_seconds(&s->env.costs, COST_NONE, NULL, 1);
-	if (kept_ahead)
-		s->pipe_next = s->ahead_pipe && A > 1;
-	s->L_next = kept_ahead ? A - 1 : next_lookahead(s);
+	if (r->kept_ahead)
+		s->pipe_next = s->ahead_pipe && r->A > 1;
+	s->L_next = r->kept_ahead ? r->A - 1 : next_lookahead(s);
+}
+
+int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
+{
+	round r = { 0 };
+	pcg_rng rng;
+
+	if (s->ended || s->nsp >= s->max_tokens)
+		return 1;
+	s->n_last = 0;
+	round_begin(s, &r);
+	const round_kind *kind = kind_of_round(s, &r);
+	if (kind->draft != NULL && kind->draft(s, io, &r, err) < 0)
+		return -1;
+	s->n_ahead = 0;
+	if (score(s, io, &r, err) < 0)
+		return -1;
+	const double t = pcg_now();
+	pcg_rng_init(&rng, s->seed, 1 + (uint64_t)s->rounds);
+	if (kind->verify(s, &r, &rng, err) < 0)
+		return -1;
+	keep_drafts(s, &r);
+	s->st[PROTO_STAT_T_POLICY] += pcg_now() - t;
+	commit(s, &r);
+	round_end(s, &r);
 	return s->ended || s->nsp >= s->max_tokens;
 }
 
