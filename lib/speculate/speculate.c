@@ -184,78 +184,53 @@ static int check_prompt(const spec_env *env, const int32_t *codes, size_t n, pcg
 	return 0;
 }
 
-spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const asg *groups,
-			      uint64_t id, const int32_t *codes, size_t n_codes, pcg_err *err)
+/* The request's policy, its parameters and its lookahead into s (L, auto_l,
+ * mtp, viterbi, is_none, heads, pipe) and pp (the rule's kind, beta, groups,
+ * arguments); 0, or -1 with err naming the field. */
+static int session_policy(spec_session *s, const spec_env *env, const proto_synth *req,
+			  const asg *groups, policy_params *pp, pcg_err *err)
 {
-	if (n_codes > 0 && check_prompt(env, codes, n_codes, err) < 0)
-		return NULL;
-	spec_session *s = calloc(1, sizeof *s);
-	int *pids = NULL;
-	size_t np = 0;
+	int kind;
 
-	if (s == NULL) {
-		pcg_fail(err, "out of memory");
-		return NULL;
-	}
-	s->env = *env;
-	s->id = id;
 	s->L = req->lookahead;
 	s->auto_l = s->L == 0;
 	if (s->auto_l) /* the longest lookahead auto considers */
 		s->L = SPEC_AUTO_MAX_L;
-	s->samp = req->samp;
-	s->seed = req->seed;
-	s->f16 = req->f16;
-	s->viterbi_k = req->viterbi_k > 0 ? req->viterbi_k : 8;
-	int kind;
-	const int bad = spec_policy_parse(req->policy, &s->mtp, &s->viterbi, &s->is_none, &kind);
-	s->heads = s->mtp ? s->L : 0;
-
-	if (bad) {
+	if (spec_policy_parse(req->policy, &s->mtp, &s->viterbi, &s->is_none, &kind)) {
 		char all[256], one_of[256];
-		pcg_fail(err, "field 'policy': '%s' is not %s, none, mtp-viterbi, or mtp- and "
-			 "one of %s", req->policy, policy_names(all, sizeof all, ", "),
-			 policy_names(one_of, sizeof one_of, " or "));
-		goto fail;
+		return pcg_fail(err, "field 'policy': '%s' is not %s, none, mtp-viterbi, or mtp- "
+				"and one of %s", req->policy, policy_names(all, sizeof all, ", "),
+				policy_names(one_of, sizeof one_of, " or "));
 	}
-	if (s->mtp && (s->L < 1 || s->L + 1 > PROTO_MAX_N)) {
-		pcg_fail(err, "field 'n': %d MTP heads not in [1, %d]", s->L, PROTO_MAX_N - 1);
-		goto fail;
-	}
-	if (s->viterbi && env->tm == NULL) {
-		pcg_fail(err, "policy mtp-viterbi needs a transition matrix (verifier --tm)");
-		goto fail;
-	}
+	if (s->mtp && (s->L < 1 || s->L + 1 > PROTO_MAX_N))
+		return pcg_fail(err, "field 'n': %d MTP heads not in [1, %d]", s->L,
+				PROTO_MAX_N - 1);
+	if (s->viterbi && env->tm == NULL)
+		return pcg_fail(err, "policy mtp-viterbi needs a transition matrix (verifier --tm)");
 	const policy_info *pi = policy_info_of(kind);
 	/* lantern's neighbours: a file the request sent (it comes as groups), or
 	 * the verifier's --knn */
 	const asg *nbf = req->asg_len > 0 ? groups : env->knn;
-	if (pi && (pi->needs & POLICY_NEEDS_ASG) && groups == NULL) {
-		pcg_fail(err, "policy %s needs an ASG (verifier --asg, or pcg-synth --asg)", pi->name);
-		goto fail;
-	}
-	if (pi && (pi->needs & POLICY_NEEDS_KNN) && nbf == NULL) {
-		pcg_fail(err, "policy %s needs a neighbour file (asg-build --knn K; verifier --knn, "
-			 "or pcg-synth --asg)", pi->name);
-		goto fail;
-	}
-	policy_params pp = { .kind = (policy_kind)kind, .beta = req->beta,
-			     .groups = pi && (pi->needs & POLICY_NEEDS_ASG) ? groups
-				     : pi && (pi->needs & POLICY_NEEDS_KNN) ? nbf : NULL };
+	if (pi && (pi->needs & POLICY_NEEDS_ASG) && groups == NULL)
+		return pcg_fail(err, "policy %s needs an ASG (verifier --asg, or pcg-synth --asg)",
+				pi->name);
+	if (pi && (pi->needs & POLICY_NEEDS_KNN) && nbf == NULL)
+		return pcg_fail(err, "policy %s needs a neighbour file (asg-build --knn K; "
+				"verifier --knn, or pcg-synth --asg)", pi->name);
+	*pp = (policy_params){ .kind = (policy_kind)kind, .beta = req->beta,
+			       .groups = pi && (pi->needs & POLICY_NEEDS_ASG) ? groups
+				       : pi && (pi->needs & POLICY_NEEDS_KNN) ? nbf : NULL };
 	for (int i = 0; i < req->n_args; i++) {
 		const int a = pi ? policy_arg_index(kind, req->arg_name[i]) : -1;
-		if (a < 0) {
-			pcg_fail(err, "field 'args': policy %s takes no parameter '%s'",
-				 pi ? pi->name : req->policy, req->arg_name[i]);
-			goto fail;
-		}
-		pp.arg[a] = req->arg_val[i];
-		pp.arg_set |= 1u << a;
+		if (a < 0)
+			return pcg_fail(err, "field 'args': policy %s takes no parameter '%s'",
+					pi ? pi->name : req->policy, req->arg_name[i]);
+		pp->arg[a] = req->arg_val[i];
+		pp->arg_set |= 1u << a;
 	}
-	if (!s->is_none && (s->L < 1 || s->L > PROTO_MAX_LOOKAHEAD)) {
-		pcg_fail(err, "field 'n': lookahead %d not in [1, %d]", s->L, PROTO_MAX_LOOKAHEAD);
-		goto fail;
-	}
+	if (!s->is_none && (s->L < 1 || s->L > PROTO_MAX_LOOKAHEAD))
+		return pcg_fail(err, "field 'n': lookahead %d not in [1, %d]", s->L,
+				PROTO_MAX_LOOKAHEAD);
 	if (s->is_none && !s->mtp)
 		s->L = 0;
 	if (s->is_none) /* the target alone; mtp-viterbi keeps every head it asks for */
@@ -265,10 +240,15 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 										 : SPEC_MTP_HEADS;
 	s->heads = s->mtp ? s->L : 0;
 	s->pipe = !req->sequential && !s->is_none && !s->mtp;
-	/* A phoneme voice: the rows are the speech tokens alone (the length is
-	 * espeak-ng's, so the end token is never drawn); else speech and end. */
-	const llasa_vocab *voc = env->voc;
-	if (env->voice) {
+	return 0;
+}
+
+/* The output rows: a phoneme voice's are the speech tokens alone (the
+ * length is espeak-ng's, so the end token is never drawn); else speech and
+ * end. */
+static void session_rows(spec_session *s, const llasa_vocab *voc)
+{
+	if (s->env.voice) {
 		s->width = voc->speech_count;
 		s->rows = (llama_rows){ 1, { voc->speech_first },
 					{ voc->speech_first + voc->speech_count } };
@@ -277,6 +257,54 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 		s->rows = (llama_rows){ 2, { voc->speech_first, voc->end_id },
 					{ voc->speech_first + voc->speech_count, voc->end_id + 1 } };
 	}
+}
+
+/* The session's buffers, for a prompt of np ids; 0 or -1 with err. */
+static int session_buffers(spec_session *s, size_t np, pcg_err *err)
+{
+	const size_t nv = (size_t)PROTO_MAX_N * s->width;
+
+	s->ctx = malloc((np + (size_t)s->max_tokens + s->fc.n + PROTO_MAX_N) * sizeof *s->ctx);
+	s->sp = malloc(((size_t)s->max_tokens + PROTO_MAX_N) * sizeof *s->sp);
+	s->q = calloc(1, sizeof *s->q);
+	s->r = calloc(1, sizeof *s->r);
+	s->p = malloc(nv * sizeof *s->p);
+	s->ap = malloc(nv * sizeof *s->ap);
+	s->qd = calloc(1, sizeof *s->qd);
+	s->rd = calloc(1, sizeof *s->rd);
+	/* the target scores forced tokens inside a block too: a vector for each */
+	s->qv = malloc(nv * sizeof *s->qv);
+	if (s->mtp)
+		s->hv = malloc((size_t)PROTO_MAX_VEC * s->width * sizeof *s->hv);
+	if (!s->ctx || !s->sp || !s->q || !s->r || !s->p || !s->qv || (s->mtp && !s->hv) ||
+	    !s->ap || !s->qd || !s->rd)
+		return pcg_fail(err, "out of memory");
+	return 0;
+}
+
+spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const asg *groups,
+			      uint64_t id, const int32_t *codes, size_t n_codes, pcg_err *err)
+{
+	if (n_codes > 0 && check_prompt(env, codes, n_codes, err) < 0)
+		return NULL;
+	spec_session *s = calloc(1, sizeof *s);
+	policy_params pp;
+	int *pids = NULL;
+	size_t np = 0;
+
+	if (s == NULL) {
+		pcg_fail(err, "out of memory");
+		return NULL;
+	}
+	s->env = *env;
+	s->id = id;
+	s->samp = req->samp;
+	s->seed = req->seed;
+	s->f16 = req->f16;
+	s->viterbi_k = req->viterbi_k > 0 ? req->viterbi_k : 8;
+	if (session_policy(s, env, req, groups, &pp, err) < 0)
+		goto fail;
+	session_rows(s, env->voc);
 	if (env->voice && forced_make(env, req, &s->fc, err) < 0)
 		goto fail;
 	s->max_tokens = env->voice && s->fc.n_frames < req->max_tokens ? s->fc.n_frames
@@ -292,28 +320,12 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 		pr.codes = (const int *)codes;
 		pr.n_codes = n_codes;
 	}
-	if (llasa_prompt_ids(env->tok, voc, &pr, &pids, &np, err) < 0) {
+	if (llasa_prompt_ids(env->tok, env->voc, &pr, &pids, &np, err) < 0) {
 		pcg_err_prefix(err, "text");
 		goto fail;
 	}
-	const size_t nv = (size_t)PROTO_MAX_N * s->width;
-	s->ctx = malloc((np + (size_t)s->max_tokens + s->fc.n + PROTO_MAX_N) * sizeof *s->ctx);
-	s->sp = malloc(((size_t)s->max_tokens + PROTO_MAX_N) * sizeof *s->sp);
-	s->q = calloc(1, sizeof *s->q);
-	s->r = calloc(1, sizeof *s->r);
-	s->p = malloc(nv * sizeof *s->p);
-	s->ap = malloc(nv * sizeof *s->ap);
-	s->qd = calloc(1, sizeof *s->qd);
-	s->rd = calloc(1, sizeof *s->rd);
-	/* the target scores forced tokens inside a block too: a vector for each */
-	s->qv = malloc((env->voice ? (size_t)PROTO_MAX_N * s->width : nv) * sizeof *s->qv);
-	if (s->mtp)
-		s->hv = malloc((size_t)PROTO_MAX_VEC * s->width * sizeof *s->hv);
-	if (!s->ctx || !s->sp || !s->q || !s->r || !s->p || !s->qv || (s->mtp && !s->hv) ||
-	    !s->ap || !s->qd || !s->rd) {
-		pcg_fail(err, "out of memory");
+	if (session_buffers(s, np, err) < 0)
 		goto fail;
-	}
 	memcpy(s->ctx, pids, np * sizeof *s->ctx);
 	s->n = (int)np;
 	free(pids);
