@@ -270,8 +270,11 @@ static void print_result(const proto_result *r, const char *path, double t_first
 				fprintf(o, " %.3f", s[i]);
 			fprintf(o, "\n");
 		}
-		fprintf(o, "time: draft %.3f s, target %.3f s, policy %.3f s, messaging %.3f s; "
+		fprintf(o, "time: draft %.3f s, target %.3f s (its server computing %.3f s, "
+			"queue and messaging %.3f s), policy %.3f s, messaging %.3f s; "
 			"resends %.0f\n", s[PROTO_STAT_T_DRAFT], s[PROTO_STAT_T_TARGET],
+			s[PROTO_STAT_T_TARGET_SERVER],
+			s[PROTO_STAT_T_TARGET] - s[PROTO_STAT_T_TARGET_SERVER],
 			s[PROTO_STAT_T_POLICY], s[PROTO_STAT_T_MSG], s[PROTO_STAT_RESENDS]);
 		if (s[PROTO_STAT_PREDICTED] > 0)
 			fprintf(o, "cost model: %.1f tokens/s predicted (the prompt's round as "

@@ -66,6 +66,7 @@ struct spec_session {
 	double st[PROTO_STAT_POS0];   /* the result's statistics, by enum proto_stat */
 	double accept_pos[PROTO_MAX_N]; /* rounds that accepted position i */
 	double t0, t_server;     /* pcg_now() at the start; the servers' compute (s) */
+	double t_server_target;  /* the target server's compute (s) */
 	double t_first;          /* the first round's seconds (the prompt's prefill in it) */
 	int tok_first;           /* and its tokens */
 	/* buffers */
@@ -395,7 +396,9 @@ static int check(spec_session *s, const proto_msg *q, const proto_msg *r, int *s
 	if (r->type == PROTO_PROBS) {
 		const proto_probs *p = &r->probs;
 		*sync = s->n;
-		s->t_server += timed && p->n_stats > 0 ? p->stats[0] : 0;
+		const double compute = timed && p->n_stats > 0 ? p->stats[0] : 0;
+		s->t_server += compute;
+		s->t_server_target += q->type == PROTO_SCORE ? compute : 0;
 		if (p->width != s->width || p->n_vec != m->n * (1 + heads))
 			return pcg_fail(err, "server answered %d x %d, asked %d x %d", p->n_vec,
 					p->width, m->n * (1 + heads), s->width);
@@ -1091,6 +1094,7 @@ void spec_result(const spec_session *s, uint64_t req_id, proto_msg *rep)
 	/* messaging: time in calls minus the servers' own compute */
 	st[PROTO_STAT_T_MSG] = st[PROTO_STAT_T_DRAFT] + st[PROTO_STAT_T_TARGET] - s->t_server;
 	st[PROTO_STAT_RESENDS] = s->resends;
+	st[PROTO_STAT_T_TARGET_SERVER] = s->t_server_target;
 	st[PROTO_STAT_LOOKAHEAD] = rounds > 0 ? st[PROTO_STAT_DRAFTED] / rounds : 0;
 	st[PROTO_STAT_PIPELINED] = s->n_drafting > 0 ? (double)s->n_piped / s->n_drafting : 0;
 	/* the session as the model predicts it: its rounds at the model's rate,

@@ -77,7 +77,7 @@
 #include "model.h"
 #include "sampling.h"
 
-#define PROTO_VERSION 4
+#define PROTO_VERSION 5
 #define PROTO_MAX_APPEND 8192 /* tokens per request: a whole LLaSA context fits */
 #define PROTO_MAX_N 16        /* lookahead + 1 */
 /* A synth's lookahead (its n): 1 to PROTO_MAX_LOOKAHEAD drafts a round, or 0:
@@ -113,6 +113,8 @@ enum proto_stat {
 				* (lib/costmodel): its rounds at the model's rate,
 				* the first (with the prompt's prefill) as measured */
 	PROTO_STAT_DRAFTING,   /* the share of rounds that drafted (the rest: the target alone) */
+	PROTO_STAT_T_TARGET_SERVER, /* of T_TARGET, seconds the target server computed (the
+				* rest: queue and messaging) */
 	PROTO_STAT_POS0        /* the first per-position acceptance */
 };
 
