@@ -171,7 +171,7 @@ build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/wire/proto.c lib/core/err.c l
 build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/formats/gguf.c lib/formats/config_gguf.c lib/text/tokenizer_gguf.c lib/text/tokenizer.c lib/text/tokenizer_load.c lib/core/fileio.c lib/core/err.c lib/core/dtype.c lib/core/quant.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lpcre2-8 -lm -o $@
-build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/speculate/asg.c lib/core/image.c lib/speculate/policy.c $(wildcard lib/speculate/policy_*.c) lib/core/fileio.c lib/core/err.c lib/core/rng.c lib/core/sampling.c | $(DEPS_OK)
+build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/formats/asg.c lib/core/image.c lib/speculate/policy.c $(wildcard lib/speculate/policy_*.c) lib/core/fileio.c lib/core/err.c lib/core/rng.c lib/core/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fopenmp -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lopenblas -lm -o $@
 # fuzz_http: pcg-httpd's parser (http.c, with its fuzz entry) alone
