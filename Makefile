@@ -173,7 +173,7 @@ build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/formats/gguf.c lib/formats/conf
 	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -ljansson -lpcre2-8 -lm -o $@
 build/fuzz/fuzz_asg: tests/fuzz/fuzz_asg.c lib/formats/asg.c lib/core/image.c lib/speculate/policy.c $(wildcard lib/speculate/policy_*.c) lib/core/fileio.c lib/core/err.c lib/core/rng.c lib/core/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
-	$(CLANG) -g -O1 -D_GNU_SOURCE -fopenmp -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lopenblas -lm -o $@
+	$(CLANG) -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lm -o $@
 # fuzz_http: pcg-httpd's parser (http.c, with its fuzz entry) alone
 build/fuzz/fuzz_http: tests/fuzz/fuzz_http.c pcg-httpd/http.c lib/core/err.c lib/core/clock.c | $(DEPS_OK)
 	@mkdir -p build/fuzz

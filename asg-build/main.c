@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "clock.h"
-#include "asg.h"
+#include "asg_build.h"
 #include "device.h"
 #include "llasa.h"
 #include "model.h"

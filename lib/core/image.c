@@ -47,16 +47,17 @@ void pcg_img_seal(unsigned char *b, uint64_t size, const pcg_img_kind *k)
 }
 
 int pcg_img_load(pcg_bytes *im, const char *path, const void *mem, size_t size,
-		 const pcg_img_kind *k, const char **name, pcg_err *err)
+		 const pcg_img_kind *k, const char *name, void *view, pcg_err *err)
 {
 	if (path != NULL) {
-		*name = strcmp(path, "-") ? path : "stdin";
+		name = strcmp(path, "-") ? path : "stdin";
 		if (pcg_bytes_open(path, PCG_IMG_HEADER, im, err) < 0)
 			return -1;
-	} else if (pcg_bytes_copy(im, mem, size, *name, err) < 0) {
+	} else if (pcg_bytes_copy(im, mem, size, name, err) < 0) {
 		return -1;
 	}
-	if (pcg_img_check(im->data, im->size, k, *name, err) < 0) {
+	if (pcg_img_check(im->data, im->size, k, name, err) < 0 ||
+	    k->validate(im->data, im->size, name, view, err) < 0) {
 		pcg_bytes_close(im);
 		return -1;
 	}

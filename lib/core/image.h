@@ -28,11 +28,16 @@
 #define PCG_IMG_CHECKSUM 56
 
 /* A kind of file: its magic, its name in messages ("ASG", with its article:
- * "an ASG"), the version this build reads and writes. */
+ * "an ASG"), the version this build reads and writes, and the checks of its
+ * own structure once the frame is checked (its arrays' sizes, ranges and
+ * order), which fill the kind's view of the image: 0, or -1 with err naming
+ * name and what is wrong. */
 typedef struct pcg_img_kind {
 	char magic[8];
 	const char *what, *a_what;
 	uint32_t version;
+	int (*validate)(const unsigned char *b, uint64_t size, const char *name, void *view,
+			pcg_err *err);
 } pcg_img_kind;
 
 static inline uint32_t pcg_get32(const unsigned char *b, int off)
@@ -65,11 +70,12 @@ int pcg_img_check(const unsigned char *b, uint64_t size, const pcg_img_kind *k,
  * size bytes whose other fields and arrays are written. */
 void pcg_img_seal(unsigned char *b, uint64_t size, const pcg_img_kind *k);
 
-/* The image of a file ("-": standard input; *name becomes "stdin" there,
- * path otherwise) or a copy of size bytes of memory (path NULL, named
- * *name), in im, its frame checked. Returns 0, or -1 with err. */
+/* The image of a file ("-": standard input, named "stdin") or a copy of
+ * size bytes of memory (path NULL, named name), in im, its frame checked
+ * and then its structure (k->validate, filling view): the one way every
+ * kind of file is opened. Returns 0, or -1 with err (im then closed). */
 int pcg_img_load(pcg_bytes *im, const char *path, const void *mem, size_t size,
-		 const pcg_img_kind *k, const char **name, pcg_err *err);
+		 const pcg_img_kind *k, const char *name, void *view, pcg_err *err);
 
 /* The main of asg-info and tm-info: "PROG [--FLAG] FILE" opens FILE (which
  * checks the checksum and the structure) and prints "file\tFILE", the

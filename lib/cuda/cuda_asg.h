@@ -1,7 +1,7 @@
-/* asg.h (lib/cuda): the CUDA backend of asg_build (lib/speculate/asg.h). Of the build
+/* cuda_asg.h (lib/cuda): the CUDA backend of asg_build (lib/speculate/asg_build.h). Of the build
  * only the search for similar pairs differs between devices; normalising
  * the rows, the top-k cut, merging identical G(t) and the weights are the
- * same code in lib/speculate/asg.c, whose CPU path is the oracle for this one.
+ * same code in lib/speculate/asg_build.c, whose CPU path is the oracle for this one.
  *
  * Design: the normalised rows are uploaded once (f32, n x d); for each block
  * of rows [i0, i0 + R) one cuBLAS GEMM against the columns [i0, n) (the
@@ -23,7 +23,7 @@
 
 #include <stddef.h>
 
-#include "../speculate/asg.h"
+#include "../speculate/asg_build.h"
 #include "err.h"
 
 #ifdef __cplusplus

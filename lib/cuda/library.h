@@ -37,7 +37,7 @@
 #include "../codec/xcodec2.h"
 #include "../engine/backend_impl.h"
 #include "../engine/matmul.h"
-#include "../speculate/asg.h"
+#include "../speculate/asg_build.h"
 
 #ifdef __cplusplus
 extern "C" {

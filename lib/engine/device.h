@@ -5,7 +5,7 @@
  * The kinds are one table (lib/engine/device.c): each entry names the kind and
  * holds its hooks, NULL where the kind has no such code: how many devices
  * the machine has, the forward pass's backend (lib/engine/backend.h), asg_build's
- * similar pairs (lib/speculate/asg.h) and the X-codec2 decoder (lib/codec/xcodec2.h).
+ * similar pairs (lib/speculate/asg_build.h) and the X-codec2 decoder (lib/codec/xcodec2.h).
  * CUDA's hooks open its code, a shared object, on the first call
  * (lib/engine/cudaload.c), so that a program on the CPU never maps it. A
  * kind this build lacks (CUDA without nvcc) stays in the table without
@@ -40,7 +40,7 @@ typedef struct pcg_device_kind {
 	/* The forward pass's backend on device index (lib/engine/backend.h). */
 	struct pcg_backend *(*backend_open)(int index, pcg_err *err);
 	/* asg_build's similar pairs on device index, as lib/cuda/cuda_asg.h says;
-	 * NULL: the kind has none (the CPU's are lib/speculate/asg.c's own). */
+	 * NULL: the kind has none (the CPU's are lib/speculate/asg_build.c's own). */
 	int (*asg_pairs)(int index, const float *E, int n, int d, float theta, int rows,
 			 void (*progress)(void *ctx, double done, double total),
 			 void *progress_ctx, struct asg_pair **pairs, size_t *npairs,

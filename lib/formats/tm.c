@@ -23,8 +23,10 @@
 #error "the TM file is little-endian and is used in place: a little-endian host is assumed"
 #endif
 
+static int validate(const unsigned char *b, uint64_t size, const char *name, void *view,
+		    pcg_err *err);
 static const pcg_img_kind KIND = { { 'P', 'C', 'G', '-', 'T', 'M', '\n', 0 }, "TM", "a TM",
-				       TM_VERSION };
+				       TM_VERSION, validate };
 
 /* Header field offsets (man/tm.5). */
 enum {
@@ -66,9 +68,10 @@ static layout layout_of(uint64_t n, uint64_t nnz)
 #define U(x) ((unsigned long long)(x))
 
 /* Checks an image of size bytes (8-byte aligned in memory) and fills v. */
-static int validate(const unsigned char *b, uint64_t size, const char *name, tm_view *v,
+static int validate(const unsigned char *b, uint64_t size, const char *name, void *view,
 		    pcg_err *err)
 {
+	tm_view *v = view;
 	uint64_t n, nnz, total = 0;
 	double alpha;
 	layout l;
@@ -272,12 +275,8 @@ static tmat *load(const char *path, const void *image, size_t size, const char *
 		pcg_fail(err, "%s: out of memory", path ? path : name);
 		return NULL;
 	}
-	if (pcg_img_load(&t->img, path, image, size, &KIND, &name, err) < 0) {
+	if (pcg_img_load(&t->img, path, image, size, &KIND, name, &t->v, err) < 0) {
 		free(t);
-		return NULL;
-	}
-	if (validate(t->img.data, t->img.size, name, &t->v, err) < 0) {
-		tm_close(&t);
 		return NULL;
 	}
 	return t;

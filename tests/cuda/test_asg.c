@@ -38,7 +38,7 @@
 #include <string.h>
 
 #include "../unit/rows.h"
-#include "asg.h"
+#include "asg_build.h"
 #include "gpu.h"
 #include "rng.h"
 

@@ -7,23 +7,7 @@
 #include <stdint.h>
 
 #include "asg.h"
-#include "device.h"
 #include "policy.h"
-
-/* asg_build's collaborators, which reading a file never calls: stubs keep
- * the target small (no matmul, no device code). */
-void pcg_set_threads(int n) { (void)n; }
-int pcg_device_parse(const char *s, pcg_device *dev, pcg_err *err)
-{
-	(void)s;
-	(void)dev;
-	return pcg_fail(err, "no devices in the fuzz target");
-}
-int pcg_device_check(pcg_device dev, pcg_err *err)
-{
-	(void)dev;
-	return pcg_fail(err, "no devices in the fuzz target");
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

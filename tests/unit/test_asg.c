@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "asg.h"
+#include "asg_build.h"
 #include "check.h"
 #include "device.h"
 #include "rng.h"

@@ -20,7 +20,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "asg.h"
+#include "asg_build.h"
 #include "check.h"
 #include "chi2.h"
 #include "policy.h"
