@@ -573,24 +573,34 @@ static int best_lookahead(const spec_session *s, int *pipe, int *pays)
 	return L;
 }
 
-/* Whether drafting can beat the target alone by more than the model's
- * error at all: with every draft accepted. Where it cannot (a draft as slow
- * as the target), auto never drafts, not even to measure. */
-static int drafting_can_pay(const spec_session *s)
+/* The most tokens per second drafting could give if every draft position
+ * were accepted with probability acc, by the cost model. */
+static double drafting_rate(const spec_session *s, double acc)
 {
 	double a[PROTO_MAX_N + 1];
 	const cost_terms *c = &s->env.costs;
 	const cost_kind k = s->mtp ? COST_MTP : COST_SEQUENTIAL;
 
 	for (int i = 0; i <= PROTO_MAX_N; i++)
-		a[i] = 1;
+		a[i] = acc;
 	double best = cost_tokens_per_second(c, k, a, cost_best_lookahead(c, k, a, s->L));
 	if (s->pipe) {
 		const double tp = cost_tokens_per_second(
 			c, COST_PIPELINED, a, cost_best_lookahead(c, COST_PIPELINED, a, s->L));
 		best = tp > best ? tp : best;
 	}
-	return cost_tokens_per_second(c, COST_NONE, a, 1) * AUTO_MARGIN < best;
+	return best;
+}
+
+/* Whether drafting can beat the target alone by more than the model's
+ * error at all: with every draft accepted. Where it cannot (a draft as slow
+ * as the target), auto never drafts, not even to measure. */
+static int drafting_can_pay(const spec_session *s)
+{
+	double one = 1;
+
+	return cost_tokens_per_second(&s->env.costs, COST_NONE, &one, 1) * AUTO_MARGIN <
+	       drafting_rate(s, 1);
 }
 
 /* What a probe's catch-up costs the draft: the tokens committed since it
@@ -605,16 +615,34 @@ static double catch_up_seconds(const spec_session *s)
 	return s->mtp || k < 1 ? 0 : c->draft * (1 + c->slope * (k - 1));
 }
 
+/* Whether a probe is worth its catch-up: what drafting would save over
+ * the rest of the utterance (at most max_tokens) if its drafts were
+ * accepted as speech drafts commonly are (AUTO_HOPE a position), by the
+ * cost model, must be AUTO_PROBE_WORTH times what the catch-up costs. The
+ * first probe's catch-up holds the prompt: against a long utterance it is
+ * small, against a short one it may never be worth it. */
+#define AUTO_HOPE 0.75
+#define AUTO_PROBE_WORTH 4
+static int probe_worth(const spec_session *s, double catch_up)
+{
+	const cost_terms *c = &s->env.costs;
+	const double none = 1 / (c->trip + c->step), hoped = drafting_rate(s, AUTO_HOPE);
+	const double left = (s->max_tokens - s->nsp) / none;
+
+	return hoped > none && left * (1 - none / hoped) >= AUTO_PROBE_WORTH * catch_up;
+}
+
 /* The next round's lookahead and whether it drafts ahead (s->pipe_next),
  * once a round. Where drafting does not pay by more than the model's
  * error, the target alone (exact under every rule), with a round that
  * drafts now and then to measure on, AUTO_PROBE rounds apart at first and
  * twice as far each time it confirms. A probe's catch-up (the draft prefills
- * every token since it last drafted) is counted: after the first probe
- * (which measures the draft at all), the probes' catch-up is kept within
- * AUTO_PROBE_SHARE of the session's rounds alone, so that auto stays within
- * a few per cent of the target alone where drafting does not pay; where it
- * cannot pay even with every draft accepted, there is no probe at all. */
+ * every token since it last drafted) is counted: a probe is made only when
+ * it is worth it (probe_worth), after the first the probes' catch-up is
+ * kept within AUTO_PROBE_SHARE of the session's rounds alone, so that auto
+ * stays within a few per cent of the target alone where drafting does not
+ * pay, and where it cannot pay even with every draft accepted there is no
+ * probe at all. */
 #define AUTO_PROBE_SHARE 0.03
 static int next_lookahead(spec_session *s)
 {
@@ -630,7 +658,7 @@ static int next_lookahead(spec_session *s)
 		s->next_probe = s->rounds + AUTO_PROBE;
 	}
 	const double probe = catch_up_seconds(s);
-	if (!s->can_pay || s->rounds + 1 < s->next_probe ||
+	if (!s->can_pay || s->rounds + 1 < s->next_probe || !probe_worth(s, probe) ||
 	    (s->t_probes > 0 && s->t_probes + probe > AUTO_PROBE_SHARE * s->t_alone)) {
 		s->pipe_next = 0;
 		return 0;

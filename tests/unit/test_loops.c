@@ -582,7 +582,7 @@ int main(int argc, char **argv)
 			   topp = { 0.9f, 0, 0.95f };
 	/* auto's terms: a draft step near the target's, so that drafting pays
 	 * while the draft is good and not once it fades */
-	const char *costs = "1,0.2,0.25,0.4,0,0.6";
+	const char *costs = "1,0.2,0.15,0.3,0,0.4";
 	const config cfg[] = {
 		{ "sd, sequential", "sd", 3, 1, DRAFT_NEAR, 0, 0, T, 4000, topk, NULL },
 		{ "sd, pipelined", "sd", 3, 0, DRAFT_NEAR, 0, 0, T, 4000, topk, NULL },
@@ -657,6 +657,14 @@ int main(int argc, char **argv)
 	run_config(&slow, &env, groups, ts, base + 800000);
 	CHECKF(ts->sequential + ts->pipelined == 0 && ts->drafted == 0,
 	       "%s: %ld rounds drafted", slow.what, ts->sequential + ts->pipelined);
+	/* a draft at half the target's step, whose catch-up over the prompt
+	 * (a block of about 80 positions) is more than what drafting could
+	 * save over the 16 tokens left: no probe */
+	const config short_one = { "sd, auto, a probe not worth its catch-up", "sd", 0, 0,
+				   DRAFT_NEAR, 0, 0, T, 200, plain, "1,0.5,0.5,0.1" };
+	run_config(&short_one, &env, groups, ts, base + 810000);
+	CHECKF(ts->sequential + ts->pipelined == 0 && ts->drafted == 0,
+	       "%s: %ld rounds drafted", short_one.what, ts->sequential + ts->pipelined);
 	free(ts);
 
 	printf("power: these must be rejected\n");
