@@ -46,6 +46,7 @@ struct enc {
 	int16_t *s16;
 	size_t s16_cap;
 	size_t samples;
+	int whole;             /* the bytes are taken after enc_finish: true WAV sizes */
 	int finished;
 };
 
@@ -165,7 +166,7 @@ static void put32(unsigned char *p, uint32_t v)
 	p[0] = v, p[1] = v >> 8, p[2] = v >> 16, p[3] = v >> 24;
 }
 
-/* A streamed WAV's header: 16-bit mono at ENC_RATE, sizes unknown. */
+/* A WAV's header: 16-bit mono at ENC_RATE, sizes unknown (a stream's). */
 static void wav_header(unsigned char h[44])
 {
 	memcpy(h, "RIFF", 4);
@@ -179,6 +180,27 @@ static void wav_header(unsigned char h[44])
 	h[32] = 2, h[33] = 0, h[34] = 16, h[35] = 0;
 	memcpy(h + 36, "data", 4);
 	put32(h + 40, 0xffffffffu);
+}
+
+/* A whole WAV's true RIFF and data sizes over the header's "unknown", at
+ * the end, the way libsndfile patches its headers: through out_write,
+ * which drops the patch if the header was taken already. Audio beyond the
+ * RIFF's 32 bits keeps "unknown". */
+static void wav_sizes(enc *e)
+{
+	const unsigned long long data = 2ull * e->samples;
+	const sf_count_t end = e->pos;
+	unsigned char v[4];
+
+	if (data > 0xffffffffull - 36)
+		return;
+	put32(v, (uint32_t)data + 36);
+	e->pos = 4;
+	out_write(v, sizeof v, e);
+	put32(v, (uint32_t)data);
+	e->pos = 40;
+	out_write(v, sizeof v, e);
+	e->pos = end;
 }
 
 static SNDFILE *sf_open_enc(enc *e, int format)
@@ -223,7 +245,7 @@ int enc_resampler_parse(const char *name)
 	       SRC_SINC_MEDIUM_QUALITY : !strcmp(name, "best") ? SRC_SINC_BEST_QUALITY : -1;
 }
 
-enc *enc_new(enc_format f, double speed, int resampler, pcg_err *err)
+enc *enc_new(enc_format f, double speed, int resampler, int whole, pcg_err *err)
 {
 	if (!enc_supported(f)) {
 		pcg_fail(err, "%s: this build of libsndfile cannot write it", formats[f].name);
@@ -237,6 +259,7 @@ enc *enc_new(enc_format f, double speed, int resampler, pcg_err *err)
 	e->f = f;
 	e->speed = speed;
 	e->resampler = resampler;
+	e->whole = whole;
 	if (f == ENC_WAV) {
 		unsigned char h[44];
 		wav_header(h);
@@ -440,5 +463,7 @@ int enc_finish(enc *e, pcg_err *err)
 			return pcg_fail(err, "%s: libsndfile: %s", formats[e->f].name,
 					sf_strerror(NULL));
 	}
+	if (e->f == ENC_WAV && e->whole)
+		wav_sizes(e);
 	return e->oom ? pcg_fail(err, "out of memory") : 0;
 }

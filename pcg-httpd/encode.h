@@ -14,14 +14,16 @@
  * as it is made.
  *
  * Containers: pcm (raw s16le), wav (a 44-byte header whose RIFF and data
- * sizes are 0xFFFFFFFF, "unknown", as a streamed WAV carries them), and
- * through libsndfile's virtual I/O, which writes into a memory buffer that
- * the caller drains: flac, mp3 (MPEG layer III by LAME) and opus (in Ogg).
- * Bytes drained are gone: when libsndfile seeks back at the end to patch
- * a header (FLAC's STREAMINFO totals, MP3's LAME tag frame) that was sent
- * already, the patch is dropped whole, and the file says "unknown" there,
- * as a live stream does; no format needs the file buffered whole. aac is not written (libsndfile has
- * no AAC encoder).
+ * sizes are 0xFFFFFFFF, "unknown", as a streamed WAV carries them; the true
+ * sizes when the whole file is taken at the end), and through libsndfile's
+ * virtual I/O, which writes into a memory buffer that the caller drains:
+ * flac, mp3 (MPEG layer III by LAME) and opus (in Ogg). Bytes drained are
+ * gone: when libsndfile seeks back at the end to patch a header (FLAC's
+ * STREAMINFO totals, MP3's LAME tag frame) that was sent already, the
+ * patch is dropped whole, and the file says "unknown" there, as a live
+ * stream does; a file taken whole at the end gets every patch. No format
+ * needs the file buffered whole. aac is not written (libsndfile has no AAC
+ * encoder).
  */
 #ifndef PCG_HTTPD_ENCODE_H
 #define PCG_HTTPD_ENCODE_H
@@ -61,8 +63,12 @@ typedef struct enc enc;
 int enc_resampler_parse(const char *name);
 
 /* A new encoder: speed in [0.25, 4] (1: no stretch), resampler from
- * enc_resampler_parse. NULL with err when the format cannot be written. */
-enc *enc_new(enc_format f, double speed, int resampler, pcg_err *err);
+ * enc_resampler_parse. whole: the caller takes the bytes only after
+ * enc_finish (a response with a Content-Length), so a WAV's header says its
+ * true sizes; else (a stream) it says "unknown", whenever its bytes are
+ * taken, so that a stream's bytes do not depend on its timing. NULL with
+ * err when the format cannot be written. */
+enc *enc_new(enc_format f, double speed, int resampler, int whole, pcg_err *err);
 void enc_free(enc **e);
 
 /* Feeds n samples, s16le bytes (any alignment), at rate Hz (every call the
@@ -72,7 +78,8 @@ int enc_feed(enc *e, const void *s16le, size_t n, int rate, pcg_err *err);
  * container. Returns 0 or -1. */
 int enc_finish(enc *e, pcg_err *err);
 
-/* The encoded bytes not taken yet (*n of them), and taking n of them. */
+/* The encoded bytes not taken yet (*n of them), and taking n of them.
+ * After enc_finish with none taken, they are the whole file. */
 const unsigned char *enc_bytes(const enc *e, size_t *n);
 void enc_take(enc *e, size_t n);
 

@@ -295,6 +295,14 @@ int http_reply(http_req *rq, int status, const char *type, const char *extra, co
 	return send_v(c, v, len ? 2 : 1);
 }
 
+int http_continue(http_req *rq)
+{
+	http_conn *c = rq->conn;
+	if (rq->status || c->state != C_BUSY || rq->minor < 1)
+		return 1;
+	return send_all(c, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+}
+
 int http_stream_begin(http_req *rq, int status, const char *type, const char *extra)
 {
 	http_conn *c = rq->conn;

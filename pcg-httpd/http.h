@@ -95,6 +95,14 @@ int http_query(const http_req *rq, const char *name, char *buf, size_t n);
 int http_reply(http_req *rq, int status, const char *type, const char *extra, const void *body,
 	       size_t len);
 
+/* An interim 100 Continue, before the response, to an HTTP/1.1 client
+ * (which must take any number of them, RFC 9110 15.2). Written to a client
+ * that closed its connection, it brings back a reset: the one way to tell
+ * a close from a half-close. Returns 0 (written), 1 (not: the response has
+ * begun, or HTTP/1.0, which has no interim responses), -1 (the client is
+ * gone). */
+int http_continue(http_req *rq);
+
 /* A response of unknown length: chunked (close-delimited for HTTP/1.0).
  * http_stream_end with complete 0 ends it as broken (the connection closes
  * without the last chunk, so the client can tell). Each returns 0, or -1

@@ -1,9 +1,10 @@
 /* pcg-httpd: the pipeline behind OpenAI's text-to-speech HTTP API.
  *
  * POST /v1/audio/speech takes OpenAI's JSON body (speech.h checks it), has
- * the verifier speak the input piece by piece, and streams the audio back
- * as it is made, chunked, in the format asked for (encode.h), or as
- * server-sent events; GET /v1/models, /v1/voices and /health answer what
+ * the verifier speak the input piece by piece, and answers the audio in the
+ * format asked for (encode.h): whole, with its length, once the last piece
+ * is spoken, or, when the request asks for a stream, as it is made, chunked
+ * or as server-sent events; GET /v1/models, /v1/voices and /health answer what
  * clients ask before. Errors are OpenAI's: a status and
  * {"error": {"message", "type", "param", "code"}}.
  *
@@ -56,7 +57,7 @@ static const char *voices_dir, *voices_evict;
 static int port, max_requests, timeout_ms, piece_chars, chunk, chunk_left, chunk_right;
 static int max_conns, max_per_client, head_timeout_ms, body_timeout_ms, voices_max;
 static int max_tokens, seed, lookahead, top_k, quiet, show_version;
-static long long max_body;
+static long long max_body, max_whole;
 static double temp, top_p, beta;
 
 static const pcg_opt opts[] = {
@@ -73,6 +74,8 @@ static const pcg_opt opts[] = {
 	  "speech requests at once; beyond, 429" },
 	{ "max-body", PCG_OPT_SIZE, &max_body, "64K", 1024, 1 << 24, "SIZE",
 	  "request bodies larger are refused with 413" },
+	{ "max-whole", PCG_OPT_SIZE, &max_whole, "64M", 64 << 10, 1LL << 31, "SIZE",
+	  "a response not streamed is held whole until sent: larger audio is refused with 400" },
 	{ "max-connections", PCG_OPT_INT, &max_conns, "1024", 4, 65536, "N",
 	  "connections at once (reading, speaking or idle); beyond, 503" },
 	{ "max-per-client", PCG_OPT_INT, &max_per_client, "64", 1, 65536, "N",
@@ -132,7 +135,7 @@ typedef struct request {
 	int counted;           /* holds one of --max-requests */
 	speech *sp;
 	enc_format format;
-	int sse;
+	int stream, sse;
 	char fmt[8];           /* its name, for the log */
 } request;
 
@@ -295,44 +298,49 @@ static int health(http_req *h)
 
 /* ---- speech ---- */
 
-static void speech_request(request *rq)
+/* A speech that failed before its response began: its error status, or
+ * nothing when the client went away. */
+static void speech_failed(http_req *h, const api_error *e)
+{
+	if (e->status == 499) { /* nobody to answer */
+		h->status = 499;
+		snprintf(h->why, sizeof h->why, "%s", "the client went away: generation cancelled");
+		return;
+	}
+	reply_error(h, e, NULL);
+}
+
+/* A response not streamed: the whole file once the last piece is spoken,
+ * with its Content-Length (and a WAV's true sizes); until then any error
+ * is still an error status, not a cut body. */
+static void speech_whole(request *rq)
 {
 	http_req *h = rq->h;
 	api_error e;
-	speech_req sr;
+	size_t n;
 
-	if (speech_parse(h->body ? h->body : "", h->len, &cfg, &sr, &e) < 0) {
-		reply_error(h, &e, NULL);
+	if (speech_pump(rq->sp, SPEECH_END, &e) < 0) {
+		speech_failed(h, &e);
 		return;
 	}
-	rq->format = sr.fmt;
-	rq->sse = sr.sse;
-	snprintf(rq->fmt, sizeof rq->fmt, "%s", enc_format_name(sr.fmt));
-	if (atomic_fetch_add(&active, 1) >= max_requests) {
-		atomic_fetch_sub(&active, 1);
-		speech_req_free(&sr);
-		fail(h, 429, "requests", NULL, "rate_limit_exceeded", NULL, "Too many requests at "
-		     "once: this server speaks %d at a time (pcg-httpd --max-requests). Try again "
-		     "when one has finished.", max_requests);
-		return;
-	}
-	rq->counted = 1;
-	rq->sp = speech_start(&cfg, &sr, h->fd, &e);
-	speech_req_free(&sr);
-	if (rq->sp == NULL) {
-		reply_error(h, &e, NULL);
-		return;
-	}
-	/* the status waits for the first audio: until then an error is still
-	 * an error status, not a broken stream */
-	if (speech_pump(rq->sp, 1, &e) < 0) {
-		if (e.status == 499) { /* nobody to answer */
-			h->status = 499;
-			snprintf(h->why, sizeof h->why, "%s", "the client went away: generation "
-				 "cancelled");
-			return;
-		}
-		reply_error(h, &e, NULL);
+	const unsigned char *p = speech_bytes(rq->sp, &n);
+	if (http_reply(h, 200, enc_content_type(rq->format), "Cache-Control: no-cache\r\n", p,
+		       n) < 0)
+		snprintf(h->why, sizeof h->why, "%s", "the client went away before the audio was "
+			 "written");
+	speech_take(rq->sp, n);
+}
+
+/* A stream: the status waits for the first audio, so that until then an
+ * error is still an error status, not a broken stream; then the bytes go
+ * out chunked as they are made. */
+static void speech_stream(request *rq)
+{
+	http_req *h = rq->h;
+	api_error e;
+
+	if (speech_pump(rq->sp, SPEECH_AUDIO, &e) < 0) {
+		speech_failed(h, &e);
 		return;
 	}
 	const char *type = rq->sse ? "text/event-stream" : enc_content_type(rq->format);
@@ -341,7 +349,7 @@ static void speech_request(request *rq)
 		return;
 	}
 	for (;;) {
-		int rc = speech_pump(rq->sp, 0, &e);
+		int rc = speech_pump(rq->sp, SPEECH_BYTES, &e);
 		if (rc == 0) {
 			http_stream_end(h, 1);
 			return;
@@ -362,6 +370,48 @@ static void speech_request(request *rq)
 		}
 		speech_take(rq->sp, n);
 	}
+}
+
+/* The knock of speech.h on a client that may have closed its connection. */
+static int knock(void *h)
+{
+	return http_continue(h);
+}
+
+static void speech_request(request *rq)
+{
+	http_req *h = rq->h;
+	api_error e;
+	speech_req sr;
+
+	if (speech_parse(h->body ? h->body : "", h->len, &cfg, &sr, &e) < 0) {
+		reply_error(h, &e, NULL);
+		return;
+	}
+	rq->format = sr.fmt;
+	rq->stream = sr.stream;
+	rq->sse = sr.sse;
+	snprintf(rq->fmt, sizeof rq->fmt, "%s", enc_format_name(sr.fmt));
+	if (atomic_fetch_add(&active, 1) >= max_requests) {
+		atomic_fetch_sub(&active, 1);
+		speech_req_free(&sr);
+		fail(h, 429, "requests", NULL, "rate_limit_exceeded", NULL, "Too many requests at "
+		     "once: this server speaks %d at a time (pcg-httpd --max-requests). Try again "
+		     "when one has finished.", max_requests);
+		return;
+	}
+	rq->counted = 1;
+	const speech_client client = { h->fd, knock, h };
+	rq->sp = speech_start(&cfg, &sr, &client, &e);
+	speech_req_free(&sr);
+	if (rq->sp == NULL) {
+		reply_error(h, &e, NULL);
+		return;
+	}
+	if (rq->stream)
+		speech_stream(rq);
+	else
+		speech_whole(rq);
 }
 
 /* ---- cloned voices ---- */
@@ -571,20 +621,23 @@ static void log_line(const http_req *h, const request *rq)
 {
 	if (rq && rq->sp && h->status == 200) {
 		speech_stats st;
+		const char *how = rq->sse ? " sse" : rq->stream ? " stream" : "";
 		speech_get_stats(rq->sp, &st);
 		if (st.done && !*h->why) {
 			if (!quiet)
 				fprintf(stderr, "%s: %s %s %s 200 %s%s: %.2f s of audio in %.2f s "
 					"(first audio after %.3f s, %d piece%s, %ld tokens)\n", prog,
-					h->peer, h->method, h->path, rq->fmt, rq->sse ? " sse" : "",
-					st.audio_s, st.elapsed_s, st.first_audio_s, st.pieces,
+					h->peer, h->method, h->path, rq->fmt, how, st.audio_s,
+					st.elapsed_s, st.first_audio_s, st.pieces,
 					st.pieces == 1 ? "" : "s", st.speech_tokens);
 		} else {
-			fprintf(stderr, "%s: %s %s %s 200 %s%s: the stream ended after %.2f s of "
+			const char *why = *h->why ? h->why : atomic_load(&stopping) ?
+					  "the server is stopping: generation cancelled" :
+					  "the client went away: generation cancelled";
+			fprintf(stderr, "%s: %s %s %s 200 %s%s: the %s ended after %.2f s of "
 				"audio in %.2f s: %s\n", prog, h->peer, h->method, h->path,
-				rq->fmt, rq->sse ? " sse" : "", st.audio_s, st.elapsed_s,
-				*h->why ? h->why : atomic_load(&stopping) ? "the server is stopping: "
-				"generation cancelled" : "the client went away: generation cancelled");
+				rq->fmt, how, rq->stream ? "stream" : "response", st.audio_s,
+				st.elapsed_s, why);
 		}
 	} else if (!quiet || h->status >= 500 || h->status == 499) {
 		fprintf(stderr, "%s: %s %s %.200s %d (%.3f s)%s%s\n", prog, h->peer, h->method,
@@ -790,7 +843,8 @@ int main(int argc, char **argv)
 	}
 	cfg = (speech_cfg){
 		.zmq = ctx, .timeout_ms = timeout_ms, .piece_chars = piece_chars, .chunk = chunk,
-		.left = chunk_left, .right = chunk_right, .max_tokens = max_tokens, .resampler = conv,
+		.left = chunk_left, .right = chunk_right, .max_tokens = max_tokens,
+		.max_whole = (size_t)max_whole, .resampler = conv,
 		.policy = policy, .seed = seed, .lookahead = lookahead, .top_k = top_k,
 		.temp = temp, .top_p = top_p, .beta = beta, .voices = &voices, .stop = &stopping,
 	};

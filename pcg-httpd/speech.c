@@ -224,7 +224,9 @@ static int take_format(json_t *root, const speech_cfg *cfg, speech_req *r, api_e
 }
 
 /* speed, stream_format and instructions (taken and ignored: the voices
- * have no style control). */
+ * have no style control). stream_format, "audio" as well as "sse", asks
+ * for a stream; without it the response is the whole file with its length
+ * (curl's usual request, and every WAV whose header must say its size). */
 static int take_delivery(json_t *root, const speech_cfg *cfg, speech_req *r, api_error *e)
 {
 	const char *s = NULL;
@@ -238,6 +240,7 @@ static int take_delivery(json_t *root, const speech_cfg *cfg, speech_req *r, api
 	if (s && strcmp(s, "audio") && strcmp(s, "sse"))
 		return BAD(e, "stream_format", "invalid_value", "Invalid value for 'stream_format': "
 			   "'%.32s'. Supported values are: 'sse' and 'audio'.", s);
+	r->stream = s != NULL;
 	r->sse = s && !strcmp(s, "sse");
 	return get_string(root, "instructions", &s, e) < 0 ? -1 : 0;
 }
@@ -345,7 +348,10 @@ struct speech {
 	enc *enc;
 	unsigned char *sse;      /* SSE: the events not sent yet */
 	size_t sse_len, sse_cap, sse_head;
-	int client_fd, watch_fd;
+	speech_client client;
+	/* how the client is watched: its input, until that ends; then, after
+	 * a knock, for a hang-up (the reset its system answered); or not */
+	enum { WATCH_NONE, WATCH_INPUT, WATCH_HANGUP } watch;
 	double t0, t_first, t_last, t_probe;
 	int seen;                /* the verifier listened once */
 	long speech_tokens;
@@ -425,7 +431,8 @@ static void send_cancel(speech *s)
 	s->running = 0;
 }
 
-speech *speech_start(const speech_cfg *cfg, speech_req *r, int client_fd, api_error *e)
+speech *speech_start(const speech_cfg *cfg, speech_req *r, const speech_client *client,
+		     api_error *e)
 {
 	pcg_err err = { "" };
 	speech *s = calloc(1, sizeof *s);
@@ -438,8 +445,8 @@ speech *speech_start(const speech_cfg *cfg, speech_req *r, int client_fd, api_er
 	s->req = *r;
 	r->input = NULL;
 	r->clone = NULL;
-	s->client_fd = client_fd;
-	s->watch_fd = client_fd >= 0;
+	s->client = *client;
+	s->watch = client->fd >= 0 ? WATCH_INPUT : WATCH_NONE;
 	s->t0 = s->t_probe = pcg_now();
 	s->q = calloc(1, sizeof *s->q);
 	s->r = calloc(1, sizeof *s->r);
@@ -454,7 +461,8 @@ speech *speech_start(const speech_cfg *cfg, speech_req *r, int client_fd, api_er
 		BAD(e, "input", "invalid_value", "Invalid 'input': nothing to speak.");
 		goto fail;
 	}
-	if ((s->enc = enc_new(s->req.fmt, s->req.speed, cfg->resampler, &err)) == NULL) {
+	if ((s->enc = enc_new(s->req.fmt, s->req.speed, cfg->resampler, !s->req.stream,
+			      &err)) == NULL) {
 		api_fail(e, 500, "server_error", NULL, NULL, "The server cannot encode %s (%s).",
 			 enc_format_name(s->req.fmt), err.msg);
 		goto fail;
@@ -553,6 +561,23 @@ static int oom(api_error *e)
 	return api_fail(e, 500, "server_error", NULL, NULL, "The server is out of memory.");
 }
 
+/* A response held whole, grown beyond cfg->max_whole: refused rather than
+ * holding more memory (the audio of a stream goes out as it comes, so a
+ * stream has no such bound). */
+static int too_long(speech *s, api_error *e)
+{
+	size_t n;
+	speech_bytes(s, &n);
+	if (s->req.stream || n <= s->cfg->max_whole)
+		return 0;
+	return api_fail(e, 400, "invalid_request_error", "input", "audio_too_long", "The audio "
+			"of this input is longer than this server holds for a response that is "
+			"not streamed (%zu bytes of %s at most, pcg-httpd --max-whole). Ask for a "
+			"stream (\"stream_format\": \"audio\"), a compressed format, or split the "
+			"input into several requests.", s->cfg->max_whole,
+			enc_format_name(s->req.fmt));
+}
+
 /* The end of the last piece: the encoder's tail, and with SSE the done
  * event. */
 static int finish(speech *s, api_error *e)
@@ -571,6 +596,8 @@ static int finish(speech *s, api_error *e)
 		if (sse_frame(s) < 0 || sse_put(s, done, (size_t)n) < 0)
 			return oom(e);
 	}
+	if (too_long(s, e) < 0)
+		return -1;
 	s->done = 1;
 	return 0;
 }
@@ -620,7 +647,9 @@ static int handle(speech *s, const proto_msg *r, api_error *e)
 		s->got_audio = 1;
 		s->in_rate = r->progress.rate;
 		s->audio_samples += r->progress.n_samples;
-		return s->req.sse && sse_frame(s) < 0 ? oom(e) : 0;
+		if (s->req.sse && sse_frame(s) < 0)
+			return oom(e);
+		return too_long(s, e);
 	case PROTO_RESULT:
 		s->running = 0;
 		s->speech_tokens += r->result.n_tokens;
@@ -636,18 +665,27 @@ static int handle(speech *s, const proto_msg *r, api_error *e)
 	}
 }
 
-/* Whether the HTTP client has gone (closed or reset its connection). */
+/* Whether the HTTP client has gone (closed or reset its connection), its
+ * socket having polled readable or in error. */
 static int client_gone(speech *s)
 {
 	char c;
-	ssize_t n = recv(s->client_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n >= 0) {
-		/* n > 0: a next request waits, no way to look further; n == 0:
-		 * the client shut down its sending side, which HTTP allows after
-		 * a request (a client that closed altogether is found when a
-		 * write of the response fails) */
-		s->watch_fd = 0;
+
+	if (s->watch == WATCH_HANGUP) /* the knock was answered with a reset */
+		return 1;
+	ssize_t n = recv(s->client.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0) { /* a next request waits: no way to look further */
+		s->watch = WATCH_NONE;
 		return 0;
+	}
+	if (n == 0) {
+		/* the end of its input: a half-close, which HTTP allows after a
+		 * request, or a close; the end stays readable, and a knock tells
+		 * the two apart (without one, a write of the response finds a
+		 * client that closed) */
+		const int k = s->client.knock ? s->client.knock(s->client.arg) : 1;
+		s->watch = k == 0 ? WATCH_HANGUP : WATCH_NONE;
+		return k < 0;
 	}
 	return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
@@ -657,8 +695,9 @@ static int step(speech *s, api_error *e)
 {
 	const speech_cfg *cfg = s->cfg;
 	zmq_pollitem_t it[2] = { { s->sock, 0, ZMQ_POLLIN, 0 },
-				 { NULL, s->client_fd, ZMQ_POLLIN, 0 } };
-	const int n_it = s->watch_fd ? 2 : 1;
+				 { NULL, s->client.fd, s->watch == WATCH_INPUT ? ZMQ_POLLIN
+				   : ZMQ_POLLERR, 0 } };
+	const int n_it = s->watch != WATCH_NONE ? 2 : 1;
 	pcg_err err = { "" };
 
 	if (atomic_load(cfg->stop))
@@ -704,12 +743,13 @@ static int step(speech *s, api_error *e)
 	return 0;
 }
 
-int speech_pump(speech *s, int until_audio, api_error *e)
+int speech_pump(speech *s, speech_until until, api_error *e)
 {
 	for (;;) {
 		size_t n;
 		speech_bytes(s, &n);
-		if (until_audio ? s->got_audio || s->done : n > 0)
+		if (until == SPEECH_AUDIO ? s->got_audio || s->done
+		    : until == SPEECH_BYTES ? n > 0 : s->done)
 			return 1;
 		if (s->done)
 			return 0;

@@ -8,6 +8,9 @@
  * messages bring the audio as it is decoded, the "result" ends a piece, and
  * the next piece follows; the audio of all pieces goes through one encoder
  * (encode.h), so the response is one continuous file with one header.
+ * A request that asks for a stream (stream_format) gets the bytes as they
+ * are made; one that does not gets them once the last piece is spoken,
+ * the whole file, so that its length is known before anything is sent.
  *
  * A speech belongs to one thread at a time (its socket is a ZeroMQ
  * socket): pcg-httpd calls it from the request's thread only.
@@ -51,6 +54,7 @@ typedef struct speech_cfg {
 	int piece_chars;           /* characters per synth at most */
 	int chunk, left, right;    /* the audio's chunking, in codes */
 	int max_tokens;            /* per piece */
+	size_t max_whole;          /* bytes of a response that is not streamed, at most */
 	int resampler;             /* enc_resampler_parse */
 	const char *policy;        /* defaults of the pcg-specific fields */
 	int seed, lookahead, top_k;
@@ -65,6 +69,7 @@ typedef struct speech_req {
 	size_t input_chars;
 	char model[64];
 	enc_format fmt;
+	int stream;                /* stream_format given: bytes as they are made */
 	int sse;                   /* stream_format "sse" */
 	double speed;
 	int speaker;
@@ -81,17 +86,37 @@ void speech_req_free(speech_req *r);
 
 typedef struct speech speech;
 
-/* Sends the first piece to the verifier. client_fd (the HTTP connection,
- * -1: none) is watched so that a client that goes away cancels its
- * generation within a round. Takes r's input. NULL with e on failure. */
-speech *speech_start(const speech_cfg *cfg, speech_req *r, int client_fd, api_error *e);
+/* The HTTP client of a speech. fd, its connection (-1: none), is watched
+ * so that a client that goes away cancels its generation within a round.
+ * A client that closed its connection looks like one that only shut down
+ * its sending side (which HTTP allows) until something is written to it:
+ * knock(arg) (NULL: none), called once when fd reads the end, writes an
+ * interim response if the response has not begun (0), else writes nothing
+ * (1), or finds the client gone (-1); the reset that a gone client's
+ * system answers is then seen as a hang-up. */
+typedef struct speech_client {
+	int fd;
+	int (*knock)(void *arg);
+	void *arg;
+} speech_client;
 
-/* Waits for the pipeline: with until_audio, until the first audio came
- * (or the speech ended without any), else until there are bytes to send.
- * Returns 1 (audio came / bytes to send), 0 (the end: every byte taken),
- * -1 with e (the generation is cancelled; status 499 if the client went
- * away). */
-int speech_pump(speech *s, int until_audio, api_error *e);
+/* Sends the first piece to the verifier. Takes r's input. NULL with e on
+ * failure. */
+speech *speech_start(const speech_cfg *cfg, speech_req *r, const speech_client *client,
+		     api_error *e);
+
+/* What speech_pump waits for. */
+typedef enum speech_until {
+	SPEECH_AUDIO,              /* the first audio (or the end without any) */
+	SPEECH_BYTES,              /* bytes to send */
+	SPEECH_END,                /* the last piece spoken: every byte there */
+} speech_until;
+
+/* Waits for the pipeline until that. Returns 1 (it came), 0 (the end:
+ * every byte taken), -1 with e (the generation is cancelled; status 499 if
+ * the client went away). A request not streamed whose file would grow
+ * beyond cfg->max_whole fails with 400. */
+int speech_pump(speech *s, speech_until until, api_error *e);
 
 /* The bytes to send (*n of them), and taking n of them. */
 const unsigned char *speech_bytes(const speech *s, size_t *n);

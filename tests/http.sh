@@ -1,15 +1,18 @@
 #!/bin/sh
 # tests/http.sh: pcg-httpd, the OpenAI-compatible front end, on the demo
 # voice: pcg-up --http starts it and pcg-down stops it; health, models and
-# voices; every response_format (WAV with the streaming sizes 0xFFFFFFFF,
-# PCM of 24 kHz x the duration pcg-synth makes, FLAC, mp3 and opus that
-# their decoders read back with that duration, aac refused), SSE whose
-# deltas decode to the same bytes as the plain response; speed 2 halves the
+# voices; every response_format (a WAV not streamed with a Content-Length
+# and its true RIFF and data sizes, which python's wave or soxi read as the
+# right duration; streamed, chunked with the sizes 0xFFFFFFFF and the same
+# samples; PCM of 24 kHz x the duration pcg-synth makes, FLAC, mp3 and opus
+# that their decoders read back with that duration, aac refused), SSE whose
+# deltas decode to the same bytes as the streamed response; speed 2 halves the
 # duration and 0.5 doubles it; a long input spoken in pieces is one stream
 # with one header and the pieces' lengths; OpenAI's error JSON for bad
 # bodies, fields, methods and paths, 413, 429 and 401; a curl killed
 # mid-stream cancels its generation (the verifier says so), one that only
-# shuts down its sending side gets the whole stream; SIGTERM stops
+# shuts down its sending side gets the whole response; audio held whole
+# beyond --max-whole is a 400, streamed it is not bounded; SIGTERM stops
 # an idle server within 0.5 s. Then the official openai Python client
 # (pip package openai), when it is installed: create(), the streaming
 # response, and its error classes. About 20 s.
@@ -65,7 +68,9 @@ grep -A3 '"id": "alloy"' voices | grep -q '"speaker": 0' &&
 	ok "GET /v1/voices: alloy is speaker 0, verse speaker 2 of 8" || bad "voices: $(head -c 400 voices)"
 
 # half-close: a client that shuts down its sending side after its request
-# still gets the whole speech (HTTP allows it; it used to be cancelled, 499)
+# still gets the whole speech (HTTP allows it; it used to be cancelled, 499),
+# its Content-Length's worth, after an interim 100 Continue (which tells it
+# from a client that closed)
 python3 - "${API#http://}" >halfclose.out 2>&1 <<'EOF2'
 import socket, sys
 host, port = sys.argv[1].split("/")[0].split(":")
@@ -81,9 +86,17 @@ while True:
     if not b:
         break
     data += b
-print(data.split(b"\r\n", 1)[0].decode(), "ends", data.endswith(b"\r\n0\r\n\r\n"), len(data))
+head, _, rest = data.partition(b"\r\n\r\n")
+interim = []
+while head.startswith(b"HTTP/1.1 1"):
+    interim.append(head.decode())
+    head, _, rest = rest.partition(b"\r\n\r\n")
+lines = head.decode().split("\r\n")
+length = [int(l.split(":")[1]) for l in lines if l.lower().startswith("content-length:")]
+print(lines[0], "whole", length == [len(rest)], len(rest), "after", interim)
 EOF2
-grep -q '^HTTP/1.1 200 OK ends True' halfclose.out && ok "half-close after a speech request: 200, the whole stream" ||
+grep -q "^HTTP/1.1 200 OK whole True [0-9]* after \['HTTP/1.1 100 Continue'\]$" halfclose.out &&
+	ok "half-close after a speech request: 100 Continue, then 200 and the whole body of its Content-Length" ||
 	bad "half-close: $(cat halfclose.out)"
 
 # the reference: pcg-synth, speaker 0, seed 1, at the codec's 16 kHz
@@ -93,17 +106,58 @@ n16=$(( ($(stat -c %s ref.wav) - 44) / 2 ))
 n24=$(( n16 * 3 / 2 ))
 echo "pcg-synth: $n16 samples at 16 kHz; at 24 kHz $n24"
 
-# wav
+# wav, not streamed (no stream_format, as curl asks): the whole file, its
+# Content-Length, and a header with its true sizes (it used to be chunked
+# with the sizes 0xFFFFFFFF, which soxi read as 24:51:18 of audio)
 [ "$(say a.wav "$(body "$t" alloy wav)")" = 200 ] && ok "wav: 200" || bad "wav: $(cat a.wav)"
-grep -qi '^content-type: audio/wav' a.wav.h && grep -qi '^transfer-encoding: chunked' a.wav.h &&
-	ok "wav: audio/wav, chunked" || bad "wav headers: $(cat a.wav.h)"
-[ "$(head -c 4 a.wav)" = RIFF ] && [ "$(u32 a.wav 4)" = 4294967295 ] &&
-	[ "$(u32 a.wav 40)" = 4294967295 ] && [ "$(u32 a.wav 24)" = 24000 ] &&
-	ok "wav: RIFF and data sizes 0xFFFFFFFF, 24000 Hz" ||
-	bad "wav header: RIFF $(u32 a.wav 4) data $(u32 a.wav 40) rate $(u32 a.wav 24)"
-got=$(( ($(stat -c %s a.wav) - 44) / 2 ))
+size=$(stat -c %s a.wav)
+len=$(tr -d '\r' <a.wav.h | sed -n 's/^[Cc]ontent-[Ll]ength: *//p')
+grep -qi '^content-type: audio/wav' a.wav.h && [ "$len" = "$size" ] &&
+	! grep -qi '^transfer-encoding' a.wav.h &&
+	ok "wav: audio/wav, Content-Length $len = the body's bytes, not chunked" ||
+	bad "wav headers: Content-Length '$len', body $size: $(cat a.wav.h)"
+[ "$(head -c 4 a.wav)" = RIFF ] && [ "$(u32 a.wav 4)" = $((size - 8)) ] &&
+	[ "$(dd if=a.wav bs=1 skip=36 count=4 2>/dev/null)" = data ] &&
+	[ "$(u32 a.wav 40)" = $((size - 44)) ] && [ "$(u32 a.wav 24)" = 24000 ] &&
+	ok "wav: RIFF size $((size - 8)) = the file's - 8, data size = the bytes after the header, 24000 Hz" ||
+	bad "wav header: RIFF $(u32 a.wav 4) data $(u32 a.wav 40) rate $(u32 a.wav 24), file $size bytes"
+got=$(( (size - 44) / 2 ))
 [ "$got" = "$n24" ] && ok "wav: $got samples = 24 kHz x pcg-synth's duration" ||
 	bad "wav: $got samples, want $n24"
+# the duration a reader takes from the header: python's wave, else soxi
+want=$(awk "BEGIN{print $n24/24000}")
+if python3 -c 'import wave' 2>/dev/null; then
+	d=$(python3 -c 'import sys, wave; w = wave.open(sys.argv[1]); print(w.getnframes() / w.getframerate())' a.wav 2>&1)
+	how="python's wave"
+elif command -v soxi >/dev/null 2>&1; then
+	d=$(soxi -D a.wav 2>&1)
+	how=soxi
+else
+	d= how=
+	echo "################################################################"
+	echo "SKIPPED: the wav's duration by a reader (neither python3's wave nor soxi)"
+	echo "################################################################"
+fi
+if [ -n "$how" ]; then
+	awk -v d="$d" -v w="$want" 'BEGIN { exit !(d + 0 > 0.5 && d + 0 < 10 && d - w < 0.001 && w - d < 0.001) }' &&
+		ok "wav: $how reads $d s (want $want)" || bad "wav: $how reads '$d' s, want $want"
+fi
+if command -v sox >/dev/null 2>&1; then
+	sox a.wav -n 2>sox.warn
+	[ ! -s sox.warn ] && ok "wav: sox reads it without a warning" || bad "wav: sox: $(cat sox.warn)"
+fi
+# wav, streamed (stream_format "audio"): chunked as it is made, the sizes
+# "unknown" (0xFFFFFFFF, as streamed WAVs carry them), the same samples
+[ "$(say s.wav "$(body "$t" alloy wav '"stream_format": "audio"')")" = 200 ] &&
+	grep -qi '^transfer-encoding: chunked' s.wav.h && ! grep -qi '^content-length' s.wav.h &&
+	ok "wav stream: 200, chunked" || bad "wav stream: $(cat s.wav.h)"
+[ "$(head -c 4 s.wav)" = RIFF ] && [ "$(u32 s.wav 4)" = 4294967295 ] &&
+	[ "$(u32 s.wav 40)" = 4294967295 ] && [ "$(u32 s.wav 24)" = 24000 ] &&
+	ok "wav stream: RIFF and data sizes 0xFFFFFFFF, 24000 Hz" ||
+	bad "wav stream header: RIFF $(u32 s.wav 4) data $(u32 s.wav 40) rate $(u32 s.wav 24)"
+tail -c +45 a.wav >a.samples
+tail -c +45 s.wav >s.samples
+same a.samples s.samples "wav stream: the same samples as the whole wav"
 # pcm
 [ "$(say a.pcm "$(body "$t" 0 pcm)")" = 200 ] && grep -qi '^content-type: audio/pcm' a.pcm.h &&
 	ok "pcm: 200 audio/pcm (voice \"0\")" || bad "pcm: $(cat a.pcm.h)"
@@ -131,8 +185,9 @@ got=$(sox a.flac -t raw - 2>/dev/null | wc -c)
 [ "$got" = $((n24 * 2)) ] && ok "flac: sox decodes $n24 samples" || bad "flac: sox decodes $got bytes"
 # mp3 and opus add their encoders' delay and padding. LAME at 24 kHz: 576
 # samples a frame; its delay (1105 samples), the padding of the last frame
-# (< 576) and the first frame, which holds the LAME tag that a stream
-# cannot patch (576): 2256 samples, 0.094 s. Opus: its pre-skip, which
+# (< 576) and the first frame, which holds the LAME tag (576; a response
+# not streamed has it filled in, and a decoder that reads it drops the
+# delay and padding): 2256 samples, 0.094 s at most. Opus: its pre-skip, which
 # opusdec removes. 0.15 s leaves room for neither a missing chunk (0.5 s).
 near() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.15) }'; }
 secs=$(awk "BEGIN{print $n16/16000}")
@@ -166,7 +221,7 @@ fi
 	bad "sse: $(cat sse.txt.h)"
 sed -n 's/^data: {"type":"speech.audio.delta","audio":"\(.*\)"}$/\1/p' sse.txt |
 	while read -r b; do printf '%s' "$b" | base64 -d; done >sse.wav
-same a.wav sse.wav "sse: the deltas are the wav's bytes"
+same s.wav sse.wav "sse: the deltas are the streamed wav's bytes"
 grep -v '^data: {"type":"speech.audio.delta"' sse.txt | grep -v '^$' >sse.rest
 chars=$(printf '%s' "$t" | wc -m)
 grep -q "^data: {\"type\":\"speech.audio.done\",\"usage\":{\"input_tokens\":$chars,\"output_tokens\":[0-9]*,\"total_tokens\":[0-9]*}}$" sse.rest &&
@@ -250,7 +305,8 @@ got=$(( ($(stat -c %s long.wav) - 44) / 2 ))
 # 429 beyond --max-requests, and a curl killed mid-stream cancels
 many="$t $t $t $t $t $t $t $t $t $t $t $t"
 cancels=$(grep -c 'cancelled' "$T/rt/verifier.log")
-curl -s -o slow.pcm -H "$AUTH" -d "$(body "$many" alloy pcm)" "$API/audio/speech" & c=$!
+curl -s -o slow.pcm -H "$AUTH" -d "$(body "$many" alloy pcm '"stream_format": "audio"')" \
+	"$API/audio/speech" & c=$!
 i=0
 until [ -s slow.pcm ] || [ $i -ge 50 ]; do sleep 0.05; i=$((i + 1)); done
 [ "$(say e24 "$(body "Hi." alloy wav)" -H "$AUTH")" = 429 ] && grep -q '"code": "rate_limit_exceeded"' e24 &&
@@ -268,13 +324,49 @@ done
 grep -q 'generation cancelled' httpd2.log && ok "pcg-httpd logs the cancel" || bad "$(tail -n 3 httpd2.log)"
 [ "$(say after.wav "$(body "Hi." alloy wav)" -H "$AUTH")" = 200 ] && ok "the next request runs" ||
 	bad "after a cancel: $(cat after.wav)"
+# a killed curl whose response is not streamed: nothing is written to it
+# before the end, and its close looks like a half-close; the interim 100
+# Continue written then brings back a reset, and the generation is cancelled
+cancels=$(grep -c 'cancelled' "$T/rt/verifier.log")
+gone=$(grep -c 'generation cancelled' httpd2.log)
+curl -s -o slow.wav -H "$AUTH" -d "$(body "$many" alloy wav)" "$API/audio/speech" & c=$!
+sleep 0.5
+kill -9 $c
+wait $c 2>/dev/null
+s=$(ms)
+i=0
+until [ "$(grep -c 'cancelled' "$T/rt/verifier.log")" -gt "$cancels" ] || [ $i -ge 40 ]; do
+	sleep 0.05; i=$((i + 1))
+done
+[ "$(grep -c 'cancelled' "$T/rt/verifier.log")" -gt "$cancels" ] &&
+	ok "a killed curl of a whole wav: the verifier cancels its session ($(( $(ms) - s )) ms)" ||
+	bad "a whole wav: no cancel in the verifier's log: $(tail -n 3 "$T/rt/verifier.log")"
+i=0
+until [ "$(grep -c 'generation cancelled' httpd2.log)" -gt "$gone" ] || [ $i -ge 20 ]; do
+	sleep 0.05; i=$((i + 1))
+done
+grep 'generation cancelled' httpd2.log | tail -n 1 | grep -q ' 499 ' &&
+	ok "pcg-httpd logs it: 499" || bad "$(tail -n 3 httpd2.log)"
 API=$API_SAVE
 
-# a stalled verifier: 503 after --timeout-ms, not a hang
-pcg-httpd --port 0 --voice "$M/voice.json" --timeout-ms 1000 --quiet 2>httpd3.log & h3=$!
+# a third server: audio held whole up to 64 KB (1.4 s of wav)
+pcg-httpd --port 0 --voice "$M/voice.json" --timeout-ms 1000 --max-whole 64K --quiet \
+	2>httpd3.log & h3=$!
 i=0
 until grep -q 'listening on' httpd3.log || [ $i -ge 50 ]; do sleep 0.1; i=$((i + 1)); done
 API3=$(sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' httpd3.log)
+# beyond --max-whole: an error status, not a cut file; a stream is not bounded
+code=$(curl -s -o e33 -w '%{http_code}' -d "$(body "$t" alloy wav)" "$API3/audio/speech")
+[ "$code" = 400 ] && is_error e33 '"input"' "a wav beyond --max-whole 64K" &&
+	grep -q '"code": "audio_too_long"' e33 && grep -q 'stream_format' e33 ||
+	bad "beyond --max-whole: $code $(cat e33)"
+code=$(curl -s -o big.pcm -w '%{http_code}' -d "$(body "$t" alloy pcm '"stream_format": "audio"')" \
+	"$API3/audio/speech")
+[ "$code" = 200 ] && [ "$(stat -c %s big.pcm)" = $((n24 * 2)) ] &&
+	ok "streamed, the same input goes out whole: $((n24 * 2)) bytes" ||
+	bad "a stream beyond --max-whole: $code, $(stat -c %s big.pcm) bytes"
+
+# a stalled verifier: 503 after --timeout-ms, not a hang
 v=$(cat "$T/rt/verifier.pid")
 kill -STOP "$v"
 s=$(ms)
@@ -295,8 +387,10 @@ r = c.audio.speech.create(model="tts-1", voice="alloy", input=text, response_for
 r.write_to_file("openai.wav")
 n = 0
 with c.audio.speech.with_streaming_response.create(model="tts-1", voice="alloy", input=text,
-                                                   response_format="pcm") as s:
+                                                   response_format="pcm",
+                                                   extra_body={"stream_format": "audio"}) as s:
     assert s.headers["content-type"] == "audio/pcm", s.headers
+    assert s.headers["transfer-encoding"] == "chunked", s.headers
     for chunk in s.iter_bytes():
         n += len(chunk)
 print("streamed", n)
@@ -318,7 +412,8 @@ print("ok")
 EOF
 	if python3 client.py "$API" "$API2" "$t" >client.out 2>&1; then
 		cmp -s openai.wav a.wav && ok "openai: speech.create(wav) = curl's bytes" || bad "openai: the wav differs"
-		grep -q "^streamed $((n24 * 2))$" client.out && ok "openai: the streaming response, $n24 samples" ||
+		grep -q "^streamed $((n24 * 2))$" client.out &&
+			ok "openai: the streaming response (stream_format audio), chunked, $n24 samples" ||
 			bad "openai streaming: $(cat client.out)"
 		grep -q "^BadRequestError voice invalid_request_error$" client.out &&
 			ok "openai: a bad voice is its BadRequestError" || bad "openai: $(cat client.out)"
