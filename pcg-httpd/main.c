@@ -94,26 +94,31 @@ static const pcg_opt opts[] = {
 	  "a running request whose pipeline sends nothing this long is given up (503)" },
 	{ "piece-chars", PCG_OPT_INT, &piece_chars, "300", 20, 4000, "N",
 	  "a longer input is spoken in pieces of at most N characters, cut at sentence ends" },
-	{ "chunk", PCG_OPT_INT, &chunk, "25", 1, PROTO_MAX_APPEND, "N",
+	{ "chunk", PCG_OPT_INT, &chunk, PROTO_STR(PROTO_SYNTH_CHUNK), 1, PROTO_MAX_APPEND, "N",
 	  "the audio comes in chunks of N codes" },
-	{ "chunk-left", PCG_OPT_INT, &chunk_left, "50", 0, PROTO_MAX_APPEND, "N",
-	  "codes before a chunk decoded with it" },
-	{ "chunk-right", PCG_OPT_INT, &chunk_right, "4", 0, PROTO_MAX_APPEND, "N",
-	  "codes after a chunk decoded with it" },
+	{ "chunk-left", PCG_OPT_INT, &chunk_left, PROTO_STR(PROTO_SYNTH_LEFT), 0, PROTO_MAX_APPEND,
+	  "N", "codes before a chunk decoded with it" },
+	{ "chunk-right", PCG_OPT_INT, &chunk_right, PROTO_STR(PROTO_SYNTH_RIGHT), 0,
+	  PROTO_MAX_APPEND, "N", "codes after a chunk decoded with it" },
 	{ "resampler", PCG_OPT_STR, &resampler, "medium", 1, 0, "NAME",
 	  "libsamplerate's converter to 24 kHz: fastest, medium or best" },
-	{ "max-tokens", PCG_OPT_INT, &max_tokens, "1500", 1, PROTO_MAX_APPEND, "N",
+	{ "max-tokens", PCG_OPT_INT, &max_tokens, PROTO_STR(PROTO_SYNTH_MAX_TOKENS), 1,
+	  PROTO_MAX_APPEND, "N",
 	  "speech tokens per piece at most (50 per second)" },
-	{ "policy", PCG_OPT_STR, &policy, "pcg", 1, 0, "NAME",
+	{ "policy", PCG_OPT_STR, &policy, PROTO_SYNTH_POLICY, 1, 0, "NAME",
 	  "the verification policy of a request that names none (as pcg-synth's)" },
-	{ "seed", PCG_OPT_INT, &seed, "1", 0, 2147483647, "N",
+	{ "seed", PCG_OPT_INT, &seed, PROTO_STR(PROTO_SYNTH_SEED), 0, PROTO_SYNTH_SEED_MAX, "N",
 	  "the seed of a request that names none" },
 	{ "lookahead", PCG_OPT_INT, &lookahead, "0", 0, PROTO_MAX_LOOKAHEAD, "L",
 	  "tokens drafted per round (0: auto, the verifier's cost model chooses)" },
-	{ "temp", PCG_OPT_FLOAT, &temp, "0.8", 0, 100, "T", "temperature" },
-	{ "top-k", PCG_OPT_INT, &top_k, "50", 0, 1 << 30, "K", "top-k (0: off)" },
-	{ "top-p", PCG_OPT_FLOAT, &top_p, "1", 1e-6, 1, "P", "top-p (1: off)" },
-	{ "beta", PCG_OPT_FLOAT, &beta, "0.4", 0, 1, "B", "ssd's tolerance" },
+	{ "temp", PCG_OPT_FLOAT, &temp, PROTO_STR(PROTO_SYNTH_TEMP), 0, PROTO_SYNTH_TEMP_MAX, "T",
+	  "temperature" },
+	{ "top-k", PCG_OPT_INT, &top_k, PROTO_STR(PROTO_SYNTH_TOP_K), 0, PROTO_SYNTH_TOP_K_MAX, "K",
+	  "top-k (0: off)" },
+	{ "top-p", PCG_OPT_FLOAT, &top_p, PROTO_STR(PROTO_SYNTH_TOP_P), PROTO_SYNTH_TOP_P_MIN, 1,
+	  "P", "top-p (1: off)" },
+	{ "beta", PCG_OPT_FLOAT, &beta, PROTO_STR(PROTO_SYNTH_BETA), 0, PROTO_SYNTH_BETA_MAX, "B",
+	  "ssd's tolerance" },
 	{ "quiet", PCG_OPT_FLAG, &quiet, NULL, 1, 0, NULL, "no line per request on stderr" },
 	{ "version", PCG_OPT_FLAG, &show_version, NULL, 1, 0, NULL, "print the version and exit" },
 	{ NULL },
@@ -738,6 +743,36 @@ static int read_token(const char *path, pcg_err *err)
 	return 0;
 }
 
+/* The options as every request's synth before its own fields, checked as
+ * the verifier will check it (synth.h), a failure named by its flag. */
+static int synth_defaults(proto_synth *q, pcg_err *err)
+{
+	static const char *const flags[] = {
+		[PROTO_SF_LOOKAHEAD] = "--lookahead", [PROTO_SF_TEMP] = "--temp",
+		[PROTO_SF_TOP_K] = "--top-k", [PROTO_SF_TOP_P] = "--top-p", [PROTO_SF_BETA] = "--beta",
+		[PROTO_SF_MAX_TOKENS] = "--max-tokens", [PROTO_SF_CHUNK] = "--chunk",
+		[PROTO_SF_LEFT] = "--chunk-left", [PROTO_SF_RIGHT] = "--chunk-right",
+	};
+	proto_synth_field f;
+
+	proto_synth_defaults(q);
+	snprintf(q->policy, sizeof q->policy, "%s", policy);
+	q->seed = (uint64_t)seed;
+	q->lookahead = lookahead;
+	q->samp = (pcg_sampling){ (float)temp, top_k, (float)top_p };
+	q->beta = (float)beta;
+	q->max_tokens = max_tokens;
+	q->chunk = chunk;
+	q->left = chunk_left;
+	q->right = chunk_right;
+	q->audio = 1; /* in the progress messages of the stream */
+	if (proto_synth_check(q, &f, err) == 0)
+		return 0;
+	pcg_err_prefix(err, (size_t)f < sizeof flags / sizeof *flags && flags[f] ? flags[f]
+			    : proto_synth_field_name(f));
+	return -1;
+}
+
 static void *run_server(void *d)
 {
 	http_run(d);
@@ -842,12 +877,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	cfg = (speech_cfg){
-		.zmq = ctx, .timeout_ms = timeout_ms, .piece_chars = piece_chars, .chunk = chunk,
-		.left = chunk_left, .right = chunk_right, .max_tokens = max_tokens,
-		.max_whole = (size_t)max_whole, .resampler = conv,
-		.policy = policy, .seed = seed, .lookahead = lookahead, .top_k = top_k,
-		.temp = temp, .top_p = top_p, .beta = beta, .voices = &voices, .stop = &stopping,
+		.zmq = ctx, .timeout_ms = timeout_ms, .piece_chars = piece_chars,
+		.max_whole = (size_t)max_whole, .resampler = conv, .voices = &voices,
+		.stop = &stopping,
 	};
+	if (synth_defaults(&cfg.synth, &err) < 0) {
+		fprintf(stderr, "%s: %s\n", prog, err.msg);
+		return 2;
+	}
 	cfg.verifier = verifier_url ? verifier_url : net_default_verifier(vbuf, sizeof vbuf);
 	if (net_endpoint_ok(cfg.verifier, 0, &err) < 0) {
 		fprintf(stderr, "%s: --verifier %s\n", prog, err.msg);

@@ -245,15 +245,45 @@ static int take_delivery(json_t *root, const speech_cfg *cfg, speech_req *r, api
 	return get_string(root, "instructions", &s, e) < 0 ? -1 : 0;
 }
 
+/* The JSON field that sets a synth's field, for an error about it. */
+static const char *json_field(proto_synth_field f)
+{
+	switch (f) {
+	case PROTO_SF_LOOKAHEAD: return "lookahead";
+	case PROTO_SF_TEMP: return "temperature";
+	case PROTO_SF_TOP_K: return "top_k";
+	case PROTO_SF_TOP_P: return "top_p";
+	case PROTO_SF_BETA: return "beta";
+	default: return NULL; /* the server's options: a request cannot set it */
+	}
+}
+
+/* The request's synth checked as the verifier will check it (synth.h). */
+static int check_synth(const proto_synth *q, api_error *e)
+{
+	pcg_err err = { "" };
+	proto_synth_field f;
+
+	if (proto_synth_check(q, &f, &err) == 0)
+		return 0;
+	const char *key = json_field(f);
+	if (key == NULL)
+		return api_fail(e, 500, "server_error", NULL, NULL, "The server's own settings "
+				"make a request the pipeline refuses (field '%s': %s).",
+				proto_synth_field_name(f), err.msg);
+	return BAD(e, key, "invalid_value", "Invalid '%s': %s.", key, err.msg);
+}
+
 /* pcg's own: the policy and its knobs, cfg's where absent. */
 static int take_pcg(json_t *root, const speech_cfg *cfg, speech_req *r, api_error *e)
 {
 	const char *s = NULL;
 	char buf[1200];
-	double d;
-	int rc;
 
-	snprintf(r->policy, sizeof r->policy, "%s", cfg->policy);
+	if ((r->synth = malloc(sizeof *r->synth)) == NULL)
+		return api_fail(e, 500, "server_error", NULL, NULL, "The server is out of memory.");
+	proto_synth *q = r->synth;
+	*q = cfg->synth;
 	if (get_string(root, "policy", &s, e) < 0)
 		return -1;
 	if (s) {
@@ -264,31 +294,23 @@ static int take_pcg(json_t *root, const speech_cfg *cfg, speech_req *r, api_erro
 			return BAD(e, "policy", "invalid_value", "Invalid value for 'policy': '%.32s'. "
 				   "Supported values are %s.", s,
 				   list_of(speech_policies, "'", buf, sizeof buf));
-		snprintf(r->policy, sizeof r->policy, "%s", s);
+		snprintf(q->policy, sizeof q->policy, "%s", s);
 	}
-	r->seed = cfg->seed;
-	r->lookahead = cfg->lookahead;
-	r->top_k = cfg->top_k;
-	r->temp = cfg->temp;
-	r->top_p = cfg->top_p;
-	r->beta = cfg->beta;
-	if ((rc = get_number(root, "seed", 0, 2147483647, 1, &d, e)) < 0)
+	/* absent ones keep cfg's (a float's value comes back the same) */
+	double seed = (double)q->seed, la = q->lookahead, k = q->samp.top_k;
+	double t = q->samp.temperature, p = q->samp.top_p, b = q->beta;
+	if (get_number(root, "seed", 0, PROTO_SYNTH_SEED_MAX, 1, &seed, e) < 0 ||
+	    get_number(root, "lookahead", 0, PROTO_MAX_LOOKAHEAD, 1, &la, e) < 0 ||
+	    get_number(root, "top_k", 0, PROTO_SYNTH_TOP_K_MAX, 1, &k, e) < 0 ||
+	    get_number(root, "temperature", 0, PROTO_SYNTH_TEMP_MAX, 0, &t, e) < 0 ||
+	    get_number(root, "top_p", PROTO_SYNTH_TOP_P_MIN, 1, 0, &p, e) < 0 ||
+	    get_number(root, "beta", 0, PROTO_SYNTH_BETA_MAX, 0, &b, e) < 0)
 		return -1;
-	if (rc)
-		r->seed = (int)d;
-	if ((rc = get_number(root, "lookahead", 0, PROTO_MAX_LOOKAHEAD, 1, &d, e)) < 0)
-		return -1;
-	if (rc)
-		r->lookahead = (int)d;
-	if ((rc = get_number(root, "top_k", 0, 1 << 30, 1, &d, e)) < 0)
-		return -1;
-	if (rc)
-		r->top_k = (int)d;
-	if (get_number(root, "temperature", 0, 100, 0, &r->temp, e) < 0 ||
-	    get_number(root, "top_p", 1e-6, 1, 0, &r->top_p, e) < 0 ||
-	    get_number(root, "beta", 0, 1, 0, &r->beta, e) < 0)
-		return -1;
-	return 0;
+	q->seed = (uint64_t)seed;
+	q->lookahead = (int)la;
+	q->samp = (pcg_sampling){ (float)t, (int)k, (float)p };
+	q->beta = (float)b;
+	return check_synth(q, e);
 }
 
 int speech_parse(const char *body, size_t len, const speech_cfg *cfg, speech_req *r,
@@ -330,6 +352,8 @@ void speech_req_free(speech_req *r)
 {
 	free(r->input);
 	r->input = NULL;
+	free(r->synth);
+	r->synth = NULL;
 	clones_release(r->clone);
 	r->clone = NULL;
 }
@@ -388,16 +412,16 @@ static int send_piece(speech *s, api_error *e)
 {
 	const speech_req *r = &s->req;
 	const split_piece *p = &s->pieces[s->next];
+	pcg_err err = { "" };
+
 	s->id = fresh_id();
 	proto_init(s->q, PROTO_SYNTH, s->id);
 	proto_synth *q = &s->q->synth;
-	snprintf(q->text, sizeof q->text, "%.*s", (int)p->len, r->input + p->off);
-	snprintf(q->policy, sizeof q->policy, "%s", r->policy);
-	q->beta = (float)r->beta;
-	q->lookahead = r->lookahead;
-	q->samp = (pcg_sampling){ (float)r->temp, r->top_k, (float)r->top_p };
-	q->seed = (uint64_t)r->seed;
-	q->max_tokens = s->cfg->max_tokens;
+	*q = *r->synth;
+	/* a piece of --piece-chars characters (4000 at most) always fits */
+	if (proto_synth_text(q, r->input + p->off, p->len, &err) < 0)
+		return api_fail(e, 500, "server_error", NULL, NULL, "The server cut the input into "
+				"a piece it cannot send (%s).", err.msg);
 	q->speaker = r->speaker;
 	if (r->clone) { /* the verifier encodes the recording once, then finds it cached */
 		q->prompt_audio = r->clone->audio;
@@ -406,9 +430,6 @@ static int send_piece(speech *s, api_error *e)
 	}
 	q->stream = 1;
 	q->audio = 1;
-	q->chunk = s->cfg->chunk;
-	q->left = s->cfg->left;
-	q->right = s->cfg->right;
 	if (send_msg(s, s->q, e) < 0)
 		return -1;
 	s->next++;
@@ -445,6 +466,7 @@ speech *speech_start(const speech_cfg *cfg, speech_req *r, const speech_client *
 	s->req = *r;
 	r->input = NULL;
 	r->clone = NULL;
+	r->synth = NULL;
 	s->client = *client;
 	s->watch = client->fd >= 0 ? WATCH_INPUT : WATCH_NONE;
 	s->t0 = s->t_probe = pcg_now();

@@ -23,6 +23,7 @@
 
 #include "encode.h"
 #include "err.h"
+#include "synth.h"
 #include "voices.h"
 
 /* An error as OpenAI's API returns it: the HTTP status and the body
@@ -52,13 +53,11 @@ typedef struct speech_cfg {
 	const char *verifier;      /* its endpoint */
 	int timeout_ms;            /* silence of a running request before it is given up */
 	int piece_chars;           /* characters per synth at most */
-	int chunk, left, right;    /* the audio's chunking, in codes */
-	int max_tokens;            /* per piece */
 	size_t max_whole;          /* bytes of a response that is not streamed, at most */
 	int resampler;             /* enc_resampler_parse */
-	const char *policy;        /* defaults of the pcg-specific fields */
-	int seed, lookahead, top_k;
-	double temp, top_p, beta;
+	/* every request's synth before its own fields: synth.h's defaults, then
+	 * the options (--policy, --seed, ..., --max-tokens, --chunk), checked */
+	proto_synth synth;
 	const model_voices *voices;
 	atomic_int *stop;          /* set: the server is stopping */
 } speech_cfg;
@@ -74,9 +73,7 @@ typedef struct speech_req {
 	double speed;
 	int speaker;
 	const struct clone_voice *clone; /* a registered recording (clones.h), or NULL */
-	char policy[16];
-	int seed, lookahead, top_k;
-	double temp, top_p, beta;
+	proto_synth *synth;        /* malloc'd: cfg's with the request's pcg fields, checked */
 } speech_req;
 
 /* Parses and checks a body. Returns 0, or -1 with e filled (400). */

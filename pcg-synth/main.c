@@ -25,6 +25,7 @@
 #include "policy.h"
 #include "proto.h"
 #include "speculate.h"
+#include "synth.h"
 
 static const char *prog = "pcg-synth";
 static const char *SYNOPSIS = "[--policy NAME] [--beta B] [--policy-args NAME=X,...] "
@@ -43,8 +44,9 @@ static char policy_opt_help[512]; /* from lib/policy's table, at the start of ma
 static const pcg_opt opts[] = {
 	{ "verifier", PCG_OPT_STR, &url, NULL, 1, 0, "URL",
 	  "the verifier (default $PCG_VERIFIER, else the one pcg-up started)" },
-	{ "policy", PCG_OPT_STR, &policy_name, "pcg", 1, 0, "NAME", policy_opt_help },
-	{ "beta", PCG_OPT_FLOAT, &beta, "0.4", 0, 1, "B", "ssd's tolerance" },
+	{ "policy", PCG_OPT_STR, &policy_name, PROTO_SYNTH_POLICY, 1, 0, "NAME", policy_opt_help },
+	{ "beta", PCG_OPT_FLOAT, &beta, PROTO_STR(PROTO_SYNTH_BETA), 0, PROTO_SYNTH_BETA_MAX, "B",
+	  "ssd's tolerance" },
 	{ "policy-args", PCG_OPT_STR, &policy_args, NULL, 1, 0, "NAME=X,...",
 	  "the policy's parameters (typical: epsilon, alpha; topk: k; lantern: delta, k); "
 	  "--policy help lists them with their ranges and defaults" },
@@ -55,14 +57,18 @@ static const pcg_opt opts[] = {
 	{ "sequential", PCG_OPT_FLAG, &sequential, NULL, 1, 0, NULL,
 	  "rounds one after the other: the draft waits for each verdict instead of "
 	  "drafting the next block while the target verifies" },
-	{ "viterbi-k", PCG_OPT_INT, &viterbi_k, "8", 1, 1 << 20, "K",
+	{ "viterbi-k", PCG_OPT_INT, &viterbi_k, PROTO_STR(PROTO_SYNTH_VITERBI_K), 1, 1 << 20, "K",
 	  "mtp-viterbi: top-k tokens of each head in the search" },
-	{ "temp", PCG_OPT_FLOAT, &temp, "0.8", 0, 100, "T", "temperature (0: greedy)" },
-	{ "top-k", PCG_OPT_INT, &top_k, "50", 0, 1 << 30, "K", "top-k (0: off)" },
-	{ "top-p", PCG_OPT_FLOAT, &top_p, "1", 1e-6, 1, "P", "top-p (1: off)" },
-	{ "seed", PCG_OPT_INT, &seed, "1", 0, 2147483647, "N", "seed of every random draw" },
-	{ "max-tokens", PCG_OPT_INT, &max_tokens, "1500", 1, PROTO_MAX_APPEND, "N",
-	  "speech tokens at most (50 per second)" },
+	{ "temp", PCG_OPT_FLOAT, &temp, PROTO_STR(PROTO_SYNTH_TEMP), 0, PROTO_SYNTH_TEMP_MAX, "T",
+	  "temperature (0: greedy)" },
+	{ "top-k", PCG_OPT_INT, &top_k, PROTO_STR(PROTO_SYNTH_TOP_K), 0, PROTO_SYNTH_TOP_K_MAX, "K",
+	  "top-k (0: off)" },
+	{ "top-p", PCG_OPT_FLOAT, &top_p, PROTO_STR(PROTO_SYNTH_TOP_P), PROTO_SYNTH_TOP_P_MIN, 1,
+	  "P", "top-p (1: off)" },
+	{ "seed", PCG_OPT_INT, &seed, PROTO_STR(PROTO_SYNTH_SEED), 0, PROTO_SYNTH_SEED_MAX, "N",
+	  "seed of every random draw" },
+	{ "max-tokens", PCG_OPT_INT, &max_tokens, PROTO_STR(PROTO_SYNTH_MAX_TOKENS), 1,
+	  PROTO_MAX_APPEND, "N", "speech tokens at most (50 per second)" },
 	{ "speaker", PCG_OPT_INT, &speaker, "0", 0, 65535, "N",
 	  "the speaker, with a phoneme voice (the demo voice has 8)" },
 	{ "o", PCG_OPT_STR, &out, NULL, 1, 0, "FILE",
@@ -70,13 +76,13 @@ static const pcg_opt opts[] = {
 	  "as it arrives" },
 	{ "raw", PCG_OPT_FLAG, &raw, NULL, 1, 0, NULL,
 	  "with -o -: raw 16-bit little-endian PCM instead of WAV" },
-	{ "chunk", PCG_OPT_INT, &chunk, "25", 0, PROTO_MAX_APPEND, "N",
+	{ "chunk", PCG_OPT_INT, &chunk, PROTO_STR(PROTO_SYNTH_CHUNK), 0, PROTO_MAX_APPEND, "N",
 	  "the audio comes in chunks of N codes (0: the whole utterance at the end, the best "
 	  "quality)" },
-	{ "chunk-left", PCG_OPT_INT, &chunk_left, "50", 0, PROTO_MAX_APPEND, "N",
-	  "codes before a chunk decoded with it" },
-	{ "chunk-right", PCG_OPT_INT, &chunk_right, "4", 0, PROTO_MAX_APPEND, "N",
-	  "codes after a chunk decoded with it (each chunk waits for them)" },
+	{ "chunk-left", PCG_OPT_INT, &chunk_left, PROTO_STR(PROTO_SYNTH_LEFT), 0, PROTO_MAX_APPEND,
+	  "N", "codes before a chunk decoded with it" },
+	{ "chunk-right", PCG_OPT_INT, &chunk_right, PROTO_STR(PROTO_SYNTH_RIGHT), 0,
+	  PROTO_MAX_APPEND, "N", "codes after a chunk decoded with it (each chunk waits for them)" },
 	{ "output-dir", PCG_OPT_STR, &outdir, NULL, 1, 0, "DIR",
 	  "batch: one utterance per line of standard input into DIR/NNNN.wav (NNNN: the line "
 	  "number); each path is printed when written" },
@@ -590,6 +596,7 @@ out:
 static int synth_batch(void *sock, proto_msg *q, proto_msg *r, const char *vurl)
 {
 	struct stat st;
+	pcg_err err = { "" };
 	char *line = NULL, path[4200];
 	size_t cap = 0;
 	ssize_t len;
@@ -610,13 +617,11 @@ static int synth_batch(void *sock, proto_msg *q, proto_msg *r, const char *vurl)
 		if (strspn(line, " \t") == (size_t)len)
 			continue;
 		snprintf(path, sizeof path, "%s/%04d.wav", outdir, n);
-		if ((size_t)len >= sizeof q->synth.text) {
-			fprintf(stderr, "%s: line %d: longer than %zu bytes: not spoken\n", prog, n,
-				sizeof q->synth.text - 1);
+		if (proto_synth_text(&q->synth, line, (size_t)len, &err) < 0) {
+			fprintf(stderr, "%s: line %d: %s: not spoken\n", prog, n, err.msg);
 			failed++;
 			continue;
 		}
-		snprintf(q->synth.text, sizeof q->synth.text, "%s", line);
 		if (!quiet)
 			fprintf(stderr, "%s: line %d -> %s\n", prog, n, path);
 		rc = synth_one(sock, q, r, path, vurl);
@@ -682,6 +687,28 @@ static int parse_policy_args(const char *list, const char *pname, proto_synth *q
 		q->arg_val[q->n_args++] = v;
 	}
 	return 0;
+}
+
+/* The request checked as the verifier will check it (synth.h), a failure
+ * named by the flag that set the field. */
+static int request_check(const proto_synth *y, pcg_err *err)
+{
+	static const char *const flags[] = {
+		[PROTO_SF_LOOKAHEAD] = "--lookahead", [PROTO_SF_TEMP] = "--temp",
+		[PROTO_SF_TOP_K] = "--top-k", [PROTO_SF_TOP_P] = "--top-p", [PROTO_SF_BETA] = "--beta",
+		[PROTO_SF_MAX_TOKENS] = "--max-tokens", [PROTO_SF_SPEAKER] = "--speaker",
+		[PROTO_SF_VITERBI_K] = "--viterbi-k", [PROTO_SF_CHUNK] = "--chunk",
+		[PROTO_SF_LEFT] = "--chunk-left", [PROTO_SF_RIGHT] = "--chunk-right",
+		[PROTO_SF_ARGS] = "--policy-args", [PROTO_SF_PROMPT_TEXT] = "--prompt-text",
+	};
+	proto_synth_field f;
+
+	if (proto_synth_check(y, &f, err) == 0)
+		return 0;
+	const char *flag = (size_t)f < sizeof flags / sizeof *flags && flags[f] ? flags[f]
+			   : proto_synth_field_name(f);
+	pcg_err_prefix(err, flag);
+	return -1;
 }
 
 int main(int argc, char **argv)
@@ -769,12 +796,16 @@ int main(int argc, char **argv)
 	} else {
 		proto_synth *y = &q->synth;
 		proto_init(q, PROTO_SYNTH, 0);
+		proto_synth_defaults(y);
 		if (!batch) {
 			text = strcmp(argv[first], "-") ? strdup(argv[first])
 							: read_all(stdin, sizeof y->text);
-			if (text == NULL || strlen(text) >= sizeof y->text) {
-				fprintf(stderr, "%s: text longer than %zu bytes\n", prog,
-					sizeof y->text - 1);
+			if (text == NULL) {
+				fprintf(stderr, "%s: out of memory\n", prog);
+				return 1;
+			}
+			if (proto_synth_text(y, text, strlen(text), &err) < 0) {
+				fprintf(stderr, "%s: TEXT: %s\n", prog, err.msg);
 				return 2;
 			}
 		}
@@ -816,8 +847,6 @@ int main(int argc, char **argv)
 			y->prompt_audio_len = (size_t)prompt_img.size;
 			snprintf(y->prompt_text, sizeof y->prompt_text, "%s", prompt_text);
 		}
-		if (text)
-			snprintf(y->text, sizeof y->text, "%s", text);
 		snprintf(y->policy, sizeof y->policy, "%s", policy_name);
 		y->beta = (float)beta;
 		y->n_args = args_msg.n_args;
@@ -831,10 +860,12 @@ int main(int argc, char **argv)
 		y->speaker = speaker;
 		y->viterbi_k = viterbi_k;
 		y->f16 = f16;
-		y->stream = 1;
 		y->chunk = chunk;
 		y->left = chunk_left;
 		y->right = chunk_right;
+		/* audio: per request (synth_one), with the stream it travels in */
+		if (request_check(y, &err) < 0)
+			return pcg_usage_error(prog, SYNOPSIS, opts, err.msg);
 	}
 	char ubuf[4200];
 	/* pcg-up's pipeline, not one the user names: if it is not up, say so at

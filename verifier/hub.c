@@ -339,6 +339,8 @@ static void from_client(pcg_daemon *d, net_req *nr)
 	static proto_msg parsed; /* the hub's alone; too large for the stack */
 	proto_msg *req = &parsed;
 
+	/* a synth that parses is within the bounds of proto_synth_check
+	 * (synth.h), the check its clients make before they send it */
 	if (proto_parse(nr->body, nr->len, req, &err) < 0) {
 		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
 		reply_msg(h, nr, h->rep);

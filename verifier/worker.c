@@ -335,26 +335,17 @@ static void run_job(worker *w, job *j)
 
 	if (req->stream)
 		progress(w, j, 0, 0, NULL, 0, NULL, 0);
+	/* the request's own bounds held when the hub parsed it (proto_synth_check);
+	 * here, what depends on this pipeline */
 	if (req->audio && w->codec == NULL) {
 		pcg_fail(&err, "field 'audio': this pipeline has no codec (start the verifier "
 			 "with --codec URL: pcg-up --codec-weights), or ask for tokens only");
 		goto fail;
 	}
-	if (req->audio && !req->stream) {
-		pcg_fail(&err, "field 'audio': the audio travels in progress messages: ask for "
-			 "stream too");
-		goto fail;
-	}
 	if (req->asg_len > 0 && (sa = asg_acquire(v, req->asg, req->asg_len, &err)) == NULL)
 		goto fail;
-	if (req->prompt_audio_len > 0) {
-		if (prompt_codes(v, j, &pc, &npc, &err) < 0)
-			goto fail;
-	} else if (req->prompt_text[0] != '\0') {
-		pcg_fail(&err, "field 'prompt_text' without 'prompt_audio': send the audio it "
-			 "transcribes");
+	if (req->prompt_audio_len > 0 && prompt_codes(v, j, &pc, &npc, &err) < 0)
 		goto fail;
-	}
 	learn_costs(v);
 	s = spec_new_prompt(&v->env, req, sa ? sa->a : v->groups, j->session, pc, npc, &err);
 	free(pc);

@@ -11,6 +11,7 @@
 #include "policy.h"
 #include "rng.h"
 #include "sampling.h"
+#include "synth.h"
 #include "viterbi.h"
 
 /* A phoneme voice's prompt text and forced tokens for one request: the
@@ -302,7 +303,7 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 	s->samp = req->samp;
 	s->seed = req->seed;
 	s->f16 = req->f16;
-	s->viterbi_k = req->viterbi_k > 0 ? req->viterbi_k : 8;
+	s->viterbi_k = req->viterbi_k > 0 ? req->viterbi_k : PROTO_SYNTH_VITERBI_K;
 	if (session_policy(s, env, req, groups, &pp, err) < 0)
 		goto fail;
 	session_rows(s, env->voc);

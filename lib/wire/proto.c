@@ -1,6 +1,7 @@
 /* proto.c: packing and strict parsing of the pipeline's msgpack messages
  * (see proto.h for the schemas and man/pcg-protocol.7 for the wire format). */
 #include "proto.h"
+#include "synth.h"
 
 #include <msgpack.h>
 #include <stdarg.h>
@@ -1201,15 +1202,23 @@ static int check_probs(proto_probs *m, size_t pbytes, pcg_err *err)
 
 /* What no single field can say: sampling in range, score's n within
  * append, propose's forced tokens in order and its append not empty, rows
- * not empty, a probs reply's layout. */
+ * not empty, a probs reply's layout, a synth as proto_synth_check has it
+ * (the one check of a synth, which its clients make too). */
 static int check(proto_msg *m, const char *tname, size_t pbytes, pcg_err *err)
 {
 	const proto_model_req *r = proto_model(m);
 
 	if (r != NULL && pcg_sampling_check(&r->samp, err) < 0)
 		return -1;
-	if (m->type == PROTO_SYNTH && pcg_sampling_check(&m->synth.samp, err) < 0)
-		return -1;
+	if (m->type == PROTO_SYNTH) {
+		proto_synth_field f;
+		char what[48];
+		if (proto_synth_check(&m->synth, &f, err) < 0) {
+			snprintf(what, sizeof what, "synth: field '%s'", proto_synth_field_name(f));
+			pcg_err_prefix(err, what);
+			return -1;
+		}
+	}
 	if (m->type == PROTO_SCORE && (r->n < 1 || r->n > r->n_append))
 		return pcg_fail(err, "score: field 'n': %d positions, append has %d", r->n,
 				r->n_append);

@@ -4,7 +4,9 @@
  * a seed), a peer of another protocol version gets an error naming both
  * versions, and hostile bytes give an error that names the problem, never
  * a crash or a large allocation (a mutation loop over valid messages; this
- * test also runs under ASan and UBSan). */
+ * test also runs under ASan and UBSan). A synth's defaults and its one
+ * check (synth.h): each bound refused, naming the field, by the check and by
+ * the parser. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 #include "proto.h"
 #include "rng.h"
 #include "sampling.h"
+#include "synth.h"
 
 /* Makes m a propose or score. */
 static proto_msg *fill_req(proto_msg *m, proto_type t)
@@ -757,6 +760,97 @@ static void test_golden(int write)
 	free(m);
 }
 
+/* A synth of the defaults with one field changed (set), as
+ * proto_synth_check and the parser see it: refused, naming want. */
+static void synth_refused(const char *what, void (*set)(proto_synth *), proto_synth_field want)
+{
+	pcg_err err = { "" };
+	proto_msg *m = calloc(1, sizeof *m);
+	proto_synth_field f = PROTO_SF_NONE;
+	void *buf;
+	size_t len;
+	char name[64];
+
+	proto_init(m, PROTO_SYNTH, 9);
+	proto_synth_defaults(&m->synth);
+	set(&m->synth);
+	CHECKF(proto_synth_check(&m->synth, &f, &err) < 0 && f == want && *err.msg,
+	       "%s: field %d (want %d): '%s'", what, (int)f, (int)want, err.msg);
+	/* (the lookahead is out of the wire's range before the check sees it) */
+	snprintf(name, sizeof name, "field '%s': ", proto_synth_field_name(want));
+	if (proto_pack(m, &buf, &len, &err) == 0) {
+		bad(what, buf, len, name);
+		free(buf);
+	}
+	free(m);
+}
+
+static void set_lookahead(proto_synth *s) { s->lookahead = PROTO_MAX_LOOKAHEAD + 1; }
+static void set_temp(proto_synth *s) { s->samp.temperature = -0.5f; }
+static void set_temp_inf(proto_synth *s) { s->samp.temperature = INFINITY; }
+static void set_top_p(proto_synth *s) { s->samp.top_p = 1.5f; }
+static void set_top_p0(proto_synth *s) { s->samp.top_p = 0; }
+static void set_beta(proto_synth *s) { s->beta = NAN; }
+static void set_beta_neg(proto_synth *s) { s->beta = -1; }
+static void set_audio(proto_synth *s) { s->audio = 1, s->stream = 0; }
+static void set_prompt(proto_synth *s) { snprintf(s->prompt_text, sizeof s->prompt_text, "Hi."); }
+
+static void test_synth(void)
+{
+	pcg_err err = { "" };
+	proto_synth_field f;
+	proto_synth *s = calloc(1, sizeof *s);
+
+	/* the defaults, as pcg-synth(1) and pcg-httpd(8) document them */
+	proto_synth_defaults(s);
+	CHECK(!strcmp(s->policy, "pcg") && s->beta == 0.4f && s->lookahead == 0 &&
+	      s->samp.temperature == 0.8f && s->samp.top_k == 50 && s->samp.top_p == 1.0f &&
+	      s->seed == 1 && s->max_tokens == 1500 && s->viterbi_k == 8 && s->stream &&
+	      !s->audio && s->chunk == 25 && s->left == 50 && s->right == 4 && !s->text[0]);
+	CHECKF(proto_synth_check(s, &f, &err) == 0 && f == PROTO_SF_NONE, "%s", err.msg);
+	CHECK(!strcmp(PROTO_STR(PROTO_SYNTH_TEMP), "0.8") && !strcmp(PROTO_STR(PROTO_SYNTH_SEED), "1"));
+	/* the bounds' ends pass */
+	s->lookahead = PROTO_MAX_LOOKAHEAD;
+	s->samp = (pcg_sampling){ 0, 0, 1e-6f };
+	s->max_tokens = PROTO_MAX_APPEND;
+	s->audio = 1;
+	CHECKF(proto_synth_check(s, &f, &err) == 0, "%s", err.msg);
+	/* the text: what the message holds, no NUL */
+	char *big = malloc(sizeof s->text);
+	memset(big, 'a', sizeof s->text);
+	CHECK(proto_synth_text(s, big, sizeof s->text - 1, &err) == 0 &&
+	      strlen(s->text) == sizeof s->text - 1);
+	CHECK(proto_synth_text(s, big, sizeof s->text, &err) < 0 && strstr(err.msg, "16383"));
+	CHECK(proto_synth_text(s, "a\0b", 3, &err) < 0 && strstr(err.msg, "NUL"));
+	CHECK(proto_synth_text(s, "Hello.", 6, &err) == 0 && !strcmp(s->text, "Hello."));
+	free(big);
+	free(s);
+	/* each bound, by the check and by the parser */
+	synth_refused("lookahead 16", set_lookahead, PROTO_SF_LOOKAHEAD);
+	synth_refused("temp -0.5", set_temp, PROTO_SF_TEMP);
+	synth_refused("temp inf", set_temp_inf, PROTO_SF_TEMP);
+	synth_refused("top_p 1.5", set_top_p, PROTO_SF_TOP_P);
+	synth_refused("top_p 0", set_top_p0, PROTO_SF_TOP_P);
+	synth_refused("beta nan", set_beta, PROTO_SF_BETA);
+	synth_refused("beta -1", set_beta_neg, PROTO_SF_BETA);
+	synth_refused("audio without stream", set_audio, PROTO_SF_AUDIO);
+	synth_refused("prompt_text without its audio", set_prompt, PROTO_SF_PROMPT_TEXT);
+	/* those the wire cannot carry: the check alone */
+	s = calloc(1, sizeof *s);
+	proto_synth_defaults(s);
+	s->samp.top_k = -1;
+	CHECK(proto_synth_check(s, &f, &err) < 0 && f == PROTO_SF_TOP_K);
+	proto_synth_defaults(s);
+	s->max_tokens = 0;
+	CHECK(proto_synth_check(s, &f, &err) < 0 && f == PROTO_SF_MAX_TOKENS &&
+	      strstr(err.msg, "0: want 1 to 8192"));
+	proto_synth_defaults(s);
+	s->right = -1;
+	CHECK(proto_synth_check(s, &f, &err) < 0 && f == PROTO_SF_RIGHT);
+	CHECK(!strcmp(proto_synth_field_name(PROTO_SF_LOOKAHEAD), "n"));
+	free(s);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 2 && !strcmp(argv[1], "--write-golden")) {
@@ -766,6 +860,7 @@ int main(int argc, char **argv)
 	test_golden(0);
 	test_stale_fields();
 	test_roundtrip();
+	test_synth();
 	test_sparse();
 	test_hostile();
 	test_sparse_hostile();
