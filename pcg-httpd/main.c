@@ -830,14 +830,10 @@ int main(int argc, char **argv)
 		pcg_report(prog, &err);
 		return 1;
 	}
-	int known = 0;
-	for (int i = 0; speech_policies[i]; i++)
-		known |= !strcmp(policy, speech_policies[i]);
-	if (!known) {
-		fprintf(stderr, "%s: --policy %s: unknown (", prog, policy);
-		for (int i = 0; speech_policies[i]; i++)
-			fprintf(stderr, "%s%s", i ? ", " : "", speech_policies[i]);
-		fprintf(stderr, ")\n");
+	if (!speech_policy_known(policy)) {
+		char list[512];
+		fprintf(stderr, "%s: --policy %s: unknown (%s)\n", prog, policy,
+			speech_policy_list(list, sizeof list));
 		return 2;
 	}
 	const int conv = enc_resampler_parse(resampler);

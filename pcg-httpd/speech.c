@@ -19,7 +19,9 @@
 
 #include "clones.h"
 #include "net.h"
+#include "policy.h"
 #include "proto.h"
+#include "speculate.h"
 #include "split.h"
 
 #define POLL_MS 100       /* the longest wait between looks at the client and the clock */
@@ -28,10 +30,21 @@
 const char *const speech_models[] = {
 	"tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15", "pcg", NULL,
 };
-const char *const speech_policies[] = {
-	"sd", "ssd", "pcg", "greedy", "none", "mtp-viterbi", "mtp-sd", "mtp-ssd", "mtp-pcg",
-	"mtp-greedy", NULL,
-};
+int speech_policy_known(const char *name)
+{
+	int mtp, viterbi, none, kind;
+
+	return spec_policy_parse(name, &mtp, &viterbi, &none, &kind) == 0;
+}
+
+const char *speech_policy_list(char *buf, size_t size)
+{
+	char rules[256];
+
+	snprintf(buf, size, "'none', 'mtp-viterbi', a rule (%s) or 'mtp-' and a rule",
+		 policy_names(rules, sizeof rules, " or "));
+	return buf;
+}
 
 int api_fail(api_error *e, int status, const char *type, const char *param, const char *code,
 	     const char *fmt, ...)
@@ -287,13 +300,9 @@ static int take_pcg(json_t *root, const speech_cfg *cfg, speech_req *r, api_erro
 	if (get_string(root, "policy", &s, e) < 0)
 		return -1;
 	if (s) {
-		int ok = 0;
-		for (int i = 0; speech_policies[i]; i++)
-			ok |= !strcmp(s, speech_policies[i]);
-		if (!ok)
+		if (!speech_policy_known(s))
 			return BAD(e, "policy", "invalid_value", "Invalid value for 'policy': '%.32s'. "
-				   "Supported values are %s.", s,
-				   list_of(speech_policies, "'", buf, sizeof buf));
+				   "Supported values are %s.", s, speech_policy_list(buf, sizeof buf));
 		snprintf(q->policy, sizeof q->policy, "%s", s);
 	}
 	/* absent ones keep cfg's (a float's value comes back the same) */

@@ -44,8 +44,11 @@ int api_fail(api_error *e, int status, const char *type, const char *param, cons
 
 /* The model names accepted; NULL-terminated. */
 extern const char *const speech_models[];
-/* The verifier's policies; NULL-terminated. */
-extern const char *const speech_policies[];
+/* Whether name is a policy the verifier knows (lib/speculate's
+ * spec_policy_parse: every rule of policy_rules.h, none, mtp-viterbi and
+ * mtp-RULE), and the list of them for a message, in buf. */
+int speech_policy_known(const char *name);
+const char *speech_policy_list(char *buf, size_t size);
 
 /* How this server speaks: fixed at start, shared by every request. */
 typedef struct speech_cfg {

@@ -158,6 +158,12 @@ fi
 tail -c +45 a.wav >a.samples
 tail -c +45 s.wav >s.samples
 same a.samples s.samples "wav stream: the same samples as the whole wav"
+# every rule the verifier has is a policy over HTTP too (typical was refused)
+[ "$(say typ.pcm "$(body "$t" 0 pcm '"policy": "typical", "lookahead": 2')")" = 200 ] &&
+	ok "policy typical: 200" || bad "policy typical: $(cat typ.pcm)"
+[ "$(say bad.pol "$(body "$t" 0 pcm '"policy": "typicall"')")" = 400 ] &&
+	grep -q "typical, topk or lantern" bad.pol && ok "an unknown policy: 400 listing every rule" ||
+	bad "unknown policy: $(cat bad.pol)"
 # pcm
 [ "$(say a.pcm "$(body "$t" 0 pcm)")" = 200 ] && grep -qi '^content-type: audio/pcm' a.pcm.h &&
 	ok "pcm: 200 audio/pcm (voice \"0\")" || bad "pcm: $(cat a.pcm.h)"
