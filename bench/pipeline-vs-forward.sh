@@ -35,7 +35,8 @@ pipe() {
 			awk '/^tokens / { for (i = 1; i <= NF; i++) if ($i == "in") print $(i + 1) }')
 		pcg-synth --policy none --seed 1 --max-tokens "$tokens" "$text" 2>&1 >/dev/null |
 			awk -v f="$first" '/^tokens / { tok = $2; for (i = 1; i <= NF; i++) if ($i == "in") sec = $(i + 1) }
-				END { printf "%.2f\n", (tok - 1) / (sec - f) }'
+				/^time: / { for (i = 1; i <= NF; i++) { if ($i == "computing") c = $(i + 1); if ($i == "queue") q = $(i + 3) } }
+				END { printf "%.2f %.2f %.2f\n", (tok - 1) / (sec - f), 1000 * c / tok, 1000 * q / tok }'
 	done | sort -g | sed -n 2p
 	pcg-down >/dev/null
 }
@@ -44,8 +45,12 @@ for m in "$@"; do
 	fwd=$(bench-forward --model "$m" --threads "$t" --ctx "$ctx" --steps 32 2>&1 |
 		sed -n 's/^decode speech range[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p')
 	new=$(pipe "$m")
-	old=$(OMP_WAIT_POLICY=PASSIVE pipe "$m")
-	awk -v m="${m##*/}" -v f="$fwd" -v n="$new" -v o="$old" 'BEGIN {
-		printf "%-28s bench-forward %7.2f tokens/s; pipeline %7.2f = %.2fx (servers sleeping at once: %7.2f = %.2fx)\n",
-			m, f, n, n / f, o, o / f }'
+	old=$(OMP_WAIT_POLICY=PASSIVE pipe "$m" | cut -d' ' -f1)
+	# the pipeline's round split: the target server's compute a token (its
+	# receive to its reply: the forward pass, the distribution, packing) and
+	# the rest of the round (the verifier's queue and the messaging)
+	set -- $new
+	awk -v m="${m##*/}" -v f="$fwd" -v n="$1" -v c="$2" -v q="$3" -v o="$old" 'BEGIN {
+		printf "%-28s bench-forward %7.2f tokens/s (%.1f ms); pipeline %7.2f = %.2fx: a token %.1f ms in targetd + %.1f ms queue and messaging (servers sleeping at once: %7.2f = %.2fx)\n",
+			m, f, 1000 / f, n, n / f, c, q, o, o / f }'
 done
