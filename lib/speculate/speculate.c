@@ -51,7 +51,8 @@ struct spec_session {
 	int pipe, n_ahead, p_off, ax[PROTO_MAX_N];
 	int pipe_next, n_piped;  /* whether the next round drafts ahead; rounds that did */
 	int probe_every, next_probe; /* auto, the target alone: when it drafts to measure */
-	int can_pay;             /* auto: drafting beats the target alone at full acceptance */
+	int can_pay;             /* auto: drafting beats the target alone at full acceptance
+				  * (and MTP heads, at a common acceptance): probes are made */
 	double t_alone, t_probes; /* auto: the model's seconds of the rounds the target ran
 				   * alone, and of the probes' catch-up */
 	int ahead_pipe;          /* the choice the drafts ahead were made for */
@@ -95,6 +96,7 @@ static int row_id(const spec_session *s, int row)
 
 static int next_lookahead(spec_session *s);
 static int drafting_can_pay(const spec_session *s);
+static int probe_worth(const spec_session *s, double catch_up);
 
 static void forced_free(forced *f)
 {
@@ -334,7 +336,9 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 	if (s->env.costs.step <= 0)
 		cost_terms_parse(SPEC_COSTS, &s->env.costs, err);
 	s->env.costs.heads = s->mtp ? s->heads : 0; /* a score asks for them all */
-	s->can_pay = !s->auto_l || drafting_can_pay(s);
+	/* MTP heads ride on the target's score: nothing to catch up, so a
+	 * probe is worth it where drafting at a common acceptance would pay */
+	s->can_pay = !s->auto_l || (drafting_can_pay(s) && (!s->mtp || probe_worth(s, 0)));
 	s->L_next = next_lookahead(s);
 	s->t0 = pcg_now();
 	return s;
@@ -837,7 +841,7 @@ static int score(spec_session *s, const spec_io *io, round *r, pcg_err *err)
 	 * position: not asked for while auto leaves the rounds to the target
 	 * alone, but for the round before its next probe */
 	const int quiet = s->mtp && s->auto_l && s->probe_every > 0 &&
-			  s->rounds + 2 < s->next_probe;
+			  (!s->can_pay || s->rounds + 2 < s->next_probe);
 	s->q->score.heads = quiet ? 0 : s->heads;
 	r->nq = s->q->score.req.n;
 	r->heads = s->q->score.heads;

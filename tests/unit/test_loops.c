@@ -365,6 +365,7 @@ typedef struct config {
 typedef struct tally {
 	hist tok, grp, bonus, checked_ahead, reused, bonus_grp, reused_grp;
 	long tokens, rounds, alone, sequential, pipelined, reused_rounds, resends;
+	long heads_asked;            /* rounds whose score asked for MTP heads */
 	double accepted, drafted;
 	int lookaheads[PROTO_MAX_N]; /* drafting rounds by lookahead */
 	int mislabelled;
@@ -439,6 +440,7 @@ static void run_config(const config *c, spec_env *env, asg *groups, tally *ty, u
 			const int reused = drafting && !sh->proposed && sh->heads == 0 &&
 					   strncmp(c->policy, "mtp-", 4) != 0;
 			ty->rounds++;
+			ty->heads_asked += sh->heads > 0;
 			ty->alone += !drafting;
 			ty->sequential += drafting && !sh->ahead;
 			ty->pipelined += sh->ahead > 0;
@@ -665,6 +667,14 @@ int main(int argc, char **argv)
 	run_config(&short_one, &env, groups, ts, base + 810000);
 	CHECKF(ts->sequential + ts->pipelined == 0 && ts->drafted == 0,
 	       "%s: %ld rounds drafted", short_one.what, ts->sequential + ts->pipelined);
+	/* MTP heads whose cost outweighs what they could win: auto leaves the
+	 * rounds to the target alone and asks for no heads at all (they cost
+	 * the target a product and lm_head each at every position) */
+	const config costly_heads = { "mtp-sd, auto, heads that cannot pay", "mtp-sd", 0, 0,
+				      DRAFT_NEAR, 0, 0, T, 200, plain, "1,0,0.3,0.1,2" };
+	run_config(&costly_heads, &env, groups, ts, base + 820000);
+	CHECKF(ts->heads_asked == 0 && ts->drafted == 0, "%s: %ld rounds asked for heads",
+	       costly_heads.what, ts->heads_asked);
 	free(ts);
 
 	printf("power: these must be rejected\n");
