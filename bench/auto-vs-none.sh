@@ -10,7 +10,8 @@
 # leaves (high); what auto must get right is whether drafting pays on this
 # CPU, where the draft's step may be no faster than the target's.
 #
-# Usage: bench/auto-vs-none.sh   (after bench/llasa1b.sh made the files)
+# Usage: bench/auto-vs-none.sh   (after bench/llasa1b.sh and
+#   bench/llasa1b-pipeline.sh made the files)
 # Environment: BENCH_CACHE (as bench/llasa1b.sh), PRESET (llasa-1b),
 #   TOKENS (default 100), REPEAT (default 3), THREADS (per server, default
 #   2), TARGETS (file types of the target, default "q8_0 bf16"); pin a CPU
@@ -26,10 +27,8 @@ repeat=${REPEAT:-3}
 threads=${THREADS:-2}
 export PCG_RUNTIME_DIR="$cache/rt-auto"
 model=$cache/$preset-random-bf16
-[ -f "$model/config.json" ] || { echo "run bench/llasa1b.sh first ($model)" >&2; exit 1; }
-for f in q8_0 q4_0; do
-	[ -s "$cache/$preset-$f.gguf" ] ||
-		bin/pcg-quantize --quiet --type "$f" "$model" -o "$cache/$preset-$f.gguf"
+for f in "$model/config.json" "$cache/$preset-q8_0.gguf" "$cache/$preset-q4_0.gguf"; do
+	[ -s "$f" ] || { echo "run bench/llasa1b.sh and bench/llasa1b-pipeline.sh first ($f)" >&2; exit 1; }
 done
 trap 'pcg-down >/dev/null 2>&1' EXIT
 text="The quick brown fox jumps over the lazy dog, twice."
