@@ -308,6 +308,20 @@ got=$(( ($(stat -c %s long.wav) - 44) / 2 ))
 	grep -q '200 wav: .* 3 pieces' httpd2.log &&
 	ok "three pieces, one stream: one header, $got samples = the sentences' sum" ||
 	bad "long input: $got samples, want $want; $(grep pieces httpd2.log | tail -n 1)"
+# kill_cancelled WHAT: kills curl $c; the verifier cancels its session
+# (one more "cancelled" in its log than $cancels) within 2 s
+kill_cancelled() {
+	kill -9 $c
+	wait $c 2>/dev/null
+	s=$(ms)
+	i=0
+	until [ "$(grep -c 'cancelled' "$T/rt/verifier.log")" -gt "$cancels" ] || [ $i -ge 40 ]; do
+		sleep 0.05; i=$((i + 1))
+	done
+	[ "$(grep -c 'cancelled' "$T/rt/verifier.log")" -gt "$cancels" ] &&
+		ok "$1: the verifier cancels its session ($(( $(ms) - s )) ms)" ||
+		bad "$1: no cancel in the verifier's log: $(tail -n 3 "$T/rt/verifier.log")"
+}
 # 429 beyond --max-requests, and a curl killed mid-stream cancels
 many="$t $t $t $t $t $t $t $t $t $t $t $t"
 cancels=$(grep -c 'cancelled' "$T/rt/verifier.log")
@@ -317,16 +331,7 @@ i=0
 until [ -s slow.pcm ] || [ $i -ge 50 ]; do sleep 0.05; i=$((i + 1)); done
 [ "$(say e24 "$(body "Hi." alloy wav)" -H "$AUTH")" = 429 ] && grep -q '"code": "rate_limit_exceeded"' e24 &&
 	ok "a second request at once: 429" || bad "429: $(cat e24)"
-kill -9 $c
-wait $c 2>/dev/null
-s=$(ms)
-i=0
-until [ "$(grep -c 'cancelled' "$T/rt/verifier.log")" -gt "$cancels" ] || [ $i -ge 40 ]; do
-	sleep 0.05; i=$((i + 1))
-done
-[ "$(grep -c 'cancelled' "$T/rt/verifier.log")" -gt "$cancels" ] &&
-	ok "a killed curl: the verifier cancels its session ($(( $(ms) - s )) ms)" ||
-	bad "no cancel in the verifier's log: $(tail -n 3 "$T/rt/verifier.log")"
+kill_cancelled "a killed curl"
 grep -q 'generation cancelled' httpd2.log && ok "pcg-httpd logs the cancel" || bad "$(tail -n 3 httpd2.log)"
 [ "$(say after.wav "$(body "Hi." alloy wav)" -H "$AUTH")" = 200 ] && ok "the next request runs" ||
 	bad "after a cancel: $(cat after.wav)"
@@ -337,16 +342,7 @@ cancels=$(grep -c 'cancelled' "$T/rt/verifier.log")
 gone=$(grep -c 'generation cancelled' httpd2.log)
 curl -s -o slow.wav -H "$AUTH" -d "$(body "$many" alloy wav)" "$API/audio/speech" & c=$!
 sleep 0.5
-kill -9 $c
-wait $c 2>/dev/null
-s=$(ms)
-i=0
-until [ "$(grep -c 'cancelled' "$T/rt/verifier.log")" -gt "$cancels" ] || [ $i -ge 40 ]; do
-	sleep 0.05; i=$((i + 1))
-done
-[ "$(grep -c 'cancelled' "$T/rt/verifier.log")" -gt "$cancels" ] &&
-	ok "a killed curl of a whole wav: the verifier cancels its session ($(( $(ms) - s )) ms)" ||
-	bad "a whole wav: no cancel in the verifier's log: $(tail -n 3 "$T/rt/verifier.log")"
+kill_cancelled "a killed curl of a whole wav"
 i=0
 until [ "$(grep -c 'generation cancelled' httpd2.log)" -gt "$gone" ] || [ $i -ge 20 ]; do
 	sleep 0.05; i=$((i + 1))
