@@ -1,7 +1,8 @@
 /* bench/mtp.c: the cost of the multi-token prediction heads next to the
  * decode step they ride on, e.g. on LLaSA-1B's shape from `pcg-mkmodel
- * --preset llasa-1b`: one decode step (llama_forward), the same step with
- * the hidden state exposed (llama_forward_hidden: must cost the same), and
+ * --preset llasa-1b`: one decode step (llama_forward_batch, as the model
+ * server runs it), the same step with the final state asked for too (must
+ * cost the same), and
  * the n heads' logits from that state, with the full lm_head and with the
  * LLaSA speech range only; the fastest of 3 interleaved rounds of each.
  * Random heads are written to a scratch file. A Llasa+ model (its own
@@ -41,8 +42,12 @@ static void die(const char *what, const pcg_err *err)
 	exit(1);
 }
 
-/* Seconds per decode step from the context; hidden NULL: llama_forward. */
-static double decode(llama_model *m, llama_kv *kv, float *logits, float *hidden)
+/* Seconds per decode step from the context over rows (NULL: the whole
+ * vocabulary), with the final states (hidden) and the Llasa+ heads' outputs
+ * (hs [n_mtp][H]) each asked for unless NULL: one pass of the batched
+ * forward, as the model server runs it. */
+static double decode(llama_model *m, llama_kv *kv, const llama_rows *rows, float *logits,
+		     float *hidden, float *hs)
 {
 	pcg_err err;
 	int tok = 100;
@@ -51,9 +56,8 @@ static double decode(llama_model *m, llama_kv *kv, float *logits, float *hidden)
 	llama_kv_truncate(kv, ctx, &err);
 	t = pcg_now();
 	for (int i = 0; i < steps; i++) {
-		int rc = hidden ? llama_forward_hidden(m, kv, &tok, 1, 1, NULL, logits, hidden, &err)
-				: llama_forward(m, kv, &tok, 1, 1, NULL, logits, &err);
-		if (rc < 0)
+		llama_seq s = { kv, &tok, 1, 1, logits, hidden, hs };
+		if (llama_forward_batch(m, &s, 1, rows, NULL, &err) < 0)
 			die("decode", &err);
 		tok = (tok * 7 + 13) % 1000;
 	}
@@ -68,26 +72,6 @@ static double heads(mtp_heads *h, const float *hidden, const llama_rows *rows, f
 	for (int i = 0; i < steps; i++)
 		if (mtp_logits(h, hidden, 0, mtp_n_heads(h), rows, logits, &err) < 0)
 			die("heads", &err);
-	return (pcg_now() - t) / steps;
-}
-
-/* Seconds per decode step from the context over rows, with the Llasa+
- * heads' outputs (hs [n_mtp][H]) asked for unless hs is NULL. */
-static double decode_heads(llama_model *m, llama_kv *kv, const llama_rows *rows, float *logits,
-			   float *hs)
-{
-	pcg_err err;
-	int tok = 100;
-	double t;
-
-	llama_kv_truncate(kv, ctx, &err);
-	t = pcg_now();
-	for (int i = 0; i < steps; i++) {
-		llama_seq s = { kv, &tok, 1, 1, logits, NULL, hs };
-		if (llama_forward_batch(m, &s, 1, rows, NULL, &err) < 0)
-			die("decode", &err);
-		tok = (tok * 7 + 13) % 1000;
-	}
 	return (pcg_now() - t) / steps;
 }
 
@@ -132,12 +116,12 @@ static int bench_llasa_plus(llama_model *m)
 	llama_rows speech = { 2, { sb, sb - 3 }, { V, sb - 2 } };
 	double t_b = 1e30, t_m = 1e30, t_l1 = 1e30, t_ln = 1e30;
 	/* the steps over the speech rows, as targetd runs them in the pipeline */
-	decode_heads(b, kb, &speech, logits, NULL);
-	decode_heads(m, kv, &speech, logits, hs + H);
+	decode(b, kb, &speech, logits, NULL, NULL);
+	decode(m, kv, &speech, logits, NULL, hs + H);
 	memcpy(hs, hs + H, (size_t)H * sizeof *hs);
 	for (int r = 0; r < 3; r++) {
-		double x = decode_heads(b, kb, &speech, logits, NULL);
-		double y = decode_heads(m, kv, &speech, logits, hs + H);
+		double x = decode(b, kb, &speech, logits, NULL, NULL);
+		double y = decode(m, kv, &speech, logits, NULL, hs + H);
 		double z1 = lm_heads(m, hs, 1, &speech, logits);
 		double zn = lm_heads(m, hs, n + 1, &speech, logits);
 		t_b = x < t_b ? x : t_b;
@@ -221,9 +205,10 @@ int main(int argc, char **argv)
 
 	/* Interleaved rounds, the fastest of each kept: the machine may be shared. */
 	double t_fwd = 1e30, t_hid = 1e30, t_full = 1e30, t_rows = 1e30;
-	decode(m, kv, logits, NULL); /* warm up: the mapping is paged in */
+	decode(m, kv, NULL, logits, NULL, NULL); /* warm up: the mapping is paged in */
 	for (int r = 0; r < 3; r++) {
-		double a = decode(m, kv, logits, NULL), b = decode(m, kv, logits, hidden);
+		double a = decode(m, kv, NULL, logits, NULL, NULL),
+		       b = decode(m, kv, NULL, logits, hidden, NULL);
 		double c = heads(h, hidden, NULL, logits), d = heads(h, hidden, &speech, logits);
 		t_fwd = a < t_fwd ? a : t_fwd;
 		t_hid = b < t_hid ? b : t_hid;
@@ -232,8 +217,8 @@ int main(int argc, char **argv)
 	}
 	printf("model %s: hidden %d, vocab %d, %d layers, %d threads, context %d\n", model_dir,
 	       H, V, llama_n_layers(m), pcg_get_threads(), ctx);
-	printf("decode step (llama_forward):            %8.3f ms\n", t_fwd * 1e3);
-	printf("decode step (llama_forward_hidden):     %8.3f ms\n", t_hid * 1e3);
+	printf("decode step:                            %8.3f ms\n", t_fwd * 1e3);
+	printf("decode step, with its final state:      %8.3f ms\n", t_hid * 1e3);
 	printf("%d heads, full vocabulary:               %8.3f ms (%.2f decode steps)\n", n,
 	       t_full * 1e3, t_full / t_fwd);
 	printf("%d heads, speech rows (%d):           %8.3f ms (%.2f decode steps)\n", n,
