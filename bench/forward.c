@@ -250,12 +250,7 @@ int main(int argc, char **argv)
 		       c->vocab, llama_mapped_bytes(m) / 1e9, cpu_name(), threads,
 		       pcg_matmul_isa(), pcg_qmatmul_path(), ctx);
 		bench_batch(m, &speech, prompt);
-		llama_kv_free(&kv);
-		llama_close(&m);
-		free(logits);
-		free(prompt);
-		free((int *)oo.layers);
-		return 0;
+		goto out;
 	}
 	t0 = pcg_now();
 	if (llama_forward(m, kv, prompt, ctx, 1, NULL, logits, &err) < 0)
@@ -332,6 +327,7 @@ int main(int argc, char **argv)
 		       "range) %.3f ms = %.2fx the bound; block of %d = %.2fx one step\n",
 		       bytes / 1e9, bandwidth, bound * 1e3, sp * 1e3, sp / bound, block, blk / one);
 	}
+out:
 	llama_kv_free(&kv);
 	llama_close(&m);
 	free(logits);
