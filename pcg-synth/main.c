@@ -39,7 +39,8 @@ static const char *lookahead_s;
 static int lookahead, sequential, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
 static int viterbi_k, chunk, chunk_left, chunk_right, raw, quiet;
 static const char *outdir, *policy_args, *prompt_wav, *prompt_text;
-static char policy_opt_help[512]; /* from lib/policy's table, at the start of main */
+static char policy_opt_help[512]; /* from lib/policy's table, by options() */
+static proto_synth args_msg;      /* --policy-args, checked before anything runs */
 
 static const pcg_opt opts[] = {
 	{ "verifier", PCG_OPT_STR, &url, NULL, 1, 0, "URL",
@@ -711,17 +712,39 @@ static int request_check(const proto_synth *y, pcg_err *err)
 	return -1;
 }
 
-int main(int argc, char **argv)
+/* ---- main, in steps ----
+ *
+ * Each step returns GO_ON, or the exit status to stop with. */
+enum { GO_ON = -1 };
+
+/* --lookahead L (not auto): a number of drafts; 0, or -1 with err. */
+static int parse_lookahead(pcg_err *err)
+{
+	char *end;
+	long l = strtol(lookahead_s, &end, 10);
+
+	if (end == lookahead_s || *end != '\0' || l < 1 || l > PROTO_MAX_LOOKAHEAD) {
+		snprintf(err->msg, sizeof err->msg, "--lookahead '%s': a number of drafts "
+			 "from 1 to %d, or auto", lookahead_s, PROTO_MAX_LOOKAHEAD);
+		return -1;
+	}
+	lookahead = (int)l;
+	return 0;
+}
+
+/* 1. the options and the operands: --help and --policy help answered here,
+ * the policy, the lookahead and --policy-args checked before anything runs;
+ * *first: the operand TEXT (argc: none). */
+static int options(int argc, char **argv, int *first)
 {
 	pcg_err err = { "" };
-	int rc = 1;
 	char names[256];
+
 	snprintf(policy_opt_help, sizeof policy_opt_help, "%s, none (the target alone), "
 		 "mtp-viterbi, or mtp-NAME (the target's MTP heads draft, NAME verifies); "
 		 "'help' describes them", policy_names(names, sizeof names, ", "));
-	int first = pcg_opts_parse(opts, argc, argv, &err);
-
-	if (first == PCG_OPTS_HELP) {
+	const int f = *first = pcg_opts_parse(opts, argc, argv, &err);
+	if (f == PCG_OPTS_HELP) {
 		pcg_opts_usage(stdout, prog, SYNOPSIS, opts);
 		return 0;
 	}
@@ -733,33 +756,32 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: %s\n", prog, err.msg);
 		return 1;
 	}
-	if (first >= 0 && strcmp(lookahead_s, "auto")) {
-		char *end;
-		long l = strtol(lookahead_s, &end, 10);
-		if (end == lookahead_s || *end != '\0' || l < 1 || l > PROTO_MAX_LOOKAHEAD) {
-			snprintf(err.msg, sizeof err.msg, "--lookahead '%s': a number of drafts "
-				 "from 1 to %d, or auto", lookahead_s, PROTO_MAX_LOOKAHEAD);
-			return pcg_usage_error(prog, SYNOPSIS, opts, err.msg);
-		}
-		lookahead = (int)l;
-	}
-	static proto_synth args_msg; /* --policy-args, checked before anything runs */
-	if (first >= 0 && parse_policy_args(policy_args, policy_name, &args_msg, &err) < 0)
+	if (f >= 0 && strcmp(lookahead_s, "auto") && parse_lookahead(&err) < 0)
+		return pcg_usage_error(prog, SYNOPSIS, opts, err.msg);
+	if (f >= 0 && parse_policy_args(policy_args, policy_name, &args_msg, &err) < 0)
 		return pcg_usage_error(prog, SYNOPSIS, opts, err.msg);
 	const int batch = outdir != NULL;
-	if (first >= 0 && batch && first == argc - 1 && strcmp(argv[first], "-")) {
+	if (f >= 0 && batch && f == argc - 1 && strcmp(argv[f], "-")) {
 		fprintf(stderr, "%s: --output-dir reads its utterances from standard input, one "
 			"per line: give no TEXT (or -)\n", prog);
 		return 2;
 	}
-	if (first < 0 || (!do_ping && !batch && first != argc - 1) ||
-	    ((do_ping || batch) && first < argc - (batch ? 1 : 0))) {
+	if (f < 0 || (!do_ping && !batch && f != argc - 1) ||
+	    ((do_ping || batch) && f < argc - (batch ? 1 : 0))) {
 		return pcg_usage_error(prog, SYNOPSIS, opts,
-				       first < 0 ? err.msg : "one TEXT (or -) is needed");
+				       f < 0 ? err.msg : "one TEXT (or -) is needed");
 	}
+	return GO_ON;
+}
+
+/* 2. the flags that go together, or not: where the audio goes and the
+ * cloning prompt. */
+static int check_flags(void)
+{
 	const int to_stdout = out && !strcmp(out, "-");
 	audio_format fmt = AUDIO_WAV;
-	if (batch && out) {
+
+	if (outdir != NULL && out) {
 		fprintf(stderr, "%s: -o and --output-dir: give one (a batch writes DIR/NNNN.wav)\n",
 			prog);
 		return 2;
@@ -786,92 +808,141 @@ int main(int argc, char **argv)
 			"what it says)\n", prog);
 		return 2;
 	}
-	proto_msg *q = calloc(1, sizeof *q), *r = calloc(1, sizeof *r);
-	char *text = NULL, *asg_img = NULL;
-	pcg_bytes prompt_img = { 0 };
-	if (q == NULL || r == NULL)
+	return GO_ON;
+}
+
+/* What the request holds apart from its message, freed at the end. */
+typedef struct held {
+	char *text, *asg;
+	pcg_bytes prompt;
+} held;
+
+/* 3a. the text: the operand, or standard input for "-". */
+static int read_text(proto_synth *y, const char *arg, held *h)
+{
+	pcg_err err = { "" };
+
+	h->text = strcmp(arg, "-") ? strdup(arg) : read_all(stdin, sizeof y->text);
+	if (h->text == NULL) {
+		fprintf(stderr, "%s: out of memory\n", prog);
 		return 1;
+	}
+	if (proto_synth_text(y, h->text, strlen(h->text), &err) < 0) {
+		fprintf(stderr, "%s: TEXT: %s\n", prog, err.msg);
+		return 2;
+	}
+	return GO_ON;
+}
+
+/* 3b. --asg: the file sent with the request; text_stdin: the text came
+ * from standard input, which cannot give both. */
+static int read_asg(proto_synth *y, int text_stdin, held *h)
+{
+	if (!strcmp(asg_path, "-") && text_stdin) {
+		fprintf(stderr, "%s: the text and --asg cannot both come from stdin\n", prog);
+		return 2;
+	}
+	FILE *f = strcmp(asg_path, "-") ? fopen(asg_path, "rb") : stdin;
+	size_t cap = PROTO_MAX_MSG - (1 << 20), n = 0;
+	h->asg = f ? malloc(cap + 1) : NULL;
+	if (h->asg)
+		n = fread(h->asg, 1, cap + 1, f);
+	if (f && f != stdin)
+		fclose(f);
+	if (h->asg == NULL || n == 0 || n > cap) {
+		fprintf(stderr, "%s: --asg %s: %s\n", prog, asg_path,
+			!f ? strerror(errno) : n > cap ? "too large to send" : "empty");
+		return 1;
+	}
+	y->asg = h->asg;
+	y->asg_len = n;
+	return GO_ON;
+}
+
+/* 3c. --prompt-wav and --prompt-text: the voice to clone. */
+static int read_prompt(proto_synth *y, held *h)
+{
+	pcg_err perr = { "" };
+
+	if (strlen(prompt_text) >= sizeof y->prompt_text) {
+		fprintf(stderr, "%s: --prompt-text longer than %zu bytes\n", prog,
+			sizeof y->prompt_text - 1);
+		return 2;
+	}
+	if (pcg_bytes_open(prompt_wav, 0, &h->prompt, &perr) < 0)
+		return pcg_report(prog, &perr);
+	if (h->prompt.size == 0 || h->prompt.size > PROTO_MAX_MSG - (2u << 20)) {
+		fprintf(stderr, "%s: --prompt-wav %s: %s\n", prog, prompt_wav,
+			h->prompt.size ? "too large to send" : "empty");
+		return 1;
+	}
+	y->prompt_audio = h->prompt.data;
+	y->prompt_audio_len = (size_t)h->prompt.size;
+	snprintf(y->prompt_text, sizeof y->prompt_text, "%s", prompt_text);
+	return GO_ON;
+}
+
+/* 3d. the options into the request, checked as the verifier will check
+ * them. */
+static int fill_request(proto_synth *y)
+{
+	pcg_err err = { "" };
+
+	snprintf(y->policy, sizeof y->policy, "%s", policy_name);
+	y->beta = (float)beta;
+	y->n_args = args_msg.n_args;
+	memcpy(y->arg_name, args_msg.arg_name, sizeof y->arg_name);
+	memcpy(y->arg_val, args_msg.arg_val, sizeof y->arg_val);
+	y->lookahead = lookahead;
+	y->sequential = sequential;
+	y->samp = (pcg_sampling){ (float)temp, top_k, (float)top_p };
+	y->seed = (uint64_t)seed;
+	y->max_tokens = max_tokens;
+	y->speaker = speaker;
+	y->viterbi_k = viterbi_k;
+	y->f16 = f16;
+	y->chunk = chunk;
+	y->left = chunk_left;
+	y->right = chunk_right;
+	/* audio: per request (synth_one), with the stream it travels in */
+	if (request_check(y, &err) < 0)
+		return pcg_usage_error(prog, SYNOPSIS, opts, err.msg);
+	return GO_ON;
+}
+
+/* 3. the request: a ping, or a synth of TEXT (argv[first]; a batch's
+ * texts come one by one, in synth_batch). */
+static int make_request(proto_msg *q, char **argv, int first, held *h)
+{
+	proto_synth *y = &q->synth;
+	const int batch = outdir != NULL;
+	int rc = GO_ON;
+
 	if (do_ping) {
 		proto_init(q, PROTO_PING, 0);
-	} else {
-		proto_synth *y = &q->synth;
-		proto_init(q, PROTO_SYNTH, 0);
-		proto_synth_defaults(y);
-		if (!batch) {
-			text = strcmp(argv[first], "-") ? strdup(argv[first])
-							: read_all(stdin, sizeof y->text);
-			if (text == NULL) {
-				fprintf(stderr, "%s: out of memory\n", prog);
-				return 1;
-			}
-			if (proto_synth_text(y, text, strlen(text), &err) < 0) {
-				fprintf(stderr, "%s: TEXT: %s\n", prog, err.msg);
-				return 2;
-			}
-		}
-		if (asg_path) {
-			if (!strcmp(asg_path, "-") && (batch || !strcmp(argv[first], "-"))) {
-				fprintf(stderr, "%s: the text and --asg cannot both come from stdin\n", prog);
-				return 2;
-			}
-			FILE *f = strcmp(asg_path, "-") ? fopen(asg_path, "rb") : stdin;
-			size_t cap = PROTO_MAX_MSG - (1 << 20), n = 0;
-			asg_img = f ? malloc(cap + 1) : NULL;
-			if (asg_img)
-				n = fread(asg_img, 1, cap + 1, f);
-			if (f && f != stdin)
-				fclose(f);
-			if (asg_img == NULL || n == 0 || n > cap) {
-				fprintf(stderr, "%s: --asg %s: %s\n", prog, asg_path,
-					!f ? strerror(errno) : n > cap ? "too large to send" : "empty");
-				return 1;
-			}
-			y->asg = asg_img;
-			y->asg_len = n;
-		}
-		if (prompt_wav) {
-			pcg_err perr = { "" };
-			if (strlen(prompt_text) >= sizeof y->prompt_text) {
-				fprintf(stderr, "%s: --prompt-text longer than %zu bytes\n", prog,
-					sizeof y->prompt_text - 1);
-				return 2;
-			}
-			if (pcg_bytes_open(prompt_wav, 0, &prompt_img, &perr) < 0)
-				return pcg_report(prog, &perr);
-			if (prompt_img.size == 0 || prompt_img.size > PROTO_MAX_MSG - (2u << 20)) {
-				fprintf(stderr, "%s: --prompt-wav %s: %s\n", prog, prompt_wav,
-					prompt_img.size ? "too large to send" : "empty");
-				return 1;
-			}
-			y->prompt_audio = prompt_img.data;
-			y->prompt_audio_len = (size_t)prompt_img.size;
-			snprintf(y->prompt_text, sizeof y->prompt_text, "%s", prompt_text);
-		}
-		snprintf(y->policy, sizeof y->policy, "%s", policy_name);
-		y->beta = (float)beta;
-		y->n_args = args_msg.n_args;
-		memcpy(y->arg_name, args_msg.arg_name, sizeof y->arg_name);
-		memcpy(y->arg_val, args_msg.arg_val, sizeof y->arg_val);
-		y->lookahead = lookahead;
-		y->sequential = sequential;
-		y->samp = (pcg_sampling){ (float)temp, top_k, (float)top_p };
-		y->seed = (uint64_t)seed;
-		y->max_tokens = max_tokens;
-		y->speaker = speaker;
-		y->viterbi_k = viterbi_k;
-		y->f16 = f16;
-		y->chunk = chunk;
-		y->left = chunk_left;
-		y->right = chunk_right;
-		/* audio: per request (synth_one), with the stream it travels in */
-		if (request_check(y, &err) < 0)
-			return pcg_usage_error(prog, SYNOPSIS, opts, err.msg);
+		return GO_ON;
 	}
-	char ubuf[4200];
-	/* pcg-up's pipeline, not one the user names: if it is not up, say so at
-	 * once (a verifier named by --verifier may still be starting: ZeroMQ
-	 * waits for it until the timeout) */
+	proto_init(q, PROTO_SYNTH, 0);
+	proto_synth_defaults(y);
+	if (!batch)
+		rc = read_text(y, argv[first], h);
+	if (rc == GO_ON && asg_path)
+		rc = read_asg(y, batch || !strcmp(argv[first], "-"), h);
+	if (rc == GO_ON && prompt_wav)
+		rc = read_prompt(y, h);
+	return rc == GO_ON ? fill_request(y) : rc;
+}
+
+/* 4. the verifier's address, and the CURVE keys to reach it. pcg-up's
+ * pipeline, not one the user names: if it is not up, say so at once (a
+ * verifier named by --verifier may still be starting: ZeroMQ waits for it
+ * until the timeout). */
+static int find_verifier(void)
+{
+	static char ubuf[4200];
+	pcg_err err = { "" };
 	const int pcg_up = url == NULL && !(getenv("PCG_VERIFIER") && *getenv("PCG_VERIFIER"));
+
 	if (url == NULL)
 		url = net_default_verifier(ubuf, sizeof ubuf);
 	if (net_curve_setup(curve_key, NULL, curve_server, &err) < 0) {
@@ -882,29 +953,55 @@ int main(int argc, char **argv)
 		pcg_report(prog, &err);
 		return 1;
 	}
-	void *ctx = zmq_ctx_new(), *sock = NULL;
+	return GO_ON;
+}
 
-	if (do_ping) {
-		rc = do_ping_call(ctx, url, q, r);
-		goto out;
-	}
+/* 5. the synth (or the batch) on its socket, an interruption cancelling
+ * it. */
+static int synth(void *ctx, proto_msg *q, proto_msg *r)
+{
+	pcg_err err = { "" };
 	struct sigaction sa;
+	void *sock;
+	int rc = 1;
+
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN); /* a closed pipe is a write error, then a cancel */
-	if ((sock = net_client(ctx, url, &err)) == NULL) {
+	if ((sock = net_client(ctx, url, &err)) == NULL)
 		pcg_report(prog, &err);
-		goto out;
-	}
-	rc = batch ? synth_batch(sock, q, r, url) : synth_one(sock, q, r, out, url);
-out:
+	else if (outdir != NULL)
+		rc = synth_batch(sock, q, r, url);
+	else
+		rc = synth_one(sock, q, r, out, url);
 	net_close(&sock);
-	zmq_ctx_term(ctx);
-	free(text);
-	free(asg_img);
-	pcg_bytes_close(&prompt_img);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	proto_msg *q = NULL, *r = NULL;
+	held h = { 0 };
+	int first, rc = options(argc, argv, &first);
+
+	if (rc == GO_ON)
+		rc = check_flags();
+	if (rc == GO_ON) {
+		q = calloc(1, sizeof *q), r = calloc(1, sizeof *r);
+		rc = q == NULL || r == NULL ? 1 : make_request(q, argv, first, &h);
+	}
+	if (rc == GO_ON)
+		rc = find_verifier();
+	if (rc == GO_ON) {
+		void *ctx = zmq_ctx_new();
+		rc = do_ping ? do_ping_call(ctx, url, q, r) : synth(ctx, q, r);
+		zmq_ctx_term(ctx);
+	}
+	free(h.text);
+	free(h.asg);
+	pcg_bytes_close(&h.prompt);
 	free(q);
 	free(r);
 	return rc;
