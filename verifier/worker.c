@@ -314,132 +314,185 @@ static int prompt_codes(verifier *v, const job *j, int32_t **codes, size_t *n, p
 	fprintf(stderr, "%s: session %llu: a cloning prompt of %zu codes (%s, %.2f s)\n", prog,
 		(unsigned long long)j->session, *n, hit ? "cached" : "encoded", pcg_now() - t);
 	return 0;
-}/* One synth, round by round; every message to the client goes through the
- * hub. */
-static void run_job(worker *w, job *j)
+}
+
+/* ---- a job, in steps ----
+ *
+ * What run_job holds between its steps. */
+typedef struct job_state {
+	spec_io io;
+	spec_session *s;
+	sent_asg *sa;        /* the ASG the request sent */
+	pcg_err err;
+	const char *code;    /* the error's code, should the job fail */
+	int codec_open;      /* the codec holds the utterance */
+	int codec_busy;      /* codes sent, the codec's reply not yet taken */
+	int sent, cnext, shown; /* codes at the codec; its next chunk; at the client */
+	double t_shown;      /* when the client last heard */
+} job_state;
+
+/* 1. the session. A streaming client hears at once; the request's own
+ * bounds held when the hub parsed it (proto_synth_check), here what
+ * depends on this pipeline. 0, or -1 with js->err. */
+static int job_start(worker *w, job *j, job_state *js)
 {
 	verifier *v = w->v;
 	const proto_synth *req = &j->req->synth;
-	proto_msg *rep = w->client_msg;
-	spec_io io = { .call = io_call, .start = io_start, .finish = io_finish, .ctx = w };
-	pcg_err err = { "" };
-	sent_asg *sa = NULL;
-	spec_session *s = NULL;
 	int32_t *pc = NULL;
 	size_t npc = 0;
-	const char *code = PROTO_E_BAD_REQUEST;
-	int rc = 0, codec_open = 0, codec_busy = 0;
-	int sent = 0, cnext = 0, shown = 0; /* codes at the codec; its next chunk; at the client */
-	const int chunk = req->chunk, right = req->right;
-	double t_shown = 0;
 
 	if (req->stream)
 		progress(w, j, 0, 0, NULL, 0, NULL, 0);
-	/* the request's own bounds held when the hub parsed it (proto_synth_check);
-	 * here, what depends on this pipeline */
-	if (req->audio && w->codec == NULL) {
-		pcg_fail(&err, "field 'audio': this pipeline has no codec (start the verifier "
-			 "with --codec URL: pcg-up --codec-weights), or ask for tokens only");
-		goto fail;
-	}
-	if (req->asg_len > 0 && (sa = asg_acquire(v, req->asg, req->asg_len, &err)) == NULL)
-		goto fail;
-	if (req->prompt_audio_len > 0 && prompt_codes(v, j, &pc, &npc, &err) < 0)
-		goto fail;
+	if (req->audio && w->codec == NULL)
+		return pcg_fail(&js->err, "field 'audio': this pipeline has no codec (start the "
+				"verifier with --codec URL: pcg-up --codec-weights), or ask for "
+				"tokens only");
+	if (req->asg_len > 0 &&
+	    (js->sa = asg_acquire(v, req->asg, req->asg_len, &js->err)) == NULL)
+		return -1;
+	if (req->prompt_audio_len > 0 && prompt_codes(v, j, &pc, &npc, &js->err) < 0)
+		return -1;
 	learn_costs(v);
-	s = spec_new_prompt(&v->env, req, sa ? sa->a : v->groups, j->session, pc, npc, &err);
+	js->s = spec_new_prompt(&v->env, req, js->sa ? js->sa->a : v->groups, j->session, pc,
+				npc, &js->err);
 	free(pc);
-	pc = NULL;
-	if (s == NULL)
-		goto fail;
-	code = PROTO_E_INTERNAL;
-	while (rc == 0) {
-		if (atomic_load(&j->cancel) || pcg_daemon_stop) {
-			code = PROTO_E_CANCELLED;
-			pcg_fail(&err, pcg_daemon_stop ? "the verifier is stopping" : "cancelled");
-			goto fail;
-		}
-		if ((rc = spec_round(s, &io, &err)) < 0)
-			goto fail;
-		const int *all;
-		int pos;
-		all = spec_tokens(s, &pos);
-		const void *pcm = NULL;
-		size_t n_pcm = 0;
-		/* The codec gets the codes when they complete a chunk (its chunk
-		 * [next, next + chunk) needs the codes up to next + chunk + right)
-		 * or at the end, one request at a time, and decodes while the
-		 * next rounds run; its reply is taken as soon as it is there. */
-		const int send = req->audio && (rc == 1 || (pos > sent && chunk > 0 &&
-							       pos >= cnext + chunk + right));
-		if (codec_busy && (send || client_ready(w->codec))) {
-			codec_busy = 0;
-			if (codec_wait(w, &err) < 0)
-				goto fail;
-			pcm = w->codec_rep->pcm.samples;
-			n_pcm = w->codec_rep->pcm.n_samples;
-		}
-		/* Progress: the tokens with each piece of audio, or when 20 ms
-		 * went by without a message (the client sees them as they come,
-		 * not one message a round) */
-		if (req->stream && (n_pcm > 0 || (pos > shown && pcg_now() - t_shown >= 0.02))) {
-			progress(w, j, 0, pos, all + shown, pos - shown, pcm, n_pcm);
-			shown = pos;
-			t_shown = pcg_now();
-		}
-		if (send) {
-			if (codec_start(w, j, all + sent, pos - sent, rc == 1, &err) < 0)
-				goto fail;
-			codec_busy = 1;
-			codec_open = rc == 0;
-			sent = pos;
-			while (chunk > 0 && sent >= cnext + chunk + right)
-				cnext += chunk;
-		}
-	}
-	int pos;
-	const int *all = spec_tokens(s, &pos);
+	return js->s ? 0 : -1;
+}
+
+/* The codec's reply to the codes last sent: the audio of the chunks they
+ * completed (*pcm, n_pcm samples, read in place). */
+static int codec_take(worker *w, job_state *js, const void **pcm, size_t *n_pcm)
+{
+	js->codec_busy = 0;
+	if (codec_wait(w, &js->err) < 0)
+		return -1;
+	*pcm = w->codec_rep->pcm.samples;
+	*n_pcm = w->codec_rep->pcm.n_samples;
+	return 0;
+}
+
+/* The codes up to pos that the codec has not had, final at the end. */
+static int codec_give(worker *w, job *j, job_state *js, const int *all, int pos, int final)
+{
+	const int chunk = j->req->synth.chunk, right = j->req->synth.right;
+
+	if (codec_start(w, j, all + js->sent, pos - js->sent, final, &js->err) < 0)
+		return -1;
+	js->codec_busy = 1;
+	js->codec_open = !final;
+	js->sent = pos;
+	while (chunk > 0 && js->sent >= js->cnext + chunk + right)
+		js->cnext += chunk;
+	return 0;
+}
+
+/* 2. one round, unless the job is cancelled, then its tokens and audio on
+ * their way. spec_round's 0 (more) or 1 (the end), or -1 with js->err. */
+static int job_round(worker *w, job *j, job_state *js)
+{
+	const proto_synth *req = &j->req->synth;
 	const void *pcm = NULL;
 	size_t n_pcm = 0;
-	if (codec_busy) { /* the last audio */
-		codec_busy = 0;
-		if (codec_wait(w, &err) < 0)
-			goto fail;
-		pcm = w->codec_rep->pcm.samples;
-		n_pcm = w->codec_rep->pcm.n_samples;
+	int rc, pos;
+
+	if (atomic_load(&j->cancel) || pcg_daemon_stop) {
+		js->code = PROTO_E_CANCELLED;
+		return pcg_fail(&js->err, pcg_daemon_stop ? "the verifier is stopping"
+							 : "cancelled");
 	}
-	if (req->stream && (pos > shown || n_pcm > 0))
-		progress(w, j, 0, pos, all + shown, pos - shown, pcm, n_pcm);
-	spec_drop(s, &io);
-	spec_result(s, j->req->id, rep);
-	to_client(w, j, rep, 1);
-	goto out;
-fail:
+	if ((rc = spec_round(js->s, &js->io, &js->err)) < 0)
+		return -1;
+	const int *all = spec_tokens(js->s, &pos);
+	/* The codec gets the codes when they complete a chunk (its chunk
+	 * [next, next + chunk) needs the codes up to next + chunk + right)
+	 * or at the end, one request at a time, and decodes while the
+	 * next rounds run; its reply is taken as soon as it is there. */
+	const int send = req->audio && (rc == 1 || (pos > js->sent && req->chunk > 0 &&
+						   pos >= js->cnext + req->chunk + req->right));
+	if (js->codec_busy && (send || client_ready(w->codec)) &&
+	    codec_take(w, js, &pcm, &n_pcm) < 0)
+		return -1;
+	/* Progress: the tokens with each piece of audio, or when 20 ms
+	 * went by without a message (the client sees them as they come,
+	 * not one message a round) */
+	if (req->stream && (n_pcm > 0 || (pos > js->shown && pcg_now() - js->t_shown >= 0.02))) {
+		progress(w, j, 0, pos, all + js->shown, pos - js->shown, pcm, n_pcm);
+		js->shown = pos;
+		js->t_shown = pcg_now();
+	}
+	if (send && codec_give(w, j, js, all, pos, rc == 1) < 0)
+		return -1;
+	return rc;
+}
+
+/* 3. the end: the last audio and tokens to a streaming client, the
+ * servers' caches dropped, the result. 0, or -1 with js->err. */
+static int job_finish(worker *w, job *j, job_state *js)
+{
+	const void *pcm = NULL;
+	size_t n_pcm = 0;
+	int pos;
+	const int *all = spec_tokens(js->s, &pos);
+
+	if (js->codec_busy && codec_take(w, js, &pcm, &n_pcm) < 0) /* the last audio */
+		return -1;
+	if (j->req->synth.stream && (pos > js->shown || n_pcm > 0))
+		progress(w, j, 0, pos, all + js->shown, pos - js->shown, pcm, n_pcm);
+	spec_drop(js->s, &js->io);
+	spec_result(js->s, j->req->id, w->client_msg);
+	to_client(w, j, w->client_msg, 1);
+	return 0;
+}
+
+/* 4. a failure or a cancel: the codec left free, the error to the
+ * client. */
+static void job_fail(worker *w, job *j, job_state *js)
+{
+	proto_msg *rep = w->client_msg;
+
 	/* a cancelled session's caches go now; after an error a server may be
 	 * gone, and waiting for it would only delay the error */
-	if (s && !strcmp(code, PROTO_E_CANCELLED)) {
+	if (js->s && !strcmp(js->code, PROTO_E_CANCELLED)) {
 		int n;
-		spec_tokens(s, &n);
+		spec_tokens(js->s, &n);
 		fprintf(stderr, "%s: session %llu cancelled after %d tokens: %s\n", prog,
 			(unsigned long long)j->session, n,
 			pcg_daemon_stop ? "stopping" : "the client went away or asked");
-		spec_drop(s, &io);
+		spec_drop(js->s, &js->io);
 	}
-	if (codec_busy) { /* its reply, so that the codec's client is free again */
+	if (js->codec_busy) { /* its reply, so that the codec's client is free again */
 		pcg_err e2 = { "" };
 		codec_wait(w, &e2);
 	}
-	if (codec_open) { /* the codec may forget the utterance */
+	if (js->codec_open) { /* the codec may forget the utterance */
 		proto_init(w->codec_req, PROTO_DROP, 0);
 		w->codec_req->drop.session = j->session;
-		client_call(w->codec, w->codec_req, w->codec_rep, &err);
+		client_call(w->codec, w->codec_req, w->codec_rep, &js->err);
 	}
-	proto_error(rep, j->req->id, code, "%s", err.msg);
+	proto_error(rep, j->req->id, js->code, "%s", js->err.msg);
 	to_client(w, j, rep, 1);
-out:
+}
+
+/* One synth, round by round; every message to the client goes through the
+ * hub. */
+static void run_job(worker *w, job *j)
+{
+	job_state js = {
+		.io = { .call = io_call, .start = io_start, .finish = io_finish, .ctx = w },
+		.code = PROTO_E_BAD_REQUEST,
+	};
+	int rc = job_start(w, j, &js);
+
+	if (rc == 0) {
+		js.code = PROTO_E_INTERNAL;
+		while ((rc = job_round(w, j, &js)) == 0)
+			;
+	}
+	if (rc < 0 || job_finish(w, j, &js) < 0)
+		job_fail(w, j, &js);
 	release_replicas(w);
-	spec_free(&s);
-	asg_release(v, sa);
+	spec_free(&js.s);
+	asg_release(w->v, js.sa);
 }
 
 static void *worker_main(void *arg)
