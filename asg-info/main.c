@@ -1,5 +1,5 @@
 /* asg-info: checks an ASG file (checksum and structure) and prints its header
- * and statistics, or its groups one per line (lib/image's info main).
+ * and statistics, or its groups one per line (lib/core/image.c's info main).
  */
 #include <stdio.h>
 

@@ -8,7 +8,7 @@
  * reported is the decoder's alone; --keep DIR writes them there instead and
  * keeps them (a directory codec-decode and pcg-up --codec-weights take), or
  * reuses the file a former run left. --device cuda[:N] times the decoder on
- * a GPU (lib/cuda/xcodec2.h, through the device kind's hooks, as
+ * a GPU (lib/cuda/cuda_xcodec2.h, through the device kind's hooks, as
  * codec-decode --device).
  * Usage: bench-codec [--weights DIR | --keep DIR] [--device DEV] [--threads N] [--reps N]
  *        [--snr]

@@ -1,4 +1,4 @@
-/* bench/costmodel.c: lib/costmodel's prediction for measured terms, so
+/* bench/costmodel.c: lib/speculate/costmodel.c's prediction for measured terms, so
  * that a bench can print it beside what it measured (bench/speedup.sh):
  * tokens per second of a round of L drafts, from the target's step, the
  * draft's step, a block's slope, the fixed cost of a trip and the

@@ -4,7 +4,7 @@
 # voice unless MODEL=DIR), each policy against --policy none on the same
 # sentences, alternating policy by policy within each sentence, the audio
 # written to a file (-o) unless TOKENS=1. Beside each measured figure the
-# cost model's prediction (lib/costmodel, through bench-costmodel) from
+# cost model's prediction (lib/speculate/costmodel.c, through bench-costmodel) from
 # terms measured apart from the run it predicts: the target's step and block
 # slope and the draft's step as the servers measured them (the verifier's
 # log), the fixed cost of a round from the none runs (1 / their tokens per

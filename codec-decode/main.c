@@ -4,7 +4,7 @@
  * or raw PCM through libsndfile, atomically (lib/codec/audio.h). --codec kmeans-gl
  * decodes the demo voice's codec instead (lib/codec/kmeans_codec.h); --codec auto
  * (the default) takes the codec its config.json names. --device cuda[:N]
- * decodes X-codec2 on a GPU (lib/cuda/xcodec2.h); kmeans-gl is CPU-only.
+ * decodes X-codec2 on a GPU (lib/cuda/cuda_xcodec2.h); kmeans-gl is CPU-only.
  */
 #include <errno.h>
 #include <jansson.h>

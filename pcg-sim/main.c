@@ -22,11 +22,11 @@ static const char *SYNOPSIS =
 static const char *policy_s, *asg_path, *draft_path, *target_path;
 static int trials, seed;
 
-/* from lib/policy's table, at the start of main */
+/* from lib/speculate/policy.c's table, at the start of main */
 static char policy_help[256], policy_want[300];
 
 /* The fixed options, then one per parameter name of the rules (--beta,
- * --epsilon, --alpha, --k, --delta), added from lib/policy's table. */
+ * --epsilon, --alpha, --k, --delta), added from lib/speculate/policy.c's table. */
 #define MAX_ARG_OPTS 16
 static double arg_value[MAX_ARG_OPTS];
 static char arg_help[MAX_ARG_OPTS][160];

@@ -39,7 +39,7 @@ static const char *lookahead_s;
 static int lookahead, sequential, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
 static int viterbi_k, chunk, chunk_left, chunk_right, raw, quiet;
 static const char *outdir, *policy_args, *prompt_wav, *prompt_text;
-static char policy_opt_help[512]; /* from lib/policy's table, by options() */
+static char policy_opt_help[512]; /* from lib/speculate/policy.c's table, by options() */
 static proto_synth args_msg;      /* --policy-args, checked before anything runs */
 
 static const pcg_opt opts[] = {
@@ -306,7 +306,7 @@ static void print_result(const proto_result *r, const char *path, double t_first
 	}
 }
 
-/* --policy help: every policy the verifier takes, from lib/policy's table. */
+/* --policy help: every policy the verifier takes, from lib/speculate/policy.c's table. */
 static void policy_help(void)
 {
 	printf("policies (pcg-synth --policy NAME):\n");
@@ -649,7 +649,7 @@ static int synth_batch(void *sock, proto_msg *q, proto_msg *r, const char *vurl)
 }
 
 /* --policy-args "name=x,name=x" for the policy called pname (mtp-NAME:
- * NAME's) into q, checked against lib/policy's table. Returns 0, or -1 with
+ * NAME's) into q, checked against lib/speculate/policy.c's table. Returns 0, or -1 with
  * err. */
 static int parse_policy_args(const char *list, const char *pname, proto_synth *q, pcg_err *err)
 {

@@ -86,7 +86,7 @@ else
 	echo "SKIP: script(1) missing: progress on a terminal not tested" >&2
 fi
 
-# The policies describe themselves (lib/policy's table): pcg-synth --policy
+# The policies describe themselves (lib/speculate/policy.c's table): pcg-synth --policy
 # help lists them without a pipeline, and each is in the man pages that list
 # policies.
 expect 0 "pcg-synth --policy help" pcg-synth --policy help

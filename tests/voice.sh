@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/voice.sh: the phoneme voice's front end (pcg-phonemize, lib/voice):
+# tests/voice.sh: the phoneme voice's front end (pcg-phonemize, lib/text/voice.c):
 # frames and phonemes as espeak-ng times them, the same audio as the
 # espeak-ng program, the token text, voice.json and its errors.
 . "${PCG_ROOT:-.}/tests/shlib"

@@ -1,5 +1,5 @@
 /* tm-info: checks a TM file (checksum and structure) and prints its header
- * and statistics, or its rows of observed successors (lib/image's info
+ * and statistics, or its rows of observed successors (lib/core/image.c's info
  * main).
  */
 #include <stdio.h>

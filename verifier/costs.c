@@ -153,7 +153,7 @@ static pcg_client *calib_client(verifier *v, const char *u, int timeout_ms, int 
 	return cl;
 }
 
-/* The cost model's terms (lib/costmodel), before the first session: the
+/* The cost model's terms (lib/speculate/costmodel.c), before the first session: the
  * step and block slope targetd measured at its first ping, the draft's
  * step, MTP heads' cost, the round trip of a score beyond its compute and
  * the overlap of the two servers at work at once. Once learnt they stay

@@ -298,7 +298,7 @@ static int codec_wait(worker *w, pcg_err *err)
 }
 
 /* The codes of a request's cloning prompt (encoded once per file, then
- * kept: lib/prompts), logged with whether they were cached. */
+ * kept: lib/codec/prompts.c), logged with whether they were cached. */
 static int prompt_codes(verifier *v, const job *j, int32_t **codes, size_t *n, pcg_err *err)
 {
 	const proto_synth *req = &j->req->synth;

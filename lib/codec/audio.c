@@ -1,5 +1,5 @@
 /* audio.c: audio files through libsndfile, replaced atomically or written
- * through by lib/fileio (see audio.h). */
+ * through by lib/core/fileio.c (see audio.h). */
 #include "audio.h"
 
 #include <errno.h>

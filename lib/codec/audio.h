@@ -1,5 +1,5 @@
 /* audio.h: mono float samples to an audio file through libsndfile, written
- * by lib/fileio (see fileio.h) so that a file at the final path is always
+ * by lib/core/fileio.c (see fileio.h) so that a file at the final path is always
  * complete:
  *
  *   a regular file (or a new one) is replaced atomically: a temporary file

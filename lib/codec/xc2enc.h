@@ -52,7 +52,7 @@ typedef struct xc2e_info {
 xc2e_model *xc2e_open(const char *path, pcg_err *err);
 /* The same with the Conformer's matrices (the bulk: 16 x 25 M parameters at
  * full size) kept in wdtype: PCG_F32, or PCG_BF16 (rounded to nearest even:
- * half the memory; products in f32 on widened tiles, lib/matmul). */
+ * half the memory; products in f32 on widened tiles, lib/engine/matmul.c). */
 xc2e_model *xc2e_open_dtype(const char *path, pcg_dtype wdtype, pcg_err *err);
 void xc2e_close(xc2e_model **m);
 const xc2e_info *xc2e_get_info(const xc2e_model *m);

@@ -1,6 +1,6 @@
 /* quant.c: ggml's block formats to f32 (the layouts are in quant.h). This is
  * the reference every product kernel is tested against, and gguf-py's
- * gguf.quants dequantises to the same values (tests/unit/test_quant.c). */
+ * gguf.quants dequantises to the same values (tests/quant.sh). */
 #include "quant.h"
 
 #include <string.h>

@@ -127,7 +127,7 @@ typedef struct gguf_writer gguf_writer;
 
 /* Starts a file (version 3, alignment 32, or general.alignment when it is
  * set with gguf_set_u32); nothing is written to path until
- * gguf_writer_finish, which writes it through lib/fileio. The setters
+ * gguf_writer_finish, which writes it through lib/core/fileio.c. The setters
  * copy what they are given; a key set twice, an empty key or an alignment
  * that is not a power of two is an error. */
 gguf_writer *gguf_writer_new(pcg_err *err);

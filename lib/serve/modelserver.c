@@ -49,7 +49,7 @@ typedef struct server {
 				* (a Llasa+ model's go through lm_head into the
 				* pending's out, after the block's rows) */
 	float *hprobs;         /* with heads: PROTO_MAX_N x (1 + heads) x vocab */
-	double step, slope;    /* measured at the first ping (lib/costmodel): told in pongs */
+	double step, slope;    /* measured at the first ping (lib/speculate/costmodel.c): told in pongs */
 	double head;           /* one MTP head at one position, likewise */
 	int measured;
 } server;

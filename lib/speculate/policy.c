@@ -1,6 +1,6 @@
 /* policy.c: the table of rules, the round every rule runs in, and the draws
  * they share (see policy.h for the rules and the equations, policy_rule.h
- * for what a rule implements; each rule is in lib/policy_<name>.c).
+ * for what a rule implements; each rule is in lib/speculate/policy_NAME.c).
  *
  * Cost per round at V = 65,537: every draw from a whole distribution (the
  * sd residual, the bonus token, pcg's thinning proposals) is an inverse CDF

@@ -1,5 +1,5 @@
 /* policy_rule.h: what a verification rule implements, and the helpers the
- * rules share (lib/speculate/policy.c). Internal to lib/policy*.c: programs use
+ * rules share (lib/speculate/policy.c). Internal to lib/speculate/policy*.c: programs use
  * policy.h.
  *
  * A rule is its info (name, summary, guarantee, parameters, needs) and up to

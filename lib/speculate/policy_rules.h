@@ -1,6 +1,6 @@
 /* policy_rules.h: every verification rule, one line each, in the order of
  * their kinds: POLICY_RULE(KIND, name) declares the rule `policy_rule_name`
- * written in lib/policy_name.c. Adding a rule is its file, its line here
+ * written in lib/speculate/policy_NAME.c. Adding a rule is its file, its line here
  * and its tests; the kinds (policy.h), the name lookup, the programs' help
  * and errors and the protocol's validation follow from this list.
  */

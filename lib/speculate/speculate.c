@@ -57,7 +57,7 @@ struct spec_session {
 				   * alone, and of the probes' catch-up */
 	int ahead_pipe;          /* the choice the drafts ahead were made for */
 	/* the lookahead: the request's, or chosen each round (auto_l) from the
-	 * acceptance per position so far (tries, accepted) by lib/costmodel */
+	 * acceptance per position so far (tries, accepted) by lib/speculate/costmodel.c */
 	int auto_l, L_next;
 	double tries_pos[PROTO_MAX_N + 1], acc_pos[PROTO_MAX_N + 1];
 	int n_drafting;          /* rounds that drafted (st[DRAFTED]: their drafts) */

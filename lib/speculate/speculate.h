@@ -27,7 +27,7 @@
  * all were accepted; when x_1..x_Lr are, the first of them is verified
  * against q_{Lr+1} in place of the bonus token, and when it is accepted the
  * rest are the next round's drafts. The lookahead is the request's, or
- * (n = 0, auto) chosen before each round by lib/costmodel from the
+ * (n = 0, auto) chosen before each round by lib/speculate/costmodel.c from the
  * acceptance so far and env->costs, with the target alone where drafting
  * would not pay.
  *
@@ -62,7 +62,7 @@ typedef struct spec_env {
 	const tmat *tm;          /* mtp-viterbi's transition matrix, or NULL */
 	const asg *knn;          /* lantern's neighbour file (asg-build --knn), or NULL */
 	cost_terms costs;        /* what a step, a draft step, a block and a trip cost
-				  * (lib/costmodel): --lookahead auto chooses by them;
+				  * (lib/speculate/costmodel.c): --lookahead auto chooses by them;
 				  * all 0: SPEC_COSTS */
 	int target_heads;        /* the MTP heads the target has (its pong's heads=):
 				  * an MTP rule with lookahead auto asks for at most

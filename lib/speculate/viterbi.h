@@ -9,7 +9,7 @@
  *
  * exactly as Algorithm 1 (delta_1 = S_1, delta_t(j) = max_i delta_{t-1}(i)
  * Q(a_i, a_j) S_t(a_j)), in logs, in O(n m^2) with the m x m block of Q
- * taken from lib/tm. The paper weights nothing: each head's probability and
+ * taken from lib/formats/tm.c. The paper weights nothing: each head's probability and
  * each transition count once. As in the paper every position may take any
  * of the m candidates (S_t of a token outside head t's own top-k is still
  * its probability under head t); VITERBI_PER_HEAD restricts position t to

@@ -16,7 +16,7 @@
  * Requests to the verifier:
  *   synth:   text, policy, beta, n (lookahead), temp, top_k, top_p, seed,
  *            max_tokens, f16, args (optional: a map of the policy's
- *            parameters by name, as lib/policy's table names them, at most
+ *            parameters by name, as lib/speculate/policy.c's table names them, at most
  *            PROTO_MAX_ARGS: {"epsilon": 0.09, "alpha": 0.3}; absent ones
  *            take their defaults), asg (an ASG file image, or empty: the
  *            verifier's own), speaker (a phoneme voice's speaker),
@@ -110,7 +110,7 @@ enum proto_stat {
 	PROTO_STAT_LOOKAHEAD,  /* drafts per round (the lookahead, on average over all rounds) */
 	PROTO_STAT_PIPELINED,  /* the share of drafting rounds whose draft drafted ahead */
 	PROTO_STAT_PREDICTED,  /* tokens/s the cost model predicts for the session
-				* (lib/costmodel): its rounds at the model's rate,
+				* (lib/speculate/costmodel.c): its rounds at the model's rate,
 				* the first (with the prompt's prefill) as measured */
 	PROTO_STAT_DRAFTING,   /* the share of rounds that drafted (the rest: the target alone) */
 	PROTO_STAT_T_TARGET_SERVER, /* of T_TARGET, seconds the target server computed (the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Builds the reference fixtures under tests/fixtures/mtp/.
 
-What it is for: lib/mtp computes multi-token prediction heads on a target
+What it is for: lib/engine/mtp.c computes multi-token prediction heads on a target
 Llama model (man/mtp.5):
 
     z_k = lm_head(h + SiLU(W_k h + b_k)),  k = 1..n, predicting x_{t+1+k}

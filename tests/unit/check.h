@@ -79,7 +79,7 @@ static inline const char *check_tmpdir(void)
 	return check_own_tmp;
 }
 
-/* The temporary files of lib/fileio (.NAME.XXXXXX.partial) left in dir: 0
+/* The temporary files of lib/core/fileio.c (.NAME.XXXXXX.partial) left in dir: 0
  * after every write, finished or failed; -1 if dir cannot be read. */
 static inline int check_partials(const char *dir)
 {

@@ -1,4 +1,4 @@
-/* test_costmodel.c: lib/costmodel against its closed forms, and its choice
+/* test_costmodel.c: lib/speculate/costmodel.c against its closed forms, and its choice
  * of lookahead against a brute-force search of the same formulas; a
  * simulation of pipelined rounds (Bernoulli acceptance, the round's costs
  * as lib/speculate spends them) checks the pipelined formula's share of

@@ -1,5 +1,5 @@
 /* test_modelserver.c: draftd and targetd as separate processes over ipc,
- * driven through lib/client: the distributions they return equal the
+ * driven through lib/serve/client.c: the distributions they return equal the
  * engine's own (same logits, same tempering), proposals are reproducible
  * from the seed, a resent prefix reuses the cache, a lost session answers
  * unknown-session, bad requests get errors that name the field while the

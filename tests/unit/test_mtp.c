@@ -1,4 +1,4 @@
-/* test_mtp.c: the multi-token prediction heads (lib/mtp) against PyTorch and
+/* test_mtp.c: the multi-token prediction heads (lib/engine/mtp.c) against PyTorch and
  * transformers on the fixtures tests/ref/make_mtp_fixtures.py recorded
  * (heads in f32, bf16 and f16 on three of the Llama fixture models), the
  * final hidden states that llama_forward_hidden exposes, and heads files
