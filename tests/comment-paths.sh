@@ -4,7 +4,7 @@
 # comment lines of the shell and Python scripts, a word that starts with
 # lib/, tests/, bench/, scripts/, man/, docs/, tools/ or models/ must be a
 # file or folder of the checkout (a glob must match one). A comment that
-# names a file moved or renamed since (lib/tm for lib/formats/tm.c) sends a
+# names a file moved or renamed since (the old flat paths of lib) sends a
 # reader nowhere. Placeholders (a capital NAME, N, ...) and the paths of
 # other projects the sources cite are listed below.
 cd "$(dirname "$0")/.." || exit 2
