@@ -544,6 +544,38 @@ static cost_kind kind_of(const spec_session *s, int pipe)
 	       : pipe ? COST_PIPELINED : COST_SEQUENTIAL;
 }
 
+/* Tokens per second of the target alone, by the cost model. */
+static double none_rate(const spec_session *s)
+{
+	return cost_tokens_per_second(&s->env.costs, COST_NONE, NULL, 1);
+}
+
+/* The most tokens per second drafting gives at the acceptances a[0..s->L]
+ * by the cost model: the kind of round the session may run (MTP heads, or
+ * sequential or, unless the request asked for sequential rounds,
+ * pipelined) and its lookahead *L; *pipe whether pipelined won. */
+static double best_drafting(const spec_session *s, const double *a, int *L, int *pipe)
+{
+	const cost_terms *c = &s->env.costs;
+
+	*pipe = 0;
+	if (s->mtp) {
+		*L = cost_best_lookahead(c, COST_MTP, a, s->L);
+		return cost_tokens_per_second(c, COST_MTP, a, *L);
+	}
+	*L = cost_best_lookahead(c, COST_SEQUENTIAL, a, s->L);
+	const double ts = cost_tokens_per_second(c, COST_SEQUENTIAL, a, *L);
+	if (!s->pipe)
+		return ts;
+	const int lp = cost_best_lookahead(c, COST_PIPELINED, a, s->L);
+	const double tp = cost_tokens_per_second(c, COST_PIPELINED, a, lp);
+	if (tp <= ts)
+		return ts;
+	*pipe = 1;
+	*L = lp;
+	return tp;
+}
+
 /* The cost model's choice from the acceptance so far: the request's
  * lookahead (pipelined unless it asked for sequential rounds), or (auto)
  * the lookahead and kind of round predicted the most tokens per second;
@@ -552,60 +584,34 @@ static cost_kind kind_of(const spec_session *s, int pipe)
  * tokens alone, never on timing; no state changes. */
 static int best_lookahead(const spec_session *s, int *pipe, int *pays)
 {
-	double a[PROTO_MAX_N];
+	double a[PROTO_MAX_N + 1];
+	int L;
 
 	*pipe = s->pipe;
 	*pays = 1;
 	if (!s->auto_l)
 		return s->L;
 	acceptance(s, a, s->L + 1);
-	const cost_terms *c = &s->env.costs;
-	int L;
-	double best;
-	if (s->mtp) {
-		L = cost_best_lookahead(c, COST_MTP, a, s->L);
-		best = cost_tokens_per_second(c, COST_MTP, a, L);
-	} else {
-		const int ls = cost_best_lookahead(c, COST_SEQUENTIAL, a, s->L);
-		const double ts = cost_tokens_per_second(c, COST_SEQUENTIAL, a, ls);
-		const int lp = s->pipe ? cost_best_lookahead(c, COST_PIPELINED, a, s->L) : 0;
-		const double tp = s->pipe ? cost_tokens_per_second(c, COST_PIPELINED, a, lp) : 0;
-		*pipe = tp > ts;
-		L = *pipe ? lp : ls;
-		best = *pipe ? tp : ts;
-	}
-	*pays = cost_tokens_per_second(c, COST_NONE, a, 1) * AUTO_MARGIN < best;
+	*pays = none_rate(s) * AUTO_MARGIN < best_drafting(s, a, &L, pipe);
 	return L;
 }
-
 /* The most tokens per second drafting could give if every draft position
  * were accepted with probability acc, by the cost model. */
 static double drafting_rate(const spec_session *s, double acc)
 {
 	double a[PROTO_MAX_N + 1];
-	const cost_terms *c = &s->env.costs;
-	const cost_kind k = s->mtp ? COST_MTP : COST_SEQUENTIAL;
+	int L, pipe;
 
 	for (int i = 0; i <= PROTO_MAX_N; i++)
 		a[i] = acc;
-	double best = cost_tokens_per_second(c, k, a, cost_best_lookahead(c, k, a, s->L));
-	if (s->pipe) {
-		const double tp = cost_tokens_per_second(
-			c, COST_PIPELINED, a, cost_best_lookahead(c, COST_PIPELINED, a, s->L));
-		best = tp > best ? tp : best;
-	}
-	return best;
+	return best_drafting(s, a, &L, &pipe);
 }
-
 /* Whether drafting can beat the target alone by more than the model's
  * error at all: with every draft accepted. Where it cannot (a draft as slow
  * as the target), auto never drafts, not even to measure. */
 static int drafting_can_pay(const spec_session *s)
 {
-	double one = 1;
-
-	return cost_tokens_per_second(&s->env.costs, COST_NONE, &one, 1) * AUTO_MARGIN <
-	       drafting_rate(s, 1);
+	return none_rate(s) * AUTO_MARGIN < drafting_rate(s, 1);
 }
 
 /* What a probe's catch-up costs the draft: the tokens committed since it
@@ -630,8 +636,7 @@ static double catch_up_seconds(const spec_session *s)
 #define AUTO_PROBE_WORTH 4
 static int probe_worth(const spec_session *s, double catch_up)
 {
-	const cost_terms *c = &s->env.costs;
-	const double none = 1 / (c->trip + c->step), hoped = drafting_rate(s, AUTO_HOPE);
+	const double none = none_rate(s), hoped = drafting_rate(s, AUTO_HOPE);
 	const double left = (s->max_tokens - s->nsp) / none;
 
 	return hoped > none && left * (1 - none / hoped) >= AUTO_PROBE_WORTH * catch_up;
