@@ -60,7 +60,7 @@ for m in "$@"; do
 	# receive to its reply: the forward pass, the distribution, packing) and
 	# the rest of the round (the verifier's queue and the messaging)
 	set -- $new
-	awk -v m="${m##*/}" -v t="${t:-2}" -v f="$fwd" -v n="$1" -v c="$2" -v q="$3" -v o="$old" 'BEGIN {
+	awk -v m="${m##*/}" -v t="$( [ "${t:-0}" = 0 ] && echo "$(nproc) (all)" || echo "$t")" -v f="$fwd" -v n="$1" -v c="$2" -v q="$3" -v o="$old" 'BEGIN {
 		printf "%-28s %s threads: bench-forward %7.2f tokens/s (%.1f ms); pipeline %7.2f = %.2fx: a token %.1f ms in targetd + %.1f ms queue and messaging (servers sleeping at once: %7.2f = %.2fx)\n",
 			m, t, f, 1000 / f, n, n / f, c, q, o, o / f }'
 done
