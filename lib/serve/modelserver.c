@@ -33,6 +33,7 @@ typedef struct session {
 	int cap;
 	uint64_t last_use;
 	int busy;        /* requests of it running: never evicted */
+	double t_replied; /* when its last short step was answered (0: never) */
 } session;
 
 typedef struct server {
@@ -337,6 +338,7 @@ typedef struct pending {
 	double t_compute;
 	double t_told;             /* when the client last heard of it */
 	int started;               /* its session brought to its pos (pending_start) */
+	int short_step;            /* ran in a batched pass (not a prefill's pieces) */
 	int done, failed;
 	struct pending *nextp;
 	/* kept from request to request (POOL_MAX) */
@@ -359,6 +361,10 @@ typedef struct sched {
 	proto_buf buf;
 	net_counts nc;
 	unsigned long batches, batched_rows;
+	double t_pass;             /* the last batched pass: its length, */
+	double t_pass_end;         /* when it ended */
+	double t_waited;           /* the pass after which the last wait was */
+	unsigned long waits;       /* passes that waited for sessions (gather_wait) */
 } sched;
 
 /* A pending request with its fields cleared, from the pool if it has one;
@@ -628,6 +634,7 @@ static void sched_pass(sched *sc)
 			continue;
 		}
 		if (s.n <= PCG_MATMUL_SMALL) {
+			p->short_step = 1;
 			ready[n_ready++] = p;
 			continue;
 		}
@@ -677,6 +684,8 @@ static void sched_pass(sched *sc)
 			continue;
 		}
 		const double dt = pcg_now() - t;
+		sc->t_pass = dt;
+		sc->t_pass_end = t + dt;
 		sc->batches++;
 		sc->batched_rows += (unsigned long)nb;
 		for (int i = 0; i < nb; i++) {
@@ -762,6 +771,8 @@ static void sched_reap(sched *sc)
 		session *x = find(sv, p->r->session);
 		if (x && p->started)
 			x->busy--;
+		if (x && served && p->short_step)
+			x->t_replied = pcg_now();
 		*pp = p->nextp;
 		sc->n--;
 		if (served)
@@ -875,11 +886,72 @@ static void sched_request(pcg_daemon *d, net_req *r)
 	sched_take(d->arg, r);
 }
 
+/* Sessions come back together. A session answered by the last batched
+ * pass sends its next step a client's turn later (sampling, a message each
+ * way: tenths of a millisecond); the first one back would otherwise start
+ * a pass alone, the rest would meet in the next, and the sessions would
+ * stay split in two batches, each reading the weights (four LLaSA-1B
+ * sessions: 1.56x one, where the batched pass gives 2.73x). So a pass
+ * waits while a session answered less than GATHER_SHARE of a pass ago has
+ * not come back, never longer than that after the last pass ended, nor
+ * than GATHER_MAX_S: at most an eighth of a step lost where a session does
+ * not come back (its utterance ended, its client does other work), the
+ * weights read once a step where they do. A lone session never waits (it
+ * is the one that came back), nor does a request while no batched pass
+ * has run. Which requests share a pass does not change a result (each
+ * gets the bits it would get alone). Returns the seconds to wait, or 0. */
+#define GATHER_SHARE 0.125
+#define GATHER_MAX_S 0.010
+double modelserver_gather_wait(double now, double pass_end, double pass, const double *replied,
+			       const int *pending, int n)
+{
+	double w = GATHER_SHARE * pass;
+	if (w > GATHER_MAX_S)
+		w = GATHER_MAX_S;
+	if (pass_end <= 0 || now >= pass_end + w)
+		return 0;
+	for (int i = 0; i < n; i++)
+		if (!pending[i] && replied[i] >= pass_end - 1e-9 && now < replied[i] + w)
+			return pass_end + w - now;
+	return 0;
+}
+
+/* modelserver_gather_wait for the sessions the last pass answered. */
+static double gather_wait(sched *sc)
+{
+	server *sv = sc->sv;
+	enum { MAX = 64 };
+	double replied[MAX];
+	int pend[MAX], n = 0;
+	const double now = pcg_now();
+
+	if (sc->t_pass_end <= 0 || now >= sc->t_pass_end + GATHER_MAX_S)
+		return 0;
+	for (int i = 0; i < sv->n && n < MAX; i++) {
+		if (sv->s[i].t_replied < sc->t_pass_end - 1e-9)
+			continue;
+		int here = 0;
+		for (pending *p = sc->head; p && !here; p = p->nextp)
+			here = p->r->session == sv->s[i].id;
+		replied[n] = sv->s[i].t_replied;
+		pend[n++] = here;
+	}
+	return modelserver_gather_wait(now, sc->t_pass_end, sc->t_pass, replied, pend, n);
+}
+
 static int sched_tick(pcg_daemon *d)
 {
 	sched *sc = d->arg;
 
 	if (sc->head) {
+		double w = gather_wait(sc);
+		if (w > 0) { /* poll again: at once below two milliseconds */
+			if (sc->t_pass_end != sc->t_waited) {
+				sc->t_waited = sc->t_pass_end;
+				sc->waits++;
+			}
+			return w < 0.002 ? 0 : 1;
+		}
 		sched_keepalive(sc);
 		sched_pass(sc);
 		sched_reap(sc);
@@ -904,9 +976,9 @@ static void sched_done(pcg_daemon *d)
 	sched *sc = d->arg;
 
 	logf_(sc->sv, "stopping: %lu served, %lu errors, %lu dropped, %lu evicted; %lu batched "
-	      "passes of %.2f requests on average", sc->nc.served, sc->nc.errors,
-	      d->counts.dropped, sc->sv->evicted, sc->batches,
-	      sc->batches ? (double)sc->batched_rows / sc->batches : 0.0);
+	      "passes of %.2f requests on average, %lu waited for sessions to come back",
+	      sc->nc.served, sc->nc.errors, d->counts.dropped, sc->sv->evicted, sc->batches,
+	      sc->batches ? (double)sc->batched_rows / sc->batches : 0.0, sc->waits);
 	sched_free(sc); /* stopping: what is pending gets no reply */
 }
 

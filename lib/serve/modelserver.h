@@ -44,6 +44,13 @@ void modelserver_handle(ms_local *m, const proto_msg *q, proto_msg *rep);
 void modelserver_local_free(ms_local **m);
 
 /* Parses "0,1,15" into layers (at most max). Returns the count or -1. */
+/* The serving loop's wait before a batched pass (modelserver.c, "Sessions
+ * come back together"): the seconds to wait at time now for the n sessions
+ * the last pass (of `pass` seconds, ended at pass_end) answered at
+ * replied[i], pending[i] when their next request is already in; 0: run. */
+double modelserver_gather_wait(double now, double pass_end, double pass, const double *replied,
+			       const int *pending, int n);
+
 int modelserver_parse_layers(const char *s, int *layers, int max, pcg_err *err);
 
 /* The whole program: parses argv, serves until SIGTERM or SIGINT. Returns

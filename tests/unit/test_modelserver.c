@@ -15,6 +15,7 @@
 #include <zmq.h>
 
 #include "check.h"
+#include "modelserver.h"
 #include "client.h"
 #include "dtype.h"
 #include "model.h"
@@ -90,6 +91,32 @@ static const char *why(const proto_msg *r)
 	return r->type == PROTO_ERROR ? r->error.msg : "";
 }
 
+/* The serving loop's wait for the sessions the last pass answered. */
+static void test_gather_wait(void)
+{
+	const double end = 100.0, pass = 0.040; /* a 40 ms pass: waits up to 5 ms */
+	double rep[3] = { end + 1e-4, end + 1e-4, end + 1e-4 };
+	int pend[3] = { 1, 0, 0 };
+
+	/* one back, two answered by the pass not yet: wait to end + 5 ms */
+	CHECK(fabs(modelserver_gather_wait(end + 0.001, end, pass, rep, pend, 3) - 0.004) < 1e-9);
+	/* all back: run */
+	int all[3] = { 1, 1, 1 };
+	CHECK(modelserver_gather_wait(end + 0.001, end, pass, rep, all, 3) == 0);
+	/* never longer than an eighth of the pass after it */
+	CHECK(modelserver_gather_wait(end + 0.0051, end, pass, rep, pend, 3) == 0);
+	/* never longer than 10 ms, whatever the pass */
+	CHECK(fabs(modelserver_gather_wait(end + 0.001, end, 10.0, rep, pend, 3) - 0.009) < 1e-9);
+	/* sessions answered before the last pass are not waited for */
+	double old[3] = { end - 0.050, end - 0.050, end + 1e-4 };
+	int only_last_back[3] = { 0, 0, 1 };
+	CHECK(modelserver_gather_wait(end + 0.001, end, pass, old, only_last_back, 3) == 0);
+	/* no batched pass yet: run */
+	CHECK(modelserver_gather_wait(end, 0, 0, rep, pend, 3) == 0);
+	/* a step of the shipped voice (0.7 ms): at most 87.5 us */
+	CHECK(modelserver_gather_wait(end + 0.0001, end, 0.0007, rep, pend, 3) == 0);
+}
+
 int main(void)
 {
 	char durl[512], turl[512];
@@ -98,6 +125,7 @@ int main(void)
 	const int W = 384 - 100 + 1;
 	const pcg_sampling samp = { 0.8f, 0, 1.0f };
 
+	test_gather_wait();
 	if (access("bin/draftd", X_OK) != 0)
 		SKIP("bin/draftd not built");
 	snprintf(durl, sizeof durl, "ipc://%s/d.sock", check_tmpdir());
