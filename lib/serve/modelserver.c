@@ -365,6 +365,7 @@ typedef struct sched {
 	double t_pass_end;         /* when it ended */
 	double t_waited;           /* the pass after which the last wait was */
 	unsigned long waits;       /* passes that waited for sessions (gather_wait) */
+	int no_gather;             /* PCG_GATHER=0: never wait (to compare) */
 } sched;
 
 /* A pending request with its fields cleared, from the pool if it has one;
@@ -944,7 +945,7 @@ static int sched_tick(pcg_daemon *d)
 	sched *sc = d->arg;
 
 	if (sc->head) {
-		double w = gather_wait(sc);
+		double w = sc->no_gather ? 0 : gather_wait(sc);
 		if (w > 0) { /* poll again: at once below two milliseconds */
 			if (sc->t_pass_end != sc->t_waited) {
 				sc->t_waited = sc->t_pass_end;
@@ -965,6 +966,8 @@ static int sched_start(pcg_daemon *d, pcg_err *err)
 
 	(void)err;
 	sc->sock = d->sock;
+	const char *g = getenv("PCG_GATHER");
+	sc->no_gather = g && strcmp(g, "0") == 0;
 	logf_(sc->sv, "serving %s (%d layers, %d MTP heads) on %s", sc->model_dir,
 	      llama_n_layers(sc->sv->model), n_heads(sc->sv),
 	      d->url);
