@@ -94,6 +94,9 @@ def parse_args():
     p.add_argument("--data", help="read the sequences from this file (JSON lines) instead of "
                    "generating them")
     p.add_argument("--save-data", help="write the generated sequences here (JSON lines)")
+    p.add_argument("--generate-only", action="store_true",
+                   help="stop once the sequences are written to --save-data (data for "
+                        "tools/mtp/train_heads.py, say)")
     p.add_argument("--synth-timeout-ms", type=int, default=60000,
                    help="pcg-synth's --timeout-ms (a request is tried 3 times, in up to 3 "
                    "pipelines)")
@@ -150,6 +153,8 @@ def parse_args():
         p.error("give --texts (or --data), or --eval-only")
     if a.eval_only and not a.heldout:
         p.error("--eval-only needs --heldout")
+    if a.generate_only and not (a.save_data and a.texts):
+        p.error("--generate-only needs --texts and --save-data")
     return a
 
 
@@ -811,6 +816,10 @@ def main():
             seqs, report["generation_seconds"] = generate(a, vocab, voice, items)
         report["sequences"] = len(seqs)
         report["generated_tokens"] = sum(len(s["loss"]) for s in seqs)
+        if a.generate_only:
+            write_report(a, report, t_all)
+            log(f"done in {report['seconds']:.1f} s")
+            return
         report["training"] = train(a, seqs, vocab, voice, tensors, cfg_json)
         write_report(a, report, t_all)  # kept even if the measurement fails
     if a.heldout:
