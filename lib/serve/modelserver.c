@@ -16,8 +16,10 @@
 
 #include "clock.h"
 #include "costmodel.h"
+#include "matmul.h"
 #include "model.h"
 #include "net.h"
+#include "qmatmul.h"
 #include "device.h"
 #include "opts.h"
 #include "proto.h"
@@ -366,6 +368,7 @@ typedef struct sched {
 	double t_waited;           /* the pass after which the last wait was */
 	unsigned long waits;       /* passes that waited for sessions (gather_wait) */
 	int no_gather;             /* PCG_GATHER=0: never wait (to compare) */
+	const char *device;        /* ms_config's */
 } sched;
 
 /* A pending request with its fields cleared, from the pool if it has one;
@@ -971,6 +974,13 @@ static int sched_start(pcg_daemon *d, pcg_err *err)
 	logf_(sc->sv, "serving %s (%d layers, %d MTP heads) on %s", sc->model_dir,
 	      llama_n_layers(sc->sv->model), n_heads(sc->sv),
 	      d->url);
+	/* which kernels run: the same words as bench-forward's and as
+	 * PCG_MATMUL_ISA / PCG_QPATH take (pcg-up shows this line) */
+	if (sc->device && strncmp(sc->device, "cuda", 4) == 0)
+		logf_(sc->sv, "kernels: %s", sc->device);
+	else
+		logf_(sc->sv, "kernels: float %s, quantised %s", pcg_matmul_isa(),
+		      pcg_qmatmul_path());
 	return 0;
 }
 
@@ -1097,7 +1107,7 @@ int modelserver_serve(void *ctx, const ms_config *cfg, volatile sig_atomic_t *st
 {
 	pcg_err err = { "" };
 	server sv;
-	sched sc = { .sv = &sv, .model_dir = cfg->model_dir };
+	sched sc = { .sv = &sv, .model_dir = cfg->model_dir, .device = cfg->device };
 	pcg_daemon d = { .prog = cfg->prog, .url = cfg->listen_url, .ctx = ctx,
 			 .stop = stop_flag, .arg = &sc, .start = sched_start, .more = sched_more,
 			 .request = sched_request, .tick = sched_tick, .done = sched_done };
