@@ -55,7 +55,8 @@ for h in "$@"; do
 	{ tok[$1] += $2; sec[$1] += $3; r[$1] += $4; d[$1] += $5; a[$1] += $6; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
 	END { base = tok["none"] / sec["none"]
 	      for (i = 1; i <= n; i++) { p = order[i]
-		printf "%-28s %-18s %8s %6.2f %9.1f %7.2fx\n", h, p,
-		       d[p] > 0 ? sprintf("%.3f", a[p] / d[p]) : "-", r[p] > 0 ? tok[p] / r[p] : 0,
+		acc = d[p] > 0 ? sprintf("%.3f", a[p] / d[p]) : "-"
+		mal = r[p] > 0 ? tok[p] / r[p] : 0
+		printf "%-28s %-18s %8s %6.2f %9.1f %7.2fx\n", h, p, acc, mal,
 		       tok[p] / sec[p], tok[p] / sec[p] / base } }' "$work/runs"
 done
