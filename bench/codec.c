@@ -307,7 +307,7 @@ int main(int argc, char **argv)
 					if (c > 0 && b != 2)
 						continue; /* lookahead only with the default context */
 					t0 = pcg_now();
-					if (xc2_decode_chunked(m, codes, T, chunks[a], lefts[b], rights[c], ch,
+					if (xc2_decode_chunked(m, codes, T, chunks[a], 0, lefts[b], rights[c], ch,
 							       &err) < 0)
 						die("chunked", &err);
 					double dt = pcg_now() - t0;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "audio.h"
+#include "chunks.h"
 #include "fileio.h"
 #include "codes.h"
 #include "daemon.h"
@@ -29,11 +30,13 @@ static const char *prog = "codec-decode";
 static const char *SYNOPSIS =
 	"--weights FILE|DIR --codes FILE|- -o OUT [--codec xcodec2|kmeans-gl] [--config FILE]\n"
 	"       [--codes-format text|i32] [--llasa-ids] [--format FMT]\n"
-	"       [--chunk N [--context N] [--lookahead N]] [--device cpu|cuda[:N]] [--threads N]";
+	"       [--chunk N [--chunk-first N] [--context N] [--lookahead N]]\n"
+	"       [--device cpu|cuda[:N]] [--threads N]";
 
 static const char *codec, *weights, *config_path, *codes_path, *codes_fmt_s, *out_path,
 	*format_s, *device_s;
-static int llasa_ids, speech_offset, end_id, chunk, context, lookahead, threads, daemon_mode;
+static int llasa_ids, speech_offset, end_id, chunk, chunk_first, context, lookahead, threads;
+static int daemon_mode;
 static const char *listen_url, *curve_key, *curve_allow;
 
 static const pcg_opt opts[] = {
@@ -59,6 +62,9 @@ static const pcg_opt opts[] = {
 	  "wav, wav-f32, flac, raw or raw-f32 (default: from the -o extension)" },
 	{ "chunk", PCG_OPT_INT, &chunk, "0", 0, 1 << 24, "N",
 	  "decode in chunks of N codes (streaming approximation; 0: whole utterance)" },
+	{ "chunk-first", PCG_OPT_INT, &chunk_first, "0", 0, 1 << 24, "N",
+	  "with --chunk: the first chunk N codes, each next one twice the one before up to "
+	  "--chunk, as pcg-synth streams them (its default: 5; 0: every chunk --chunk codes)" },
 	{ "context", PCG_OPT_INT, &context, "150", 0, 1 << 24, "N",
 	  "with --chunk: earlier codes decoded with each chunk, audio dropped" },
 	{ "lookahead", PCG_OPT_INT, &lookahead, "0", 0, 1 << 24, "N",
@@ -183,14 +189,17 @@ static int decode_kmeans(const int32_t *codes, size_t n, audio_format fmt, pcg_e
 		goto out;
 	}
 	/* --chunk: as xc2_decode_chunked, and as the daemon streams it */
-	const int T = (int)n, C = chunk > 0 && chunk < T ? chunk : T, hop = kc->hop;
-	float *tmp = malloc((size_t)hop * (C + (size_t)context + lookahead) * sizeof *tmp);
+	const int T = (int)n, C = chunk > 0 ? chunk : T, hop = kc->hop;
+	float *tmp = malloc((size_t)hop * ((C < T ? C : T) + (size_t)context + lookahead) *
+			    sizeof *tmp);
 	if (tmp == NULL) {
 		pcg_fail(err, "out of memory");
 		goto out;
 	}
-	for (int s = 0; s < T; s += C) {
-		const int e = s + C < T ? s + C : T, a = s - context > 0 ? s - context : 0;
+	for (int s = 0, e; s < T; s = e) {
+		e = pcg_chunk_end(s, C, chunk > 0 ? chunk_first : 0);
+		e = e < T ? e : T;
+		const int a = s - context > 0 ? s - context : 0;
 		const int z = e + lookahead < T ? e + lookahead : T;
 		if (kmc_decode(km, codes + a, z - a, tmp, err) < 0) {
 			free(tmp);
@@ -297,6 +306,12 @@ int main(int argc, char **argv)
 				   : "-o: unknown extension (.wav, .flac, .raw); give --format");
 	if (!chunk && (pcg_opts_given(opts, "context") || pcg_opts_given(opts, "lookahead")))
 		return usage_error("--context and --lookahead go with --chunk");
+	if (!chunk && pcg_opts_given(opts, "chunk-first"))
+		return usage_error("--chunk-first goes with --chunk");
+	if (pcg_chunk_check(chunk, chunk_first, &err) < 0) {
+		pcg_err_prefix(&err, "--chunk-first");
+		return usage_error(err.msg);
+	}
 	/* Before anything is read: a device that is not there fails at once. */
 	if (pcg_device_check(device, &err) < 0)
 		goto fail;
@@ -351,8 +366,8 @@ int main(int argc, char **argv)
 		pcg_fail(&err, "out of memory for %zu samples", n * cfg.hop);
 		goto fail;
 	}
-	if (chunk ? xc2_decode_chunked_with(&cfg, dec.fn, dec.ctx, codes, (int)n, chunk, context,
-					    lookahead, wav, &err)
+	if (chunk ? xc2_decode_chunked_with(&cfg, dec.fn, dec.ctx, codes, (int)n, chunk,
+					    chunk_first, context, lookahead, wav, &err)
 		  : dec.fn(dec.ctx, codes, (int)n, wav, &err))
 		goto fail;
 	if (audio_write(out_path, wav, n * cfg.hop, cfg.sample_rate, fmt, &err) < 0)

@@ -2,7 +2,8 @@
 # tests/codec.sh: codec-decode as a user drives it, on the committed tiny
 # X-codec2 fixture: exit codes (0 ok, 1 failure, 2 usage), every output format
 # with a valid 16 kHz mono header and 320 samples per code, raw PCM to stdout,
-# text / int32 / LLaSA-id input giving the same audio, errors naming the
+# text / int32 / LLaSA-id input giving the same audio, chunks fixed or
+# growing (--chunk-first) and a bad first chunk refused, errors naming the
 # position of a bad code, and no file at the final path after any failure;
 # --device: a malformed one is a usage error, and without a GPU (or without
 # the CUDA build) cuda is a one-line error naming the device, exit 1, no file
@@ -73,6 +74,23 @@ cmp -s out whole.f32 && ok "one chunk = whole" || bad "one chunk differs from wh
 expect 0 "--chunk 25 --context 50 --lookahead 5" $CD --codes "$FX/codes.txt" --chunk 25 \
 	--context 50 --lookahead 5 -o - --format raw-f32
 [ "$(size out)" = $((4 * samples)) ] && ok "chunked: same length" || bad "chunked length"
+cp out fixed.f32
+# growing chunks (5, 10, 20, 25, ...: pcg-synth's default); a first chunk of
+# --chunk is the fixed chunks; one beyond --chunk, or without it, is refused
+expect 0 "--chunk 25 --chunk-first 5" $CD --codes "$FX/codes.txt" --chunk 25 --chunk-first 5 \
+	--context 50 --lookahead 5 -o - --format raw-f32
+[ "$(size out)" = $((4 * samples)) ] && ! cmp -s out fixed.f32 &&
+	ok "growing chunks: same length, other samples" || bad "growing chunks: $(size out) bytes"
+expect 0 "--chunk 25 --chunk-first 25" $CD --codes "$FX/codes.txt" --chunk 25 --chunk-first 25 \
+	--context 50 --lookahead 5 -o - --format raw-f32
+cmp -s out fixed.f32 && ok "--chunk-first 25 = fixed chunks" || bad "--chunk-first 25 differs"
+expect 0 "--chunk 1000 --chunk-first 100" $CD --codes "$FX/codes.txt" --chunk 1000 \
+	--chunk-first 100 -o - --format raw-f32
+cmp -s out whole.f32 && ok "a first chunk over the utterance = whole" || bad "first chunk 100 differs"
+expect 2 "--chunk-first beyond --chunk" $CD --codes "$FX/codes.txt" --chunk 25 --chunk-first 26 -o a.wav
+err_has "--chunk-first: 26: want 0 to 25"
+expect 2 "--chunk-first without --chunk" $CD --codes "$FX/codes.txt" --chunk-first 5 -o a.wav
+err_has "--chunk-first goes with --chunk"
 
 # --- bad input: exit 1, the position named, nothing written
 echo "4 5 65536 6" >bad.txt

@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chunks.h"
 #include "matmul.h"
 #include "safetensors.h"
 #include "xc2_ops.h"
@@ -701,15 +702,15 @@ static int decode_cpu(void *m, const int32_t *codes, int T, float *out, pcg_err 
 	return xc2_decode(m, codes, T, out, err);
 }
 
-int xc2_decode_chunked(const xc2_model *m, const int32_t *codes, int T, int chunk, int left,
-		       int right, float *out, pcg_err *err)
+int xc2_decode_chunked(const xc2_model *m, const int32_t *codes, int T, int chunk, int first,
+		       int left, int right, float *out, pcg_err *err)
 {
-	return xc2_decode_chunked_with(&m->cfg, decode_cpu, (void *)m, codes, T, chunk, left, right,
-				       out, err);
+	return xc2_decode_chunked_with(&m->cfg, decode_cpu, (void *)m, codes, T, chunk, first, left,
+				       right, out, err);
 }
 
 int xc2_decode_chunked_with(const xc2_config *c, xc2_decoder dec, void *ctx,
-			    const int32_t *codes, int T, int chunk, int left, int right,
+			    const int32_t *codes, int T, int chunk, int first, int left, int right,
 			    float *out, pcg_err *err)
 {
 	const int hop = c->hop;
@@ -717,15 +718,21 @@ int xc2_decode_chunked_with(const xc2_config *c, xc2_decoder dec, void *ctx,
 
 	if (chunk < 1 || left < 0 || right < 0)
 		return pcg_fail(err, "chunked decoding: chunk %d, context %d/%d", chunk, left, right);
+	if (pcg_chunk_check(chunk, first, err) < 0) {
+		pcg_err_prefix(err, "chunked decoding: the first chunk");
+		return -1;
+	}
 	if (xc2_check_codes(c, codes, T, err) < 0)
 		return -1;
-	if (chunk >= T)
+	if (pcg_chunk_end(0, chunk, first) >= T)
 		return dec(ctx, codes, T, out, err);
-	tmp = malloc((size_t)hop * (chunk + (size_t)left + right) * sizeof *tmp);
+	/* no chunk is longer than `chunk`, nor the utterance */
+	tmp = malloc((size_t)hop * ((chunk < T ? chunk : T) + (size_t)left + right) * sizeof *tmp);
 	if (tmp == NULL)
 		return pcg_fail(err, "out of memory");
-	for (int s = 0; s < T; s += chunk) {
-		const int e = s + chunk < T ? s + chunk : T;
+	for (int s = 0, e; s < T; s = e) {
+		e = pcg_chunk_end(s, chunk, first);
+		e = e < T ? e : T;
 		const int a = s - left > 0 ? s - left : 0;
 		const int z = e + right < T ? e + right : T;
 		if (dec(ctx, codes + a, z - a, tmp, err) < 0) {

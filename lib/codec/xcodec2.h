@@ -141,13 +141,16 @@ int xc2_decode(const xc2_model *m, const int32_t *codes, int T, float *out, pcg_
  * parity fixtures store to tell a backbone error from a head error. */
 int xc2_features(const xc2_model *m, const int32_t *codes, int T, float *feat, pcg_err *err);
 
-/* The streaming approximation: codes in chunks of `chunk`, each decoded
- * together with up to `left` earlier codes before it and up to `right` later
- * ones after it; the audio of those context codes is dropped and the chunks'
- * audio is concatenated. chunk >= T (or left and right covering everything)
+/* The streaming approximation: codes in chunks of `chunk`, the first of
+ * `first` and each next one twice the one before up to `chunk` when first
+ * is 1 to chunk - 1 (lib/core/chunks.h: the chunks the pipeline streams;
+ * first 0: all of `chunk`), each decoded together with up to `left` earlier
+ * codes before it and up to `right` later ones after it; the audio of those
+ * context codes is dropped and the chunks' audio is concatenated. A first
+ * chunk that covers the utterance (or left and right covering everything)
  * gives exactly xc2_decode's output. */
-int xc2_decode_chunked(const xc2_model *m, const int32_t *codes, int T, int chunk, int left,
-		       int right, float *out, pcg_err *err);
+int xc2_decode_chunked(const xc2_model *m, const int32_t *codes, int T, int chunk, int first,
+		       int left, int right, float *out, pcg_err *err);
 
 /* A whole-utterance decoder with xc2_decode's contract, on some backend. */
 typedef int (*xc2_decoder)(void *ctx, const int32_t *codes, int T, float *out, pcg_err *err);
@@ -155,7 +158,7 @@ typedef int (*xc2_decoder)(void *ctx, const int32_t *codes, int T, float *out, p
 /* xc2_decode_chunked with each call made by dec(ctx, ...) for a decoder of
  * shape c (xc2_cuda_decode, say). */
 int xc2_decode_chunked_with(const xc2_config *c, xc2_decoder dec, void *ctx,
-			    const int32_t *codes, int T, int chunk, int left, int right,
+			    const int32_t *codes, int T, int chunk, int first, int left, int right,
 			    float *out, pcg_err *err);
 
 #ifdef __cplusplus

@@ -203,11 +203,11 @@ static void chunked(xc2_model *m, xc2_cuda *g, const int32_t *codes, int T)
 	pcg_err err = { "" };
 
 	if (wc && wg) {
-		CHECKF(xc2_decode_chunked(m, codes, T, 25, 50, 5, wc, &err) == 0, "%s", err.msg);
-		CHECKF(xc2_decode_chunked_with(c, gpu_decoder, g, codes, T, 25, 50, 5, wg, &err) ==
+		CHECKF(xc2_decode_chunked(m, codes, T, 25, 5, 50, 5, wc, &err) == 0, "%s", err.msg);
+		CHECKF(xc2_decode_chunked_with(c, gpu_decoder, g, codes, T, 25, 5, 50, 5, wg, &err) ==
 			       0, "%s", err.msg);
 		const double e = gpu_norm_err(wg, wc, n);
-		printf("chunks of 25, context 50 / 5: %.3g\n", e);
+		printf("chunks of 5, 10, 20, 25, ..., context 50 / 5: %.3g\n", e);
 		CHECKF(e <= GPU_TOL_OP_F32, "chunked: normalised error %.3g > %g", e, GPU_TOL_OP_F32);
 	}
 	free(wc);

@@ -137,6 +137,49 @@ static xc2_model *parity(const char *dir, double tol_abs, double tol_snr, int32_
 	return m;
 }
 
+/* The growing chunks (first 5, chunk 25: 5, 10, 20, 25, ...): each chunk's
+ * audio is that of its codes decoded with their context, cut, the
+ * boundaries spelt out here rather than taken from lib/core/chunks.c; a
+ * first of chunk is the fixed chunks to the bit; a first chunk that covers
+ * the utterance is the whole decoding; a first beyond chunk is refused. */
+static void growing(xc2_model *m, const int32_t *codes, int T, const float *whole, float *out)
+{
+	const int hop = xc2_get_config(m)->hop, L = 50, R = 4;
+	const size_t n = (size_t)hop * T;
+	float *want = malloc(n * sizeof *want), *span = malloc(n * sizeof *span);
+	pcg_err err = { "" };
+	int ends[64], k = 0;
+
+	for (int e = 5, size = 5; k < 64; k++) { /* 5, 15, 35, 60, 85, ... */
+		ends[k] = e < T ? e : T;
+		if (e >= T)
+			break;
+		size = 2 * size < 25 ? 2 * size : 25;
+		e += size;
+	}
+	for (int i = 0, s = 0; i <= k; s = ends[i++]) {
+		const int a = s > L ? s - L : 0, z = ends[i] + R < T ? ends[i] + R : T;
+		CHECKF(xc2_decode(m, codes + a, z - a, span, &err) == 0, "%s", err.msg);
+		memcpy(want + (size_t)s * hop, span + (size_t)(s - a) * hop,
+		       (size_t)(ends[i] - s) * hop * sizeof *want);
+	}
+	CHECKF(xc2_decode_chunked(m, codes, T, 25, 5, L, R, out, &err) == 0, "%s", err.msg);
+	CHECKF(memcmp(out, want, n * sizeof *out) == 0, "chunks of 5, 10, 20, 25 ... over %d codes",
+	       T);
+	printf("  chunks of 5, 10, 20, 25, context %d/%d: SNR vs whole %.1f dB\n", L, R,
+	       snr_db(whole, out, n));
+	/* first = chunk: the fixed chunks */
+	CHECKF(xc2_decode_chunked(m, codes, T, 25, 0, L, R, want, &err) == 0, "%s", err.msg);
+	CHECKF(xc2_decode_chunked(m, codes, T, 25, 25, L, R, out, &err) == 0, "%s", err.msg);
+	CHECK(memcmp(out, want, n * sizeof *out) == 0);
+	CHECK(xc2_decode_chunked(m, codes, T, 2 * T, T, 0, 0, out, &err) == 0);
+	CHECK(memcmp(out, whole, n * sizeof *out) == 0);
+	CHECK(xc2_decode_chunked(m, codes, T, 25, 26, L, R, out, &err) == -1);
+	CHECKF(strstr(err.msg, "first chunk: 26: want 0 to 25") != NULL, "%s", err.msg);
+	free(want);
+	free(span);
+}
+
 static void chunked(xc2_model *m, const int32_t *codes, int T, const float *whole)
 {
 	const int hop = xc2_get_config(m)->hop;
@@ -147,20 +190,21 @@ static void chunked(xc2_model *m, const int32_t *codes, int T, const float *whol
 	static const int lefts[] = { 0, 25, 150 };
 
 	/* chunk >= T, and context covering everything, are exactly whole decoding */
-	CHECK(xc2_decode_chunked(m, codes, T, T, 0, 0, out, &err) == 0);
+	CHECK(xc2_decode_chunked(m, codes, T, T, 0, 0, 0, out, &err) == 0);
 	CHECK(memcmp(out, whole, n * sizeof *out) == 0);
-	CHECK(xc2_decode_chunked(m, codes, T, 7, T, T, out, &err) == 0);
+	CHECK(xc2_decode_chunked(m, codes, T, 7, 0, T, T, out, &err) == 0);
 	CHECK(memcmp(out, whole, n * sizeof *out) == 0);
 	for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++)
 		for (size_t l = 0; l < sizeof lefts / sizeof *lefts; l++) {
-			CHECKF(xc2_decode_chunked(m, codes, T, chunks[c], lefts[l], 0, out, &err) ==
+			CHECKF(xc2_decode_chunked(m, codes, T, chunks[c], 0, lefts[l], 0, out, &err) ==
 				       0, "%s", err.msg);
 			double snr = snr_db(whole, out, n);
 			printf("  chunk %3d codes, left context %3d: SNR vs whole %.1f dB\n", chunks[c],
 			       lefts[l], snr);
 			CHECK(isfinite(snr) || snr > 0);
 		}
-	CHECK(xc2_decode_chunked(m, codes, T, 0, 0, 0, out, &err) == -1);
+	CHECK(xc2_decode_chunked(m, codes, T, 0, 0, 0, 0, out, &err) == -1);
+	growing(m, codes, T, whole, out);
 	free(out);
 }
 
@@ -173,7 +217,7 @@ static void bad_codes(xc2_model *m)
 	CHECK(xc2_decode(m, codes, 5, out, &err) == -1);
 	CHECKF(strstr(err.msg, "position 2") != NULL, "%s", err.msg);
 	codes[2] = -1;
-	CHECK(xc2_decode_chunked(m, codes, 5, 2, 1, 0, out, &err) == -1);
+	CHECK(xc2_decode_chunked(m, codes, 5, 2, 0, 1, 0, out, &err) == -1);
 	CHECKF(strstr(err.msg, "position 2") != NULL, "%s", err.msg);
 	CHECK(xc2_decode(m, codes, 0, out, &err) == -1);
 }
