@@ -168,7 +168,7 @@ CLANG    ?= $(shell command -v clang 2>/dev/null)
 FUZZ_OK  := $(if $(CLANG),$(shell printf 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' | \
 		$(CLANG) -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null && echo 1))
 FUZZERS  := $(if $(FUZZ_OK),$(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/*.c)))
-build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/wire/proto.c lib/wire/synth.c lib/core/err.c lib/core/dtype.c lib/core/quant.c lib/core/sampling.c | $(DEPS_OK)
+build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c lib/wire/proto.c lib/wire/synth.c lib/core/chunks.c lib/core/err.c lib/core/dtype.c lib/core/quant.c lib/core/sampling.c | $(DEPS_OK)
 	@mkdir -p build/fuzz
 	$(CLANG) -g -O1 -fsanitize=fuzzer,address,undefined $(LIB_INC) $^ -lmsgpackc -lm -o $@
 build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c lib/formats/gguf.c lib/formats/config_gguf.c lib/text/tokenizer_gguf.c lib/text/tokenizer.c lib/text/tokenizer_load.c lib/core/fileio.c lib/core/err.c lib/core/dtype.c lib/core/quant.c | $(DEPS_OK)

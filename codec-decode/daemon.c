@@ -3,7 +3,8 @@
  * carries the audio of the chunks those codes complete, as 16-bit PCM (see
  * proto.h). Chunk boundaries are fixed by the count of codes, never by
  * timing, so an utterance's audio is the same to the byte however its codes
- * arrive, and the same as `codec-decode --chunk` writes. Chunk 0 decodes the
+ * arrive, and the same as `codec-decode --chunk` writes (the schedule, growing
+ * from a first chunk or not, is lib/core/chunks.h's). Chunk 0 decodes the
  * whole utterance at the final message (the decoder is non-causal: GroupNorm
  * and attention see every frame), the best quality. One poll loop; SIGTERM
  * and SIGINT stop it. */
@@ -16,6 +17,7 @@
 #include <zmq.h>
 
 #include "audio.h"
+#include "chunks.h"
 #include "codes.h"
 #include "net.h"
 #include "service.h"
@@ -29,7 +31,7 @@ typedef struct utterance {
 	int32_t *codes;
 	int n, cap;
 	int next;               /* the first code whose audio is not sent yet */
-	int chunk, left, right; /* from its first message */
+	int chunk, left, right, first; /* from its first message */
 	uint64_t last_use;
 } utterance;
 
@@ -85,8 +87,9 @@ static int emit(codec_state *d, const utterance *x, int a, int s, int e, int z, 
 	return 0;
 }
 
-/* The audio of every chunk of x that is complete: chunk [s, s + chunk)
- * needs the codes up to s + chunk + right, or the final message. */
+/* The audio of every chunk of x that is complete: chunk [s, e) (e its
+ * end by pcg_chunk_end) needs the codes up to e + right, or the final
+ * message. */
 static int complete_chunks(codec_state *d, utterance *x, int final, size_t *n_pcm, pcg_err *err)
 {
 	if (x->chunk == 0) {
@@ -95,8 +98,11 @@ static int complete_chunks(codec_state *d, utterance *x, int final, size_t *n_pc
 		x->next = x->n;
 		return 0;
 	}
-	while (x->next < x->n && (final || x->n >= x->next + x->chunk + x->right)) {
-		const int s = x->next, e = s + x->chunk < x->n ? s + x->chunk : x->n;
+	while (x->next < x->n) {
+		const int s = x->next, end = pcg_chunk_end(s, x->chunk, x->first);
+		if (!final && x->n < end + x->right)
+			break;
+		const int e = end < x->n ? end : x->n;
 		const int a = s - x->left > 0 ? s - x->left : 0;
 		const int z = e + x->right < x->n ? e + x->right : x->n;
 		if (emit(d, x, a, s, e, z, n_pcm, err) < 0)
@@ -158,6 +164,7 @@ static void handle(void *ctx, const proto_msg *q, proto_msg *rep)
 		x->chunk = a->chunk;
 		x->left = a->left;
 		x->right = a->right;
+		x->first = a->first; /* proto_parse held it to 0..chunk */
 	}
 	x->last_use = ++d->clock;
 	if (x->n + a->n_tokens > MAX_CODES) {

@@ -54,7 +54,8 @@ static const char *SYNOPSIS = "[--listen ADDR] [--port N] [--token-file FILE] [-
 
 static const char *listen_addr, *token_file, *voice_path, *verifier_url, *policy, *resampler;
 static const char *voices_dir, *voices_evict;
-static int port, max_requests, timeout_ms, piece_chars, chunk, chunk_left, chunk_right;
+static int port, max_requests, timeout_ms, piece_chars, chunk, chunk_first, chunk_left;
+static int chunk_right;
 static int max_conns, max_per_client, head_timeout_ms, body_timeout_ms, voices_max;
 static int max_tokens, seed, lookahead, top_k, quiet, show_version;
 static long long max_body, max_whole;
@@ -96,6 +97,11 @@ static const pcg_opt opts[] = {
 	  "a longer input is spoken in pieces of at most N characters, cut at sentence ends" },
 	{ "chunk", PCG_OPT_INT, &chunk, PROTO_STR(PROTO_SYNTH_CHUNK), 1, PROTO_MAX_APPEND, "N",
 	  "the audio comes in chunks of N codes" },
+	{ "chunk-first", PCG_OPT_INT, &chunk_first, PROTO_STR(PROTO_SYNTH_FIRST), 0,
+	  PROTO_MAX_APPEND, "N",
+	  "the first chunk N codes, each next one twice the one before up to --chunk, so that "
+	  "the first audio comes sooner (0, or --chunk: every chunk --chunk codes; "
+	  "default " PROTO_STR(PROTO_SYNTH_FIRST) ", or --chunk when that is smaller)" },
 	{ "chunk-left", PCG_OPT_INT, &chunk_left, PROTO_STR(PROTO_SYNTH_LEFT), 0, PROTO_MAX_APPEND,
 	  "N", "codes before a chunk decoded with it" },
 	{ "chunk-right", PCG_OPT_INT, &chunk_right, PROTO_STR(PROTO_SYNTH_RIGHT), 0,
@@ -752,6 +758,7 @@ static int synth_defaults(proto_synth *q, pcg_err *err)
 		[PROTO_SF_TOP_K] = "--top-k", [PROTO_SF_TOP_P] = "--top-p", [PROTO_SF_BETA] = "--beta",
 		[PROTO_SF_MAX_TOKENS] = "--max-tokens", [PROTO_SF_CHUNK] = "--chunk",
 		[PROTO_SF_LEFT] = "--chunk-left", [PROTO_SF_RIGHT] = "--chunk-right",
+		[PROTO_SF_FIRST] = "--chunk-first",
 	};
 	proto_synth_field f;
 
@@ -763,6 +770,8 @@ static int synth_defaults(proto_synth *q, pcg_err *err)
 	q->beta = (float)beta;
 	q->max_tokens = max_tokens;
 	q->chunk = chunk;
+	/* the default first chunk, not asked for, never beyond --chunk */
+	q->first = pcg_opts_given(opts, "chunk-first") || chunk_first <= chunk ? chunk_first : chunk;
 	q->left = chunk_left;
 	q->right = chunk_right;
 	q->audio = 1; /* in the progress messages of the stream */

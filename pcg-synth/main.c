@@ -37,7 +37,7 @@ static const char *url, *policy_name, *out, *curve_key, *curve_server, *asg_path
 static double beta, temp, top_p;
 static const char *lookahead_s;
 static int lookahead, sequential, top_k, seed, max_tokens, timeout_ms, f16, print_tokens, do_ping, speaker;
-static int viterbi_k, chunk, chunk_left, chunk_right, raw, quiet;
+static int viterbi_k, chunk, chunk_first, chunk_left, chunk_right, raw, quiet;
 static const char *outdir, *policy_args, *prompt_wav, *prompt_text;
 static char policy_opt_help[512]; /* from lib/speculate/policy.c's table, by options() */
 static proto_synth args_msg;      /* --policy-args, checked before anything runs */
@@ -80,6 +80,11 @@ static const pcg_opt opts[] = {
 	{ "chunk", PCG_OPT_INT, &chunk, PROTO_STR(PROTO_SYNTH_CHUNK), 0, PROTO_MAX_APPEND, "N",
 	  "the audio comes in chunks of N codes (0: the whole utterance at the end, the best "
 	  "quality)" },
+	{ "chunk-first", PCG_OPT_INT, &chunk_first, PROTO_STR(PROTO_SYNTH_FIRST), 0,
+	  PROTO_MAX_APPEND, "N",
+	  "the first chunk N codes, each next one twice the one before up to --chunk, so that "
+	  "the first audio comes sooner (0, or --chunk: every chunk --chunk codes; "
+	  "default " PROTO_STR(PROTO_SYNTH_FIRST) ", or --chunk when that is smaller)" },
 	{ "chunk-left", PCG_OPT_INT, &chunk_left, PROTO_STR(PROTO_SYNTH_LEFT), 0, PROTO_MAX_APPEND,
 	  "N", "codes before a chunk decoded with it" },
 	{ "chunk-right", PCG_OPT_INT, &chunk_right, PROTO_STR(PROTO_SYNTH_RIGHT), 0,
@@ -700,6 +705,7 @@ static int request_check(const proto_synth *y, pcg_err *err)
 		[PROTO_SF_MAX_TOKENS] = "--max-tokens", [PROTO_SF_SPEAKER] = "--speaker",
 		[PROTO_SF_VITERBI_K] = "--viterbi-k", [PROTO_SF_CHUNK] = "--chunk",
 		[PROTO_SF_LEFT] = "--chunk-left", [PROTO_SF_RIGHT] = "--chunk-right",
+		[PROTO_SF_FIRST] = "--chunk-first",
 		[PROTO_SF_ARGS] = "--policy-args", [PROTO_SF_PROMPT_TEXT] = "--prompt-text",
 	};
 	proto_synth_field f;
@@ -902,6 +908,8 @@ static int fill_request(proto_synth *y)
 	y->viterbi_k = viterbi_k;
 	y->f16 = f16;
 	y->chunk = chunk;
+	/* the default first chunk, not asked for, never beyond --chunk */
+	y->first = pcg_opts_given(opts, "chunk-first") || chunk_first <= chunk ? chunk_first : chunk;
 	y->left = chunk_left;
 	y->right = chunk_right;
 	/* audio: per request (synth_one), with the stream it travels in */

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <zmq.h>
 
+#include "chunks.h"
 #include "client.h"
 #include "clock.h"
 #include "net.h"
@@ -280,6 +281,7 @@ static int codec_start(worker *w, job *j, const int *tok, int n, int final, pcg_
 	q->chunk = req->chunk;
 	q->left = req->left;
 	q->right = req->right;
+	q->first = req->first;
 	return client_send(w->codec, w->codec_req, err);
 }
 
@@ -371,18 +373,26 @@ static int codec_take(worker *w, job_state *js, const void **pcm, size_t *n_pcm)
 	return 0;
 }
 
+/* Whether the codes up to pos complete the chunk that starts at js->cnext
+ * (its codes and the `right` after it are there): the chunks' ends are
+ * lib/core/chunks.h's, as codec-decode's. */
+static int chunk_done(const proto_synth *req, const job_state *js, int pos)
+{
+	return req->chunk > 0 && pos >= pcg_chunk_end(js->cnext, req->chunk, req->first) + req->right;
+}
+
 /* The codes up to pos that the codec has not had, final at the end. */
 static int codec_give(worker *w, job *j, job_state *js, const int *all, int pos, int final)
 {
-	const int chunk = j->req->synth.chunk, right = j->req->synth.right;
+	const proto_synth *req = &j->req->synth;
 
 	if (codec_start(w, j, all + js->sent, pos - js->sent, final, &js->err) < 0)
 		return -1;
 	js->codec_busy = 1;
 	js->codec_open = !final;
 	js->sent = pos;
-	while (chunk > 0 && js->sent >= js->cnext + chunk + right)
-		js->cnext += chunk;
+	while (chunk_done(req, js, js->sent))
+		js->cnext = pcg_chunk_end(js->cnext, req->chunk, req->first);
 	return 0;
 }
 
@@ -404,11 +414,10 @@ static int job_round(worker *w, job *j, job_state *js)
 		return -1;
 	const int *all = spec_tokens(js->s, &pos);
 	/* The codec gets the codes when they complete a chunk (its chunk
-	 * [next, next + chunk) needs the codes up to next + chunk + right)
-	 * or at the end, one request at a time, and decodes while the
-	 * next rounds run; its reply is taken as soon as it is there. */
-	const int send = req->audio && (rc == 1 || (pos > js->sent && req->chunk > 0 &&
-						   pos >= js->cnext + req->chunk + req->right));
+	 * [next, end) needs the codes up to end + right) or at the end, one
+	 * request at a time, and decodes while the next rounds run; its
+	 * reply is taken as soon as it is there. */
+	const int send = req->audio && (rc == 1 || (pos > js->sent && chunk_done(req, js, pos)));
 	if (js->codec_busy && (send || client_ready(w->codec)) &&
 	    codec_take(w, js, &pcm, &n_pcm) < 0)
 		return -1;

@@ -2,6 +2,7 @@
  * (see proto.h for the schemas and man/pcg-protocol.7 for the wire format). */
 #include "proto.h"
 #include "synth.h"
+#include "chunks.h"
 
 #include <msgpack.h>
 #include <stdarg.h>
@@ -80,12 +81,12 @@ enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F
        F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_STATS,
        F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_HEADS, F_VITERBI_K, F_NNZ, F_PAD, F_STREAM,
        F_AUDIO, F_CHUNK, F_LEFT, F_RIGHT, F_QUEUE, F_RATE, F_PCM, F_FORCED, F_ARGS,
-       F_PROMPT_TEXT, F_PROMPT_AUDIO, F_SEQUENTIAL, F_COUNT };
+       F_PROMPT_TEXT, F_PROMPT_AUDIO, F_SEQUENTIAL, F_FIRST, F_COUNT };
 static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
 	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg", "text", "policy",
 	"beta", "max_tokens", "stats", "final", "tokens", "asg", "speaker", "heads",
 	"viterbi_k", "nnz", "pad", "stream", "audio", "chunk", "left", "right", "queue", "rate",
-	"pcm", "forced", "args", "prompt_text", "prompt_audio", "sequential" };
+	"pcm", "forced", "args", "prompt_text", "prompt_audio", "sequential", "first" };
 #define B(f) (1ull << (f))
 static const uint64_t schema[] = {
 	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
@@ -113,7 +114,9 @@ static const uint64_t schema[] = {
 /* Fields a type may carry beyond its schema: sent only when not empty. */
 static const uint64_t optional[] = {
 	[PROTO_PROPOSE] = B(F_FORCED),
-	[PROTO_SYNTH] = B(F_ARGS) | B(F_PROMPT_TEXT) | B(F_PROMPT_AUDIO) | B(F_SEQUENTIAL),
+	[PROTO_SYNTH] = B(F_ARGS) | B(F_PROMPT_TEXT) | B(F_PROMPT_AUDIO) | B(F_SEQUENTIAL) |
+			B(F_FIRST),
+	[PROTO_AUDIO] = B(F_FIRST),
 	[PROTO_LAST_TYPE] = 0,
 };
 
@@ -132,6 +135,8 @@ static uint64_t fields_of(const proto_msg *m)
 		f |= B(F_PROMPT_AUDIO);
 	if (m->type == PROTO_SYNTH && m->synth.sequential)
 		f |= B(F_SEQUENTIAL);
+	if ((m->type == PROTO_SYNTH && m->synth.first) || (m->type == PROTO_AUDIO && m->audio.first))
+		f |= B(F_FIRST);
 	return f;
 }
 
@@ -512,6 +517,7 @@ static void put_synth(msgpack_packer *pk, int f, const proto_synth *s)
 		msgpack_pack_bin_body(pk, s->prompt_audio, s->prompt_audio_len);
 		break;
 	case F_SEQUENTIAL: boolean(pk, s->sequential); break;
+	case F_FIRST: msgpack_pack_int(pk, s->first); break;
 	}
 }
 
@@ -524,6 +530,7 @@ static void put_audio(msgpack_packer *pk, int f, const proto_audio *a)
 	case F_CHUNK: msgpack_pack_int(pk, a->chunk); break;
 	case F_LEFT: msgpack_pack_int(pk, a->left); break;
 	case F_RIGHT: msgpack_pack_int(pk, a->right); break;
+	case F_FIRST: msgpack_pack_int(pk, a->first); break;
 	}
 }
 
@@ -964,12 +971,12 @@ static int get_samp(const msgpack_object *v, int f, pcg_sampling *s, pcg_err *er
 	return get_float(v, "top_p", &s->top_p, err);
 }
 
-/* chunk, left or right */
+/* chunk, left, right or first */
 static int get_chunking(const msgpack_object *v, int f, int *chunk, int *left, int *right,
-			pcg_err *err)
+			int *first, pcg_err *err)
 {
 	return get_i(v, fnames[f], 0, PROTO_MAX_APPEND,
-		     f == F_CHUNK ? chunk : f == F_LEFT ? left : right, err);
+		     f == F_CHUNK ? chunk : f == F_LEFT ? left : f == F_RIGHT ? right : first, err);
 }
 
 /* Field f of each type, checked against the schema. */
@@ -1080,8 +1087,8 @@ static int get_synth(proto_synth *s, int f, const msgpack_object *v, pcg_err *er
 	case F_VITERBI_K: return get_i(v, "viterbi_k", 0, 1 << 20, &s->viterbi_k, err);
 	case F_STREAM: return get_bool(v, "stream", &s->stream, err);
 	case F_AUDIO: return get_bool(v, "audio", &s->audio, err);
-	case F_CHUNK: case F_LEFT: case F_RIGHT:
-		return get_chunking(v, f, &s->chunk, &s->left, &s->right, err);
+	case F_CHUNK: case F_LEFT: case F_RIGHT: case F_FIRST:
+		return get_chunking(v, f, &s->chunk, &s->left, &s->right, &s->first, err);
 	case F_ARGS: return get_args(s, v, err);
 	case F_PROMPT_TEXT:
 		return get_str(v, "prompt_text", s->prompt_text, sizeof s->prompt_text, err);
@@ -1107,8 +1114,8 @@ static int get_audio(proto_audio *a, int f, const msgpack_object *v, pcg_err *er
 	case F_SESSION: return get_u64(v, "session", &a->session, err);
 	case F_TOKENS: return get_ids(v, "tokens", a->tokens, PROTO_MAX_APPEND, &a->n_tokens, err);
 	case F_FINAL: return get_bool(v, "final", &a->final, err);
-	case F_CHUNK: case F_LEFT: case F_RIGHT:
-		return get_chunking(v, f, &a->chunk, &a->left, &a->right, err);
+	case F_CHUNK: case F_LEFT: case F_RIGHT: case F_FIRST:
+		return get_chunking(v, f, &a->chunk, &a->left, &a->right, &a->first, err);
 	}
 	return pcg_fail(err, "field %d: unknown", f);
 }
@@ -1200,8 +1207,8 @@ static int check_probs(proto_probs *m, size_t pbytes, pcg_err *err)
 	return 0;
 }
 
-/* What no single field can say: sampling in range, score's n within
- * append, propose's forced tokens in order and its append not empty, rows
+/* What no single field can say: sampling in range, an audio's first
+ * within its chunk, score's n within append, propose's forced tokens in order and its append not empty, rows
  * not empty, a probs reply's layout, a synth as proto_synth_check has it
  * (the one check of a synth, which its clients make too). */
 static int check(proto_msg *m, const char *tname, size_t pbytes, pcg_err *err)
@@ -1218,6 +1225,10 @@ static int check(proto_msg *m, const char *tname, size_t pbytes, pcg_err *err)
 			pcg_err_prefix(err, what);
 			return -1;
 		}
+	}
+	if (m->type == PROTO_AUDIO && pcg_chunk_check(m->audio.chunk, m->audio.first, err) < 0) {
+		pcg_err_prefix(err, "audio: field 'first'");
+		return -1;
 	}
 	if (m->type == PROTO_SCORE && (r->n < 1 || r->n > r->n_append))
 		return pcg_fail(err, "score: field 'n': %d positions, append has %d", r->n,

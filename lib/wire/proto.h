@@ -230,6 +230,9 @@ typedef struct proto_synth {
 	int stream;            /* send progress messages */
 	int audio;             /* send the audio back (needs a codec) */
 	int chunk, left, right; /* the audio's chunking (codes) */
+	int first;             /* optional: the first chunk's codes, each next one
+				* twice as many up to chunk (lib/core/chunks.h;
+				* 0, absent: every chunk `chunk` codes) */
 	int n_args;            /* optional: the policy's parameters by name */
 	char arg_name[PROTO_MAX_ARGS][16];
 	double arg_val[PROTO_MAX_ARGS];
@@ -254,6 +257,7 @@ typedef struct proto_audio {
 	uint64_t session;
 	int final;             /* the last tokens of the session */
 	int chunk, left, right;
+	int first;             /* optional: as a synth's first (0, absent: none) */
 	int n_tokens;
 	int32_t tokens[PROTO_MAX_APPEND]; /* speech codes appended */
 } proto_audio;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "chunks.h"
 #include "sampling.h"
 
 void proto_synth_defaults(proto_synth *s)
@@ -24,6 +25,7 @@ void proto_synth_defaults(proto_synth *s)
 	s->chunk = PROTO_SYNTH_CHUNK;
 	s->left = PROTO_SYNTH_LEFT;
 	s->right = PROTO_SYNTH_RIGHT;
+	s->first = PROTO_SYNTH_FIRST;
 }
 
 int proto_synth_text(proto_synth *s, const char *text, size_t len, pcg_err *err)
@@ -99,8 +101,13 @@ int proto_synth_check(const proto_synth *s, proto_synth_field *field, pcg_err *e
 	    in_range(s->chunk, 0, PROTO_MAX_APPEND, " codes (0: all at the end)", PROTO_SF_CHUNK,
 		     field, err) < 0 ||
 	    in_range(s->left, 0, PROTO_MAX_APPEND, "", PROTO_SF_LEFT, field, err) < 0 ||
-	    in_range(s->right, 0, PROTO_MAX_APPEND, "", PROTO_SF_RIGHT, field, err) < 0 ||
-	    in_range(s->n_args, 0, PROTO_MAX_ARGS, "", PROTO_SF_ARGS, field, err) < 0)
+	    in_range(s->right, 0, PROTO_MAX_APPEND, "", PROTO_SF_RIGHT, field, err) < 0)
+		return -1;
+	if (pcg_chunk_check(s->chunk, s->first, err) < 0) {
+		*field = PROTO_SF_FIRST;
+		return -1;
+	}
+	if (in_range(s->n_args, 0, PROTO_MAX_ARGS, "", PROTO_SF_ARGS, field, err) < 0)
 		return -1;
 	return check_together(s, field, err);
 }
@@ -112,7 +119,8 @@ const char *proto_synth_field_name(proto_synth_field f)
 		[PROTO_SF_TOP_K] = "top_k", [PROTO_SF_TOP_P] = "top_p", [PROTO_SF_BETA] = "beta",
 		[PROTO_SF_MAX_TOKENS] = "max_tokens", [PROTO_SF_SPEAKER] = "speaker",
 		[PROTO_SF_VITERBI_K] = "viterbi_k", [PROTO_SF_CHUNK] = "chunk",
-		[PROTO_SF_LEFT] = "left", [PROTO_SF_RIGHT] = "right", [PROTO_SF_ARGS] = "args",
+		[PROTO_SF_LEFT] = "left", [PROTO_SF_RIGHT] = "right", [PROTO_SF_FIRST] = "first",
+		[PROTO_SF_ARGS] = "args",
 		[PROTO_SF_AUDIO] = "audio", [PROTO_SF_PROMPT_TEXT] = "prompt_text",
 	};
 	return (unsigned)f < sizeof names / sizeof *names ? names[f] : "?";

@@ -28,6 +28,8 @@
 #define PROTO_SYNTH_MAX_TOKENS 1500 /* 30 s at 50 tokens a second */
 #define PROTO_SYNTH_VITERBI_K 8     /* also what the verifier takes for 0 */
 #define PROTO_SYNTH_CHUNK 25        /* codes: half a second */
+#define PROTO_SYNTH_FIRST 5         /* the first chunk's codes (then 10, 20, 25, ...): the
+				     * first audio after a tenth of a second of codes */
 #define PROTO_SYNTH_LEFT 50
 #define PROTO_SYNTH_RIGHT 4
 
@@ -59,6 +61,7 @@ typedef enum proto_synth_field {
 	PROTO_SF_CHUNK,
 	PROTO_SF_LEFT,
 	PROTO_SF_RIGHT,
+	PROTO_SF_FIRST,
 	PROTO_SF_ARGS,
 	PROTO_SF_AUDIO,       /* audio without stream */
 	PROTO_SF_PROMPT_TEXT, /* a prompt's text without its audio */
@@ -75,7 +78,8 @@ int proto_synth_text(proto_synth *s, const char *text, size_t len, pcg_err *err)
 /* Checks s against the protocol's bounds, those the verifier holds every
  * synth to: lookahead 0 (auto) to PROTO_MAX_LOOKAHEAD, sampling
  * (pcg_sampling_check, top_k >= 0), beta finite and >= 0, max_tokens 1 to
- * PROTO_MAX_APPEND, speaker, viterbi_k, the chunking, at most
+ * PROTO_MAX_APPEND, speaker, viterbi_k, the chunking (first 0 to chunk:
+ * pcg_chunk_check), at most
  * PROTO_MAX_ARGS policy parameters, audio only with stream, a prompt's text
  * only with its audio. The policy's name is lib/speculate's to check
  * (spec_policy_parse). Returns 0, or -1 with *field the first field that

@@ -150,6 +150,25 @@ static void test_roundtrip(void)
 	      !strcmp(os->policy, "pcg") && os->beta == 0.4f && os->lookahead == 3 &&
 	      os->max_tokens == 500 && os->stream && os->audio && os->chunk == 10 &&
 	      os->left == 20 && os->right == 4 && os->seed == 7 && os->samp.top_k == 50);
+	/* the first chunk (optional: absent above, an old client's request:
+	 * fixed chunks), sent when not 0 */
+	CHECK(os->first == 0);
+	s->first = 5;
+	CHECKF(roundtrip(sm, o, &err) == 0, "%s", err.msg);
+	CHECK(os->first == 5 && os->chunk == 10);
+	{
+		void *buf;
+		size_t len;
+		s->first = 0;
+		CHECK(proto_pack(sm, &buf, &len, &err) == 0);
+		CHECK(memmem(buf, len, "\xa5" "first", 6) == NULL);
+		free(buf);
+		s->first = 11; /* beyond its chunk: named */
+		CHECK(proto_pack(sm, &buf, &len, &err) == 0);
+		bad("synth: first beyond chunk", buf, len, "field 'first': 11: want 0 to 10");
+		free(buf);
+		s->first = 0;
+	}
 	/* the policy's parameters by name (optional: absent above) */
 	CHECK(os->n_args == 0);
 	s->n_args = 2;
@@ -209,7 +228,18 @@ static void test_roundtrip(void)
 	CHECKF(roundtrip(m, o, &err) == 0, "%s", err.msg);
 	CHECK(o->type == PROTO_AUDIO && o->audio.final == 1 && o->audio.n_tokens == 2 &&
 	      o->audio.tokens[1] == 6 && o->audio.chunk == 10 && o->audio.left == 20 &&
-	      o->audio.right == 4);
+	      o->audio.right == 4 && o->audio.first == 0);
+	au->first = 3; /* optional, as a synth's */
+	CHECKF(roundtrip(m, o, &err) == 0, "%s", err.msg);
+	CHECK(o->audio.first == 3 && o->audio.chunk == 10);
+	{
+		void *buf;
+		size_t len;
+		au->first = 12;
+		CHECK(proto_pack(m, &buf, &len, &err) == 0);
+		bad("audio: first beyond chunk", buf, len, "audio: field 'first': 12: want 0 to 10");
+		free(buf);
+	}
 	/* progress and pcm: the audio as s16le, read back at any alignment */
 	const int16_t pcm[5] = { 0, -32768, 32767, 1, -1 };
 	proto_init(m, PROTO_PROGRESS, 77);
@@ -577,7 +607,9 @@ static void test_stale_fields(void)
  * tests/fixtures/proto/NAME.msgpack. Those files were written by
  * `build/tests/test_proto --write-golden` when the structs were reshaped
  * (packed by the code before the change, so that equal bytes prove the
- * wire unchanged); write them again only with a new PROTO_VERSION. */
+ * wire unchanged); write them again only with a new PROTO_VERSION. A new
+ * optional field adds files of its own (synth-first, audio-first: written
+ * when the field came, every other file the same to the byte). */
 #define GOLDEN_DIR "tests/fixtures/proto/"
 enum { G_WIDTH = 40 };
 static float golden_v[3 * G_WIDTH];
@@ -590,10 +622,11 @@ static const char *golden_msg(int k, proto_msg *m)
 {
 	static const char *const names[] = { "propose", "propose-forced", "score", "drop", "ping",
 		"probs", "probs-sparse-f16", "ok", "pong", "error", "synth", "synth-args", "result",
-		"audio", "pcm", "progress", "cancel" };
+		"audio", "pcm", "progress", "cancel", "synth-first", "audio-first" };
 	static const proto_type types[] = { PROTO_PROPOSE, PROTO_PROPOSE, PROTO_SCORE, PROTO_DROP,
 		PROTO_PING, PROTO_PROBS, PROTO_PROBS, PROTO_OK, PROTO_PONG, PROTO_ERROR, PROTO_SYNTH,
-		PROTO_SYNTH, PROTO_RESULT, PROTO_AUDIO, PROTO_PCM, PROTO_PROGRESS, PROTO_CANCEL };
+		PROTO_SYNTH, PROTO_RESULT, PROTO_AUDIO, PROTO_PCM, PROTO_PROGRESS, PROTO_CANCEL,
+		PROTO_SYNTH, PROTO_AUDIO };
 
 	if (k >= (int)(sizeof names / sizeof names[0]))
 		return NULL;
@@ -670,6 +703,8 @@ static const char *golden_msg(int k, proto_msg *m)
 			snprintf(s->arg_name[1], sizeof s->arg_name[1], "k");
 			s->arg_val[1] = 50;
 		}
+		if (!strcmp(n, "synth-first"))
+			s->first = 5;
 		break;
 	}
 	case PROTO_RESULT: {
@@ -695,6 +730,8 @@ static const char *golden_msg(int k, proto_msg *m)
 		a->chunk = 25;
 		a->left = 8;
 		a->right = 2;
+		if (!strcmp(n, "audio-first"))
+			a->first = 5;
 		break;
 	}
 	case PROTO_PCM:
@@ -793,6 +830,8 @@ static void set_top_p0(proto_synth *s) { s->samp.top_p = 0; }
 static void set_beta(proto_synth *s) { s->beta = NAN; }
 static void set_beta_neg(proto_synth *s) { s->beta = -1; }
 static void set_audio(proto_synth *s) { s->audio = 1, s->stream = 0; }
+static void set_first(proto_synth *s) { s->first = s->chunk + 1; }
+static void set_first0(proto_synth *s) { s->chunk = 0; }
 static void set_prompt(proto_synth *s) { snprintf(s->prompt_text, sizeof s->prompt_text, "Hi."); }
 
 static void test_synth(void)
@@ -806,7 +845,8 @@ static void test_synth(void)
 	CHECK(!strcmp(s->policy, "pcg") && s->beta == 0.4f && s->lookahead == 0 &&
 	      s->samp.temperature == 0.8f && s->samp.top_k == 50 && s->samp.top_p == 1.0f &&
 	      s->seed == 1 && s->max_tokens == 1500 && s->viterbi_k == 8 && s->stream &&
-	      !s->audio && s->chunk == 25 && s->left == 50 && s->right == 4 && !s->text[0]);
+	      !s->audio && s->chunk == 25 && s->left == 50 && s->right == 4 && s->first == 5 &&
+	      !s->text[0]);
 	CHECKF(proto_synth_check(s, &f, &err) == 0 && f == PROTO_SF_NONE, "%s", err.msg);
 	CHECK(!strcmp(PROTO_STR(PROTO_SYNTH_TEMP), "0.8") && !strcmp(PROTO_STR(PROTO_SYNTH_SEED), "1"));
 	/* the bounds' ends pass */
@@ -833,6 +873,8 @@ static void test_synth(void)
 	synth_refused("top_p 0", set_top_p0, PROTO_SF_TOP_P);
 	synth_refused("beta nan", set_beta, PROTO_SF_BETA);
 	synth_refused("beta -1", set_beta_neg, PROTO_SF_BETA);
+	synth_refused("first beyond chunk", set_first, PROTO_SF_FIRST);
+	synth_refused("first with chunk 0", set_first0, PROTO_SF_FIRST);
 	synth_refused("audio without stream", set_audio, PROTO_SF_AUDIO);
 	synth_refused("prompt_text without its audio", set_prompt, PROTO_SF_PROMPT_TEXT);
 	/* those the wire cannot carry: the check alone */
