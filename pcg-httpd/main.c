@@ -100,8 +100,8 @@ static const pcg_opt opts[] = {
 	{ "chunk-first", PCG_OPT_INT, &chunk_first, PROTO_STR(PROTO_SYNTH_FIRST), 0,
 	  PROTO_MAX_APPEND, "N",
 	  "the first chunk N codes, each next one twice the one before up to --chunk, so that "
-	  "the first audio comes sooner (0, or --chunk: every chunk --chunk codes; "
-	  "default " PROTO_STR(PROTO_SYNTH_FIRST) ", or --chunk when that is smaller)" },
+	  "the first audio comes sooner (0 or --chunk: fixed chunks; unless given, at most "
+	  "--chunk)" },
 	{ "chunk-left", PCG_OPT_INT, &chunk_left, PROTO_STR(PROTO_SYNTH_LEFT), 0, PROTO_MAX_APPEND,
 	  "N", "codes before a chunk decoded with it" },
 	{ "chunk-right", PCG_OPT_INT, &chunk_right, PROTO_STR(PROTO_SYNTH_RIGHT), 0,

@@ -5,9 +5,9 @@
 # enter the runtime directory of the pipeline it looks for, says so at once
 # instead of waiting out its timeout (as root: run as nobody); pcg-up
 # names a missing path first; a misspelt --policy gets the nearest name;
-# -o out.mp3 points to sox; a voice sent with curl -d gets the
-# --data-binary hint; pcg-synth says when the audio is not kept; /health
-# reports the programs' version.
+# -o out.mp3 points to sox; pcg-httpd names a --chunk-first beyond --chunk;
+# a voice sent with curl -d gets the --data-binary hint; pcg-synth says when
+# the audio is not kept; /health reports the programs' version.
 . "${PCG_ROOT:-.}/tests/shlib"
 cd "$T" || exit 1
 expect 2 "pcg-keygen ''" pcg-keygen ""
@@ -36,6 +36,10 @@ err_has "--policy 'pgc': no such policy; did you mean 'pcg'?"
 expect 2 "pcg-synth -o out.mp3" pcg-synth -o out.mp3 "Hello."
 err_has "pcg-synth -o - TEXT | sox -t wav - out.mp3"
 [ ! -e out.mp3 ] && ok "no out.mp3 written" || bad "out.mp3 written"
+# a first chunk beyond the chunk, named by its flag before anything starts
+expect 2 "pcg-httpd --chunk 10 --chunk-first 11" timeout 10 pcg-httpd --port 0 --chunk 10 \
+	--chunk-first 11
+err_has "--chunk-first: 11: want 0 to 10"
 
 # a voice sent with curl -d (a form: its newlines stripped): the hint
 mkdir -p voices

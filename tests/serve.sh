@@ -4,7 +4,9 @@
 # they get alone (same seeds), to the byte; the first audio chunk reaches
 # the client before the last token is made; audio streamed to standard
 # output (WAV and raw) equals the file written here and the file
-# codec-decode --chunk writes from the same tokens; whole-utterance decoding
+# codec-decode --chunk writes from the same tokens, with the default growing
+# chunks (--chunk-first 5) and with fixed ones (--chunk-first 25), and a
+# first chunk beyond --chunk is refused by name; whole-utterance decoding
 # is still there; a request beyond the sessions waits and is told its
 # place, one beyond the queue gets "busy"; a client killed mid-utterance is
 # cancelled within a round and does not delay the next request; an
@@ -68,13 +70,32 @@ if command -v sox >/dev/null 2>&1; then
 	sox -t wav - conv.flac <pipe.wav 2>sox.err && [ -s conv.flac ] &&
 		ok "sox converts the stream as it comes" || bad "sox: $(cat sox.err)"
 fi
-# the same chunking offline: codec-decode --chunk on the tokens
+# the same chunking offline: codec-decode --chunk on the tokens; the default
+# chunks grow (5, 10, 20, then 25 codes), --chunk-first 25 gives the fixed
+# chunks of before
 tail -n 1 file.out | tr ' ' '\n' >ids
-expect 0 "codec-decode --chunk 25 --context 50 --lookahead 4" codec-decode --codec kmeans-gl \
-	--weights "$M/codec" --llasa-ids --speech-offset "$(pcg-tokenize --tokenizer "$M" '<|s_0|>')" \
-	--codes ids --chunk 25 --context 50 --lookahead 4 -o offline.wav
-[ -s offline.wav ] && { data offline.wav >offline.pcm; same file.pcm offline.pcm \
-	"streamed audio = codec-decode --chunk of the same tokens"; }
+offline() { # offline OUT OPTIONS...: the tokens of file.out decoded as the daemon does
+	o=$1
+	shift
+	expect 0 "codec-decode $*" codec-decode --codec kmeans-gl --weights "$M/codec" --llasa-ids \
+		--speech-offset "$(pcg-tokenize --tokenizer "$M" '<|s_0|>')" --codes ids "$@" -o "$o"
+	[ -s "$o" ] && data "$o" >"$o.pcm"
+}
+offline offline.wav --chunk 25 --chunk-first 5 --context 50 --lookahead 4
+same file.pcm offline.wav.pcm \
+	"streamed audio (chunks of 5, 10, 20, 25, ...) = codec-decode --chunk 25 --chunk-first 5"
+pcg-synth --seed 9 --chunk-first 25 --tokens -o fixed.wav "$t" >fixed.out 2>fixed.err ||
+	bad "--chunk-first 25: $(cat fixed.err)"
+[ "$(tail -n 1 fixed.out)" = "$(tail -n 1 file.out)" ] && ok "--chunk-first 25: the same tokens" ||
+	bad "--chunk-first 25: other tokens"
+offline fixedoff.wav --chunk 25 --context 50 --lookahead 4
+data fixed.wav >fixed.pcm
+same fixed.pcm fixedoff.wav.pcm "--chunk-first 25 (fixed chunks) = codec-decode --chunk 25 of the same tokens"
+! cmp -s fixed.pcm file.pcm && ok "fixed and growing chunks: other samples" ||
+	bad "fixed and growing chunks give the same samples"
+expect 2 "--chunk-first beyond --chunk" pcg-synth --chunk 10 --chunk-first 11 -o bad.wav "$t"
+err_has "--chunk-first: 11: want 0 to 10"
+[ ! -e bad.wav ] && ok "no file for a refused request" || bad "bad.wav written"
 # whole-utterance decoding: --chunk 0
 pcg-synth --seed 9 --chunk 0 -o whole.wav "$t" >whole.out 2>whole.err || bad "whole: $(cat whole.err)"
 [ "$(stat -c %s whole.wav)" = "$(stat -c %s file.wav)" ] && ! cmp -s whole.wav file.wav &&
