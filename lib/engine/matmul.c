@@ -26,12 +26,18 @@
 #include "qpack.h"
 
 #include <cblas.h>
-#include <immintrin.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
+#endif
 
 /* The helpers below return 64-byte vectors; they are always inlined, so the
  * ABI warning GCC gives for that does not apply. (Casts between vector
@@ -225,8 +231,12 @@ typedef void rows_fn(float *, int, const float *, const void *, int, const pcg_m
 	{ \
 		rows_small(y, ldy, x, xs, B, W, r0, r1, yr0, R); \
 	}
+#if defined(__x86_64__)
 ROWS_FOR(rows_avx512, __attribute__((target("arch=x86-64-v4"))), 4)
+#endif
 ROWS_FOR(rows_generic, , 1)
+
+#if defined(__x86_64__)
 
 /* AVX2 (+FMA, F16C) with its own 256-bit intrinsics. The vector-extension
  * body above, compiled for AVX2, split each 64-byte vector over two of its
@@ -437,31 +447,168 @@ BF16_TGT static void rows_bf16dot(float *y, int ldy, const float *x, const void 
 	}
 }
 
-/* Kernel families. For bf16 weights a family may use a second kernel
+#endif /* __x86_64__ */
+
+#if defined(__aarch64__)
+/* NEON (every AArch64 CPU has it): 128-bit vectors, 32 registers. A step is
+ * 16 weights of a row, widened in registers (bf16: a shift left by 16 of
+ * each half, shll/shll2; f16: fcvtl/fcvtl2; f32: loads), into four
+ * accumulators per (row, activation row), each its own chain of FMAs. The
+ * registers hold 16 accumulators: 4 weight rows for one activation row (16
+ * chains, enough to cover the FMA latency of two pipes), 2 for two, 1 for
+ * three or four. Each (row, activation row) sum runs in one order whatever
+ * the grouping (the four accumulators, reduced in a fixed order, then the
+ * tail), so a row gets what it gets alone. */
+static inline __attribute__((always_inline)) void neon_w16(float32x4_t wv[4],
+							   const unsigned char *p, pcg_dtype dt)
+{
+	if (dt == PCG_F32) {
+		for (int i = 0; i < 4; i++)
+			wv[i] = vreinterpretq_f32_u8(vld1q_u8(p + 16 * i));
+		return;
+	}
+	const uint16x8_t a = vreinterpretq_u16_u8(vld1q_u8(p)),
+			 b = vreinterpretq_u16_u8(vld1q_u8(p + 16));
+	if (dt == PCG_BF16) {
+		wv[0] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(a), 16));
+		wv[1] = vreinterpretq_f32_u32(vshll_high_n_u16(a, 16));
+		wv[2] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(b), 16));
+		wv[3] = vreinterpretq_f32_u32(vshll_high_n_u16(b, 16));
+	} else {
+		wv[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(a)));
+		wv[1] = vcvt_high_f32_f16(vreinterpretq_f16_u16(a));
+		wv[2] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(b)));
+		wv[3] = vcvt_high_f32_f16(vreinterpretq_f16_u16(b));
+	}
+}
+
+static inline __attribute__((always_inline)) void
+tile_neon(float *y, int ldy, const float *x, int K, const unsigned char *w, size_t row_bytes,
+	  const pcg_dtype dt, const int R, const int NB)
+{
+	const size_t es = dt == PCG_F32 ? 4 : 2;
+	float32x4_t acc[4][4][4];
+	int k = 0;
+
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (int b = 0; b < NB; b++)
+#pragma GCC unroll 4
+			for (int i = 0; i < 4; i++)
+				acc[r][b][i] = vdupq_n_f32(0.0f);
+	for (; k + 16 <= K; k += 16) {
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			const unsigned char *wr = w + r * row_bytes + es * (size_t)k;
+			float32x4_t wv[4];
+			__builtin_prefetch(wr + PF_AHEAD, 0, PF_LOC);
+			neon_w16(wv, wr, dt);
+#pragma GCC unroll 4
+			for (int b = 0; b < NB; b++) {
+				const float *xb = x + (size_t)b * K + k;
+#pragma GCC unroll 4
+				for (int i = 0; i < 4; i++)
+					acc[r][b][i] = vfmaq_f32(acc[r][b][i], wv[i], vld1q_f32(xb + 4 * i));
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+		for (int b = 0; b < NB; b++) {
+			float s = vaddvq_f32(vaddq_f32(vaddq_f32(acc[r][b][0], acc[r][b][1]),
+						       vaddq_f32(acc[r][b][2], acc[r][b][3])));
+			for (int j = k; j < K; j++)
+				s += load_w1(w + r * row_bytes + j * es, dt) * x[(size_t)b * K + j];
+			y[(size_t)b * ldy + r] = s;
+		}
+}
+
+/* The compile-time shapes: (R, NB) as above, the dtype a constant. */
+static inline __attribute__((always_inline)) void
+tile_neon_dt(float *y, int ldy, const float *x, int K, const unsigned char *w, size_t row_bytes,
+	     const pcg_dtype dt, int R, int nb)
+{
+#define T(RR, NBB) tile_neon(y, ldy, x, K, w, row_bytes, dt, RR, NBB)
+	if (R == 4)
+		T(4, 1);
+	else if (R == 2)
+		nb == 1 ? T(2, 1) : T(2, 2);
+	else
+		switch (nb) {
+		case 1: T(1, 1); break;
+		case 2: T(1, 2); break;
+		case 3: T(1, 3); break;
+		default: T(1, 4); break;
+		}
+#undef T
+}
+
+static void rows_neon(float *y, int ldy, const float *x, const void *xs, int B, const pcg_mat *W,
+		      int r0, int r1, int yr0)
+{
+	const int K = W->cols;
+	const pcg_dtype dt = W->dtype;
+	const size_t row_bytes = (size_t)K * (dt == PCG_F32 ? 4 : 2);
+	const int RB = B == 1 ? 4 : B == 2 ? 2 : 1; /* weight rows at once */
+
+	(void)xs;
+	for (int r = r0; r < r1;) {
+		const int R = r + RB <= r1 ? RB : 1;
+		const unsigned char *w = (const unsigned char *)W->data + (size_t)r * row_bytes;
+		for (int b0 = 0; b0 < B; b0 += 4) {
+			const int nb = B - b0 < 4 ? B - b0 : 4;
+			float *yb = y + (r - yr0) + (size_t)b0 * ldy;
+			const float *xb = x + (size_t)b0 * K;
+			if (dt == PCG_BF16)
+				tile_neon_dt(yb, ldy, xb, K, w, row_bytes, PCG_BF16, R, nb);
+			else if (dt == PCG_F16)
+				tile_neon_dt(yb, ldy, xb, K, w, row_bytes, PCG_F16, R, nb);
+			else
+				tile_neon_dt(yb, ldy, xb, K, w, row_bytes, PCG_F32, R, nb);
+		}
+		r += R;
+	}
+}
+#endif /* __aarch64__ */
+
+/* Kernel families, the best first: those of the machine's architecture,
+ * then "generic". For bf16 weights a family may use a second kernel
  * (bf16), which rounds the activations to bf16; the others keep the f32
  * arithmetic. */
 static const struct {
 	const char *name, *cpu;
 	rows_fn *fn, *bf16;
 } isas[] = {
+#if defined(__x86_64__)
 	{ "avx512-bf16", "avx512bf16", rows_avx512, rows_bf16dot },
 	{ "avx512", "x86-64-v4", rows_avx512, NULL },
 	{ "avx2", "x86-64-v3", rows_avx2, NULL },
+#elif defined(__aarch64__)
+	{ "neon", "asimd", rows_neon, NULL },
+#endif
 	{ "generic", NULL, rows_generic, NULL },
 };
 static int isa = -1; /* index into isas; -1: not chosen yet */
 
 static int isa_ok(int i)
 {
-	__builtin_cpu_init();
 	if (isas[i].cpu == NULL)
 		return 1;
+#if defined(__x86_64__)
+	__builtin_cpu_init();
 	/* __builtin_cpu_supports needs a literal argument. */
 	switch (i) {
 	case 0: return __builtin_cpu_supports("x86-64-v4") && __builtin_cpu_supports("avx512bf16");
 	case 1: return __builtin_cpu_supports("x86-64-v4");
 	default: return __builtin_cpu_supports("x86-64-v3");
 	}
+#elif defined(__aarch64__)
+	return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0; /* Advanced SIMD */
+#else
+	return 0;
+#endif
 }
 
 /* The family: PCG_MATMUL_ISA if it names one the CPU has, else the first
@@ -508,8 +655,8 @@ static void matmul_small(float *y, int ldy, const float *x, int B, const pcg_mat
 	const int K = W->cols;
 	const int bf16 = W->dtype == PCG_BF16;
 	isa_choose();
-	rows_fn *rows = bf16 && isas[isa].bf16 ? isas[isa].bf16 : isas[isa].fn;
-	const int dot = rows == rows_bf16dot;
+	const int dot = bf16 && isas[isa].bf16 != NULL;
+	rows_fn *rows = dot ? isas[isa].bf16 : isas[isa].fn;
 	/* The bf16 kernels want x prepared: as evens then odds in each block of
 	 * 32 (widening) or rounded to bf16 and padded to Kp (vdpbf16ps). On the
 	 * stack for a few rows (K <= a few 10^4: a few hundred KB at most). */

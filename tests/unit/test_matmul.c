@@ -353,10 +353,12 @@ static void check_kernels(void)
 
 int main(void)
 {
-	const char *names[] = { "avx512-bf16", "avx512", "avx2", "generic" };
+	/* x86-64's families, then AArch64's: those of the other architecture
+	 * are refused (not supported by this CPU). */
+	const char *names[] = { "avx512-bf16", "avx512", "avx2", "neon", "generic" };
 
 	check_conversions();
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
 		if (pcg_matmul_set_isa(names[i]) < 0) {
 			printf("kernels %s: not supported by this CPU, not tested\n", names[i]);
 			continue;
