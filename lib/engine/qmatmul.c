@@ -47,6 +47,9 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#include <sys/auxv.h>
 #endif
 
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -880,20 +883,413 @@ static int have_vnni(void)
 	       __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c") &&
 	       __builtin_cpu_supports("fma");
 }
-#else
-static int have_vnni(void) { return 0; }
-static int have_avxvnni(void) { return 0; }
-static int have_avx2(void) { return 0; }
-#endif
+#endif /* __x86_64__ */
+
+/* ----------------------------------------------------------- NEON paths
+ *
+ * AArch64, 32 weights a step, four weight rows at once, the integer sums
+ * of a sub-block reduced across lanes so that lane i of a float vector is
+ * weight row i:
+ *   neon-i8mm     smmla (FEAT_I8MM): a 2x8 block of two rows' weights times
+ *                 a 2x8 block of two activation rows, the four dot products
+ *                 of 8 bytes added to four int32 lanes; four of them are a
+ *                 32-weight sub-block of 2 rows x 2 activation rows, summed
+ *                 already. Pairs of activation rows go this way, an odd
+ *                 one as neon-dotprod;
+ *   neon-dotprod  sdot (FEAT_DotProd): 16 bytes times 16 into four int32
+ *                 lanes, two a sub-block and row, then two pairwise adds
+ *                 per four rows;
+ *   neon          smull, smlal2 and sadalp (products into int16, pairs of
+ *                 them into int32; no pair can overflow int16: |w| <= 128,
+ *                 |xq| <= 127, 2 * 128 * 127 < 32767).
+ * The weights are signed bytes (Q4_0's nibbles less 8, Q6_K's q less 32),
+ * the K-quants' super-block unpacked once for all activation rows. Q8_0,
+ * Q4_0, Q4_K, Q5_K and Q6_K; other formats go the generic way.
+ *
+ * Every path does the same float operations on the same exact integer
+ * sums: per sub-block t = fma(I, a, t) (Q6_K: one per 16 weights), for the
+ * K-quants then t = t - m * S fused, per activation block acc = fma(t, dx,
+ * acc). So the three give the same bits, and a row or an activation row
+ * gets the same bits in any grouping. */
+#if defined(__aarch64__)
+#define NEON_DP __attribute__((target("arch=armv8.2-a+dotprod")))
+#define NEON_MM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+#define NQ_AI static inline __attribute__((always_inline))
+
+/* Four weight rows (the last repeated past the matrix's end) and, for the
+ * K-quants, the super-block under way: its integers and, lane by row, the
+ * scales per 16 weights (a) and mins per 32 (m). */
+typedef struct nq_rows {
+	const unsigned char *row[4];
+	int8_t w[4][QB];
+	float a[16][4], m[8][4];
+} nq_rows;
+
+static int nq_format(pcg_dtype t)
+{
+	return t == PCG_Q8_0 || t == PCG_Q4_0 || t == PCG_Q4_K || t == PCG_Q5_K || t == PCG_Q6_K;
+}
+
+/* Super-block j of the four rows into g (the K-quants; a no-op otherwise). */
+NQ_AI void nq_block(nq_rows *g, const pcg_dtype dt, int j)
+{
+	const uint8x16_t m15 = vdupq_n_u8(15), m3 = vdupq_n_u8(3);
+
+	if (dt != PCG_Q4_K && dt != PCG_Q5_K && dt != PCG_Q6_K)
+		return;
+	for (int i = 0; i < 4; i++) {
+		const unsigned char *p = g->row[i] + (size_t)j * pcg_dtype_block_bytes(dt);
+		int8_t *o = g->w[i];
+		uint16_t dh, mh;
+		if (dt == PCG_Q6_K) {
+			memcpy(&dh, p + 208, 2);
+			const float d = pcg_f16_to_f32(dh);
+			for (int s = 0; s < 16; s++)
+				g->a[s][i] = d * (float)(int8_t)p[192 + s];
+			for (int s = 0; s < 8; s++)
+				g->m[s][i] = 0.0f;
+			for (int h = 0; h < 2; h++)
+				for (int l = 0; l < 32; l += 16) {
+					const uint8x16_t qa = vld1q_u8(p + 64 * h + l);
+					const uint8x16_t qb = vld1q_u8(p + 64 * h + 32 + l);
+					const uint8x16_t hh = vld1q_u8(p + 128 + 32 * h + l);
+					const uint8x16_t u[4] = {
+						vorrq_u8(vandq_u8(qa, m15), vshlq_n_u8(vandq_u8(hh, m3), 4)),
+						vorrq_u8(vandq_u8(qb, m15),
+							 vshlq_n_u8(vandq_u8(vshrq_n_u8(hh, 2), m3), 4)),
+						vorrq_u8(vshrq_n_u8(qa, 4),
+							 vshlq_n_u8(vandq_u8(vshrq_n_u8(hh, 4), m3), 4)),
+						vorrq_u8(vshrq_n_u8(qb, 4), vshlq_n_u8(vshrq_n_u8(hh, 6), 4)),
+					};
+					for (int c = 0; c < 4; c++)
+						vst1q_s8(o + 128 * h + 32 * c + l,
+							 vsubq_s8(vreinterpretq_s8_u8(u[c]), vdupq_n_s8(32)));
+				}
+			continue;
+		}
+		/* Q4_K, Q5_K: d, dmin, 12 bytes of scales and mins, (Q5_K: qh[32]), qs[128] */
+		const int q5 = dt == PCG_Q5_K;
+		const uint8_t *qs = p + (q5 ? 48 : 16);
+		memcpy(&dh, p, 2);
+		memcpy(&mh, p + 2, 2);
+		const float d = pcg_f16_to_f32(dh), dmin = pcg_f16_to_f32(mh);
+		for (int s = 0; s < 8; s++) {
+			uint8_t sc, mn;
+			pcg_get_scale_min(s, p + 4, &sc, &mn);
+			g->a[2 * s][i] = g->a[2 * s + 1][i] = d * sc;
+			g->m[s][i] = dmin * mn;
+		}
+		for (int c = 0; c < 4; c++)
+			for (int l = 0; l < 32; l += 16) {
+				const uint8x16_t v = vld1q_u8(qs + 32 * c + l);
+				uint8x16_t lo = vandq_u8(v, m15), hi = vshrq_n_u8(v, 4);
+				if (q5) { /* the fifth bit of weight 64c + l at bit 2c of qh[l] */
+					const uint8x16_t h = vld1q_u8(p + 16 + l), b16 = vdupq_n_u8(16);
+					lo = vorrq_u8(lo, vandq_u8(vshlq_u8(h, vdupq_n_s8((int8_t)(4 - 2 * c))), b16));
+					hi = vorrq_u8(hi, vandq_u8(vshlq_u8(h, vdupq_n_s8((int8_t)(3 - 2 * c))), b16));
+				}
+				vst1q_s8(o + 64 * c + l, vreinterpretq_s8_u8(lo));
+				vst1q_s8(o + 64 * c + 32 + l, vreinterpretq_s8_u8(hi));
+			}
+	}
+}
+
+/* The 32 weights at k of activation block k0 (k0 + k: in the row) of the
+ * four rows as signed bytes, and lane by row the scales of their two
+ * halves (a0, a1: equal but for Q6_K) and their min (the K-quants). */
+NQ_AI void nq_load(const nq_rows *g, const pcg_dtype dt, int k0, int k, int8x16_t w[4][2],
+		   float32x4_t *a0, float32x4_t *a1, float32x4_t *mv)
+{
+	if (dt == PCG_Q8_0 || dt == PCG_Q4_0) {
+		const int q8 = dt == PCG_Q8_0;
+		const size_t off = (size_t)((k0 + k) / 32) * (q8 ? 34 : 18);
+		uint16_t dh[4];
+#pragma GCC unroll 4
+		for (int i = 0; i < 4; i++) {
+			const unsigned char *p = g->row[i] + off;
+			memcpy(&dh[i], p, 2);
+			if (q8) {
+				w[i][0] = vld1q_s8((const int8_t *)p + 2);
+				w[i][1] = vld1q_s8((const int8_t *)p + 18);
+			} else {
+				const uint8x16_t v = vld1q_u8(p + 2);
+				w[i][0] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))),
+						   vdupq_n_s8(8));
+				w[i][1] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8));
+			}
+		}
+		*a0 = *a1 = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(dh)));
+		*mv = vdupq_n_f32(0.0f);
+		return;
+	}
+#pragma GCC unroll 4
+	for (int i = 0; i < 4; i++) {
+		w[i][0] = vld1q_s8(g->w[i] + k);
+		w[i][1] = vld1q_s8(g->w[i] + k + 16);
+	}
+	*a0 = vld1q_f32(g->a[k / 16]);
+	*a1 = vld1q_f32(g->a[k / 16 + 1]);
+	*mv = vld1q_f32(g->m[k / 32]);
+}
+
+/* The four rows' int32 lanes summed: lane i = the sum of v[i]. */
+NQ_AI int32x4_t nq_hadd4(const int32x4_t v[4])
+{
+	return vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3]));
+}
+
+NQ_AI int32x4_t dot_neon(int32x4_t acc, int8x16_t w, int8x16_t x)
+{
+	int16x8_t p = vmull_s8(vget_low_s8(w), vget_low_s8(x));
+	p = vmlal_high_s8(p, w, x);
+	return vpadalq_s16(acc, p);
+}
+
+NEON_DP NQ_AI int32x4_t dot_sdot(int32x4_t acc, int8x16_t w, int8x16_t x)
+{
+	return vdotq_s32(acc, w, x);
+}
+
+/* Activation block j of the four rows against activation rows b0 ..
+ * b0 + NB - 1 (NB <= 4): acc[b] (lane i: row i) += dx * the block's sum. */
+#define NQ_STEP(NAME, ATTR, DOT) \
+ATTR NQ_AI void NAME(const nq_rows *g, const pcg_qx *q, const pcg_dtype dt, int j, int b0, \
+		     float32x4_t *acc, const int NB) \
+{ \
+	const int K = q->K, nb = q->nb, k0 = j * QB, n = K - k0 < QB ? K - k0 : QB; \
+	const int kq = dt == PCG_Q4_K || dt == PCG_Q5_K; \
+	float32x4_t t[4]; \
+	_Pragma("GCC unroll 4") \
+	for (int b = 0; b < NB; b++) \
+		t[b] = vdupq_n_f32(0.0f); \
+	for (int k = 0; k < n; k += 32) { \
+		int8x16_t w[4][2]; \
+		float32x4_t a0, a1, mv; \
+		nq_load(g, dt, k0, k, w, &a0, &a1, &mv); \
+		_Pragma("GCC unroll 4") \
+		for (int b = 0; b < NB; b++) { \
+			const int8_t *xb = q->q + (size_t)(b0 + b) * K + k0 + k; \
+			const int8x16_t x0 = vld1q_s8(xb), x1 = vld1q_s8(xb + 16); \
+			const int32x4_t z = vdupq_n_s32(0); \
+			int32x4_t i0[4], i1[4]; \
+			if (dt == PCG_Q6_K) { /* a scale per 16 */ \
+				_Pragma("GCC unroll 4") \
+				for (int i = 0; i < 4; i++) { \
+					i0[i] = DOT(z, w[i][0], x0); \
+					i1[i] = DOT(z, w[i][1], x1); \
+				} \
+				t[b] = vfmaq_f32(t[b], vcvtq_f32_s32(nq_hadd4(i0)), a0); \
+				t[b] = vfmaq_f32(t[b], vcvtq_f32_s32(nq_hadd4(i1)), a1); \
+				continue; \
+			} \
+			_Pragma("GCC unroll 4") \
+			for (int i = 0; i < 4; i++) \
+				i0[i] = DOT(DOT(z, w[i][0], x0), w[i][1], x1); \
+			t[b] = vfmaq_f32(t[b], vcvtq_f32_s32(nq_hadd4(i0)), a0); \
+			if (kq) { /* the mins against the sums of xq */ \
+				const float *S = q->s + ((size_t)(b0 + b) * nb + j) * 16 + k / 16; \
+				t[b] = vfmsq_f32(t[b], mv, vdupq_n_f32(S[0] + S[1])); \
+			} \
+		} \
+	} \
+	_Pragma("GCC unroll 4") \
+	for (int b = 0; b < NB; b++) \
+		acc[b] = vfmaq_f32(acc[b], t[b], vdupq_n_f32(q->d[(size_t)(b0 + b) * nb + j])); \
+}
+NQ_STEP(nq_step_neon, , dot_neon)
+NQ_STEP(nq_step_sdot, NEON_DP, dot_sdot)
+
+NQ_AI int8x16_t zip_lo(int8x16_t a, int8x16_t b)
+{
+	return vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+
+NQ_AI int8x16_t zip_hi(int8x16_t a, int8x16_t b)
+{
+	return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+
+/* nq_step's sums by smmla, for NP (<= 2) pairs of activation rows from b0:
+ * accp[2 P + p] holds rows 2P, 2P + 1 against activation rows b0 + 2p,
+ * b0 + 2p + 1 in lanes (row 2P, b), (2P, b + 1), (2P + 1, b), (2P + 1, b + 1),
+ * smmla's 2x2 result. Lane by lane the float operations are nq_step's. */
+NEON_MM NQ_AI void nq_mmla(const nq_rows *g, const pcg_qx *q, const pcg_dtype dt, int j, int b0,
+			   float32x4_t *accp, const int NP)
+{
+	const int K = q->K, nb = q->nb, k0 = j * QB, n = K - k0 < QB ? K - k0 : QB;
+	const int kq = dt == PCG_Q4_K || dt == PCG_Q5_K;
+	float32x4_t t[2][2];
+
+	for (int P = 0; P < 2; P++)
+		for (int p = 0; p < NP; p++)
+			t[P][p] = vdupq_n_f32(0.0f);
+	for (int k = 0; k < n; k += 32) {
+		int8x16_t w[4][2], z[2][4];
+		float32x4_t a0, a1, mv;
+		nq_load(g, dt, k0, k, w, &a0, &a1, &mv);
+		/* two rows' 8 bytes side by side: 2x8 matrices */
+		for (int P = 0; P < 2; P++) {
+			z[P][0] = zip_lo(w[2 * P][0], w[2 * P + 1][0]);
+			z[P][1] = zip_hi(w[2 * P][0], w[2 * P + 1][0]);
+			z[P][2] = zip_lo(w[2 * P][1], w[2 * P + 1][1]);
+			z[P][3] = zip_hi(w[2 * P][1], w[2 * P + 1][1]);
+		}
+		const float32x4_t A0[2] = { vzip1q_f32(a0, a0), vzip2q_f32(a0, a0) };
+		const float32x4_t A1[2] = { vzip1q_f32(a1, a1), vzip2q_f32(a1, a1) };
+		const float32x4_t M[2] = { vzip1q_f32(mv, mv), vzip2q_f32(mv, mv) };
+		for (int p = 0; p < NP; p++) {
+			const int8_t *xa = q->q + (size_t)(b0 + 2 * p) * K + k0 + k, *xc = xa + K;
+			const int8x16_t xa0 = vld1q_s8(xa), xa1 = vld1q_s8(xa + 16);
+			const int8x16_t xc0 = vld1q_s8(xc), xc1 = vld1q_s8(xc + 16);
+			const int8x16_t x[4] = { zip_lo(xa0, xc0), zip_hi(xa0, xc0), zip_lo(xa1, xc1),
+						 zip_hi(xa1, xc1) };
+			const int32x4_t zero = vdupq_n_s32(0);
+			float32x4_t S = vdupq_n_f32(0.0f);
+			if (kq) {
+				const float *Sa = q->s + ((size_t)(b0 + 2 * p) * nb + j) * 16 + k / 16;
+				const float *Sc = Sa + (size_t)nb * 16;
+				const float32x2_t s2 = { Sa[0] + Sa[1], Sc[0] + Sc[1] };
+				S = vcombine_f32(s2, s2);
+			}
+			for (int P = 0; P < 2; P++) {
+				if (dt == PCG_Q6_K) {
+					const int32x4_t lo = vmmlaq_s32(vmmlaq_s32(zero, z[P][0], x[0]), z[P][1], x[1]);
+					const int32x4_t hi = vmmlaq_s32(vmmlaq_s32(zero, z[P][2], x[2]), z[P][3], x[3]);
+					t[P][p] = vfmaq_f32(t[P][p], vcvtq_f32_s32(lo), A0[P]);
+					t[P][p] = vfmaq_f32(t[P][p], vcvtq_f32_s32(hi), A1[P]);
+					continue;
+				}
+				int32x4_t I = vmmlaq_s32(zero, z[P][0], x[0]);
+				I = vmmlaq_s32(I, z[P][1], x[1]);
+				I = vmmlaq_s32(I, z[P][2], x[2]);
+				I = vmmlaq_s32(I, z[P][3], x[3]);
+				t[P][p] = vfmaq_f32(t[P][p], vcvtq_f32_s32(I), A0[P]);
+				if (kq)
+					t[P][p] = vfmsq_f32(t[P][p], M[P], S);
+			}
+		}
+	}
+	for (int p = 0; p < NP; p++) {
+		const float da = q->d[(size_t)(b0 + 2 * p) * nb + j];
+		const float dc = q->d[(size_t)(b0 + 2 * p + 1) * nb + j];
+		const float32x2_t d2 = { da, dc };
+		for (int P = 0; P < 2; P++)
+			accp[2 * P + p] = vfmaq_f32(accp[2 * P + p], t[P][p], vcombine_f32(d2, d2));
+	}
+}
+
+/* No smmla (neon, neon-dotprod). */
+NQ_AI void nq_nommla(const nq_rows *g, const pcg_qx *q, const pcg_dtype dt, int j, int b0,
+		     float32x4_t *accp, const int NP)
+{
+	(void)g, (void)q, (void)dt, (void)j, (void)b0, (void)accp, (void)NP;
+}
+
+/* Rows [r0, r0 + nr) in groups of four against every activation row (at
+ * most PCG_MATMUL_SMALL): pairs of them through MMLA when PAIRS, the rest
+ * through STEP, four at a time. */
+#define NQ_ROWS(NAME, ATTR, STEP, MMLA, PAIRS) \
+ATTR NQ_AI void NAME##_dt(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr, \
+			  int yr0, const pcg_dtype dt) \
+{ \
+	const size_t rb = pcg_dtype_row_bytes(dt, W->cols); \
+	const int B = q->B, bp = PAIRS ? B / 2 * 2 : 0; /* activation rows in pairs */ \
+	nq_rows g; \
+	for (int r = r0; r < r0 + nr; r += 4) { \
+		const int n4 = r0 + nr - r < 4 ? r0 + nr - r : 4; \
+		float32x4_t acc[PCG_MATMUL_SMALL], accp[PCG_MATMUL_SMALL]; \
+		for (int i = 0; i < 4; i++) \
+			g.row[i] = (const unsigned char *)W->data + (size_t)(r + (i < n4 ? i : n4 - 1)) * rb; \
+		for (int b = 0; b < PCG_MATMUL_SMALL; b++) \
+			acc[b] = accp[b] = vdupq_n_f32(0.0f); \
+		for (int j = 0; j < q->nb; j++) { \
+			nq_block(&g, dt, j); \
+			for (int b0 = 0; b0 < bp; b0 += 4) { \
+				if (bp - b0 >= 4) \
+					MMLA(&g, q, dt, j, b0, accp + b0, 2); \
+				else \
+					MMLA(&g, q, dt, j, b0, accp + b0, 1); \
+			} \
+			for (int b0 = bp; b0 < B; b0 += 4) \
+				switch (B - b0 < 4 ? B - b0 : 4) { \
+				case 1: STEP(&g, q, dt, j, b0, acc + b0, 1); break; \
+				case 2: STEP(&g, q, dt, j, b0, acc + b0, 2); break; \
+				case 3: STEP(&g, q, dt, j, b0, acc + b0, 3); break; \
+				default: STEP(&g, q, dt, j, b0, acc + b0, 4); break; \
+				} \
+		} \
+		for (int b = 0; b < B; b++) { \
+			float v[4]; \
+			if (b < bp) { /* accp[b0 + 2P + p]: lanes (2P, b), (2P, b+1), (2P+1, b), (2P+1, b+1) */ \
+				const int b0 = b & ~3, p = (b - b0) / 2, c = (b - b0) & 1; \
+				float u[2][4]; \
+				vst1q_f32(u[0], accp[b0 + p]); \
+				vst1q_f32(u[1], accp[b0 + 2 + p]); \
+				v[0] = u[0][c], v[1] = u[0][2 + c], v[2] = u[1][c], v[3] = u[1][2 + c]; \
+			} else { \
+				vst1q_f32(v, acc[b]); \
+			} \
+			for (int i = 0; i < n4; i++) \
+				y[(size_t)b * ldy + (r + i - yr0)] = v[i]; \
+		} \
+	} \
+} \
+ATTR static void NAME(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, int nr, \
+		      int yr0) \
+{ \
+	switch (W->dtype) { \
+	case PCG_Q8_0: NAME##_dt(y, ldy, q, W, r0, nr, yr0, PCG_Q8_0); break; \
+	case PCG_Q4_0: NAME##_dt(y, ldy, q, W, r0, nr, yr0, PCG_Q4_0); break; \
+	case PCG_Q4_K: NAME##_dt(y, ldy, q, W, r0, nr, yr0, PCG_Q4_K); break; \
+	case PCG_Q5_K: NAME##_dt(y, ldy, q, W, r0, nr, yr0, PCG_Q5_K); break; \
+	default: NAME##_dt(y, ldy, q, W, r0, nr, yr0, PCG_Q6_K); break; \
+	} \
+}
+NQ_ROWS(rows_neon, , nq_step_neon, nq_nommla, 0)
+NQ_ROWS(rows_sdot, NEON_DP, nq_step_sdot, nq_nommla, 0)
+NQ_ROWS(rows_mmla, NEON_MM, nq_step_sdot, nq_mmla, 1)
+
+static int have_neon(void)
+{
+	return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+}
+
+static int have_dotprod(void)
+{
+	return have_neon() && (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+}
+
+static int have_i8mm(void)
+{
+	return have_dotprod() && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
+}
+#endif /* __aarch64__ */
 
 /* ------------------------------------------------------------- dispatch */
 
-static const char *const paths[] = { "avx512-vnni", "avx-vnni", "avx2", "generic" };
+/* The paths of the machine's architecture, the best first, then generic. */
+enum { PATH_VNNI512, PATH_AVXVNNI, PATH_AVX2, PATH_NEON_MMLA, PATH_NEON_SDOT, PATH_NEON, PATH_REF };
+static const struct {
+	const char *name;
+	int (*ok)(void); /* NULL: any CPU */
+	int kind;
+} paths[] = {
+#if defined(__x86_64__)
+	{ "avx512-vnni", have_vnni, PATH_VNNI512 },
+	{ "avx-vnni", have_avxvnni, PATH_AVXVNNI },
+	{ "avx2", have_avx2, PATH_AVX2 },
+#elif defined(__aarch64__)
+	{ "neon-i8mm", have_i8mm, PATH_NEON_MMLA },
+	{ "neon-dotprod", have_dotprod, PATH_NEON_SDOT },
+	{ "neon", have_neon, PATH_NEON },
+#endif
+	{ "generic", NULL, PATH_REF },
+};
 static int path = -1;
 
 static int path_ok(int i)
 {
-	return i == 0 ? have_vnni() : i == 1 ? have_avxvnni() : i == 2 ? have_avx2() : 1;
+	return paths[i].ok == NULL || paths[i].ok();
 }
 
 const char *pcg_qmatmul_path(void)
@@ -906,13 +1302,13 @@ const char *pcg_qmatmul_path(void)
 		if (e != NULL && *e != '\0' && pcg_qmatmul_set_path(e) < 0)
 			path = path < 0 ? 1 : path;
 	}
-	return paths[path];
+	return paths[path].name;
 }
 
 int pcg_qmatmul_set_path(const char *name)
 {
 	for (int i = 0; i < (int)(sizeof paths / sizeof paths[0]); i++)
-		if (!strcmp(paths[i], name) && path_ok(i)) {
+		if (!strcmp(paths[i].name, name) && path_ok(i)) {
 			path = i;
 			return 0;
 		}
@@ -945,7 +1341,6 @@ void pcg_qx_free(pcg_qx *q)
 }
 
 /* One product's rows in chunks, each chunk by the kernel of the path. */
-enum { PATH_VNNI512, PATH_AVXVNNI, PATH_AVX2, PATH_REF };
 typedef struct chunks {
 	float *y;
 	int ldy, r0, nr, chunk, path;
@@ -964,6 +1359,10 @@ static void run_chunk(const chunks *k, int c)
 	case PATH_VNNI512: rows_vnni_any(k->y, k->ldy, k->q, k->xu, k->W, a, n, k->r0); break;
 	case PATH_AVXVNNI: rows_avxvnni_any(k->y, k->ldy, k->q, k->W, a, n, k->r0); break;
 	case PATH_AVX2: rows_avx2_any(k->y, k->ldy, k->q, k->W, a, n, k->r0); break;
+#elif defined(__aarch64__)
+	case PATH_NEON_MMLA: rows_mmla(k->y, k->ldy, k->q, k->W, a, n, k->r0); break;
+	case PATH_NEON_SDOT: rows_sdot(k->y, k->ldy, k->q, k->W, a, n, k->r0); break;
+	case PATH_NEON: rows_neon(k->y, k->ldy, k->q, k->W, a, n, k->r0); break;
 #endif
 	default: pcg_qdot_ref(k->y + (a - k->r0), k->ldy, k->q, k->W, a, n); break;
 	}
@@ -1034,6 +1433,11 @@ int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int 
 	}
 	if (!strcmp(p, "avx-vnni") || !strcmp(p, "avx2")) {
 		k.path = !strcmp(p, "avx-vnni") ? PATH_AVXVNNI : PATH_AVX2;
+		k.chunk = 16;
+	}
+#elif defined(__aarch64__)
+	if (nq_format(W->dtype) && paths[path].kind != PATH_REF) {
+		k.path = paths[path].kind;
 		k.chunk = 16;
 	}
 #endif
