@@ -4,8 +4,9 @@
  * below streams each weight row once, widens it to f32 in registers and
  * multiplies it with up to four activation rows at a time, so extra rows cost
  * FMAs but no extra memory traffic. It is written once with GCC vector
- * extensions and compiled for x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA,
- * F16C) and the x86-64 baseline; the first use picks the best the CPU has.
+ * extensions and compiled for x86-64-v4 (AVX-512) and the baseline, with
+ * bodies of its own in intrinsics for x86-64-v3 (AVX2, FMA, F16C) and for
+ * AArch64 (NEON); the first use picks the best the CPU has.
  * Large batches (prefill) go to OpenBLAS sgemm, which wins once
  * the weights are reused many times; block-quantised weights go to
  * lib/engine/qmatmul.c in blocks of 8 instead, which beats sgemm on their

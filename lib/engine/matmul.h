@@ -66,11 +66,12 @@ void pcg_matmul_rows(float *y, int ldy, const float *x, int B, const pcg_mat *W,
 void pcg_set_threads(int n);
 int pcg_get_threads(void);
 
-/* Which kernel family runs: "avx512-bf16" (x86-64-v4 and AVX512_BF16: bf16
- * weights by vdpbf16ps, the rest as "avx512"), "avx512" (x86-64-v4, f32
- * arithmetic for every dtype), "avx2" (x86-64-v3: AVX2, FMA, F16C) or
- * "generic"; the environment variable PCG_MATMUL_ISA if it names one the CPU
- * has, else the best the CPU has, unless set. */
+/* Which kernel family runs: on x86-64 "avx512-bf16" (x86-64-v4 and
+ * AVX512_BF16: bf16 weights by vdpbf16ps, the rest as "avx512"), "avx512"
+ * (x86-64-v4, f32 arithmetic for every dtype) or "avx2" (x86-64-v3: AVX2,
+ * FMA, F16C), on AArch64 "neon" (f32 arithmetic), or "generic"; the
+ * environment variable PCG_MATMUL_ISA if it names one the CPU has, else the
+ * best the CPU has, unless set. */
 const char *pcg_matmul_isa(void);
 /* Chooses the kernel family (tests run each one). Returns -1 if the CPU
  * lacks it or the name is unknown. */

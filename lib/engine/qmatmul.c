@@ -19,7 +19,8 @@
  * integer sums are exact on every path; only the float sums of the terms
  * differ in order between paths (the test bounds that difference).
  *
- * Paths, chosen by CPUID at first use (or by pcg_matmul_set_isa):
+ * Paths, chosen by CPUID at first use (or by pcg_qmatmul_set_path; on
+ * AArch64 by HWCAP, the NEON paths further down):
  *   avx512-vnni  64 weights a step, each activation row one vpdpbusd, one
  *                convert and one FMA per step. vpdpbusd multiplies unsigned
  *                by signed bytes: the K-quants' q are unsigned (their mins

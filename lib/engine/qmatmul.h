@@ -32,8 +32,9 @@ void pcg_qdot_ref(float *y, int ldy, const pcg_qx *q, const pcg_mat *W, int r0, 
  * -1 when out of memory (nothing written). */
 int pcg_qmatmul(float *y, int ldy, const float *x, int B, const pcg_mat *W, int r0, int nr);
 
-/* The path taken: "avx512-vnni", "avx-vnni", "avx2" or "generic" (the best
- * the CPU has unless chosen); the environment variable
+/* The path taken: on x86-64 "avx512-vnni", "avx-vnni" or "avx2", on AArch64
+ * "neon-i8mm", "neon-dotprod" or "neon", or "generic" (the best the CPU has
+ * unless chosen); the environment variable
  * PCG_QPATH chooses one the CPU has. set_path returns -1 for a name the
  * CPU cannot run. */
 const char *pcg_qmatmul_path(void);
