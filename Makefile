@@ -8,6 +8,12 @@
 #                   first time it pip-installs gguf and openai into build/pyenv)
 #   make test T=NAME  only the tests whose names contain NAME (T="gguf http": either)
 #   make test-gpu   the CUDA tests on a GPU, also under compute-sanitizer
+#   make test-arm   the engine (lib/core, lib/formats, lib/engine) and its kernel
+#                   and forward-pass tests cross-built for ARM64 into build/arm64/
+#                   and run under qemu-aarch64 (scripts/test-arm): on a CPU with
+#                   the dot-product and int8 matrix extensions and on one without,
+#                   each kernel family pinned; the first time it installs the
+#                   cross compiler, qemu and the arm64 libraries (install-deps --arm64)
 #   make gpu-check  the first thing to run where a GPU is at hand (scripts/gpu-check):
 #                   the CUDA tests, LLaSA-1B's decode, the pipeline, the codec and
 #                   asg-build on the GPU, every step time-limited, a report for
@@ -219,6 +225,38 @@ test:
 	@tests/run $(T)
 .PHONY: test-build
 test-build: all $(TESTS) $(ASAN_TESTS) $(CUDA_TESTS) $(FUZZERS) $(PYENV_OK)
+
+# ARM64: the layers the engine stands on, cross-built into build/arm64/ (no
+# x86 object there), and the tests of the kernels and of the forward pass,
+# run under qemu-user by scripts/test-arm. The other layers link libraries
+# (ZeroMQ, libsndfile, ...) the engine does not need and are not built.
+ARM_CC    ?= aarch64-linux-gnu-gcc
+ARM_AR    ?= aarch64-linux-gnu-ar
+ARM_DIRS  := core formats engine
+ARM_SRC   := $(foreach d,$(ARM_DIRS),$(wildcard lib/$(d)/*.c))
+ARM_OBJ   := $(ARM_SRC:%.c=build/arm64/%.o)
+ARM_TESTS := $(addprefix build/arm64/tests/,test_matmul test_qmatmul test_llama_parity \
+		test_forward_batch test_gguf_model test_mtp test_llasa_plus)
+ARM_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -pthread -MMD -MP -Ilib \
+		$(addprefix -Ilib/,$(ARM_DIRS)) $(CFLAGS)
+ARM_DEPS_OK := build/arm64/.deps-ok
+
+# test_llasa_plus makes its GGUF fixtures with bin/pcg-quantize, built for
+# this machine (files are the same on either architecture).
+.PHONY: test-arm
+test-arm: $(ARM_TESTS) bin/pcg-quantize
+	@scripts/test-arm $(ARM_TESTS)
+$(ARM_DEPS_OK): scripts/install-deps
+	@scripts/install-deps --arm64
+	@mkdir -p build/arm64 && touch $@
+build/arm64/%.o: %.c | $(ARM_DEPS_OK)
+	@mkdir -p $(dir $@)
+	$(ARM_CC) $(ARM_CFLAGS) -c -o $@ $<
+build/arm64/lib/engine/matmul.o: ARM_CFLAGS += -ffp-contract=fast
+build/arm64/libpcg.a: $(ARM_OBJ)
+	$(ARM_AR) rcs $@ $^
+build/arm64/tests/%: build/arm64/tests/unit/%.o build/arm64/libpcg.a
+	$(ARM_CC) $(ARM_CFLAGS) -o $@ $^ -lopenblas -ljansson -ldl -lm
 
 # On a machine with a GPU: every CUDA test against the CPU backend, and under
 # compute-sanitizer (tests/gpu).

@@ -216,9 +216,11 @@ static void check_batches(llama_model *m, const char *label, const struct mode *
 /* Every mode on every kernel family (float) or path (quantised) the CPU has. */
 static void check_model(const char *path, int quant)
 {
-	static const char *const isas[] = { "avx512-bf16", "avx512", "avx2", "generic" };
-	static const char *const qpaths[] = { "avx512-vnni", "avx-vnni", "avx2", "generic" };
-	const int n_k = 4;
+	static const char *const isas[] = { "avx512-bf16", "avx512", "avx2", "neon", "generic" };
+	static const char *const qpaths[] = { "avx512-vnni", "avx-vnni", "avx2", "neon-i8mm",
+						     "neon-dotprod", "neon", "generic" };
+	const int n_k = quant ? (int)(sizeof qpaths / sizeof qpaths[0])
+			      : (int)(sizeof isas / sizeof isas[0]);
 	const char *isa0 = pcg_matmul_isa(), *path0 = pcg_qmatmul_path(); /* the best */
 	pcg_err err = { "" };
 	llama_model *m = llama_open(path, NULL, &err);
@@ -245,7 +247,7 @@ static void check_model(const char *path, int quant)
 
 static void check_rows_product(void)
 {
-	static const char *const isas[] = { "avx512-bf16", "avx512", "avx2", "generic" };
+	static const char *const isas[] = { "avx512-bf16", "avx512", "avx2", "neon", "generic" };
 	static const pcg_dtype dts[] = { PCG_F32, PCG_F16, PCG_BF16 };
 	static const int Bs[] = { 9, 17, 40 }, Ks[] = { 64, 70, 96 };
 	enum { N = 50, R0 = 3, NR = 45 };
@@ -259,7 +261,7 @@ static void check_rows_product(void)
 		wf[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
 	for (int i = 0; i < 40 * 96; i++)
 		x[i] = (float)((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
-	for (int k = 0; k < 4; k++) {
+	for (int k = 0; k < (int)(sizeof isas / sizeof isas[0]); k++) {
 		if (pcg_matmul_set_isa(isas[k]) < 0)
 			continue;
 		for (int d = 0; d < 3; d++)
