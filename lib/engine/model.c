@@ -109,6 +109,25 @@ static int kv_reserve(llama_kv *kv, int need, pcg_err *err)
 	return 0;
 }
 
+int llama_kv_copy(llama_kv *dst, const llama_kv *src, int n, pcg_err *err)
+{
+	if (n < 0 || n > src->len || dst->kv_dim != src->kv_dim || dst->n_layers != src->n_layers)
+		return pcg_fail(err, "copy %d positions of a cache holding %d (or of another model)",
+				n, src->len);
+	if (!pcg_backend_is_host(dst->be) || !pcg_backend_is_host(src->be))
+		return pcg_fail(err, "a device's KV cache is not copied");
+	dst->len = 0;
+	if (kv_reserve(dst, n, err) < 0)
+		return -1;
+	const size_t bytes = (size_t)n * src->kv_dim * sizeof(float);
+	for (int l = 0; l < src->n_layers; l++) {
+		memcpy(dst->k[l], src->k[l], bytes);
+		memcpy(dst->v[l], src->v[l], bytes);
+	}
+	dst->len = n;
+	return 0;
+}
+
 /* ---------------------------------------------------------------- forward
  *
  * A pass runs the positions of one or more sequences, each with its own

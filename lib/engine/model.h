@@ -107,6 +107,9 @@ int llama_kv_len(const llama_kv *kv);
 int llama_kv_truncate(llama_kv *kv, int pos, pcg_err *err);
 /* Bytes held by the cache. */
 size_t llama_kv_bytes(const llama_kv *kv);
+/* dst holds src's first n positions (copied) and nothing after them; both of
+ * one model, on the host (a device's cache: -1 with err, nothing changed). */
+int llama_kv_copy(llama_kv *dst, const llama_kv *src, int n, pcg_err *err);
 
 /* Runs tokens[0..n) at positions len(kv) .. len(kv)+n-1 in one pass (one
  * matrix product per weight), appending them to kv. Writes the logits of the

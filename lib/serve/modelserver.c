@@ -28,6 +28,9 @@
 #include "sampling.h"
 #include "service.h"
 
+/* A prompt's prefill runs in pieces of this many positions (sched_pass). */
+#define PREFILL_CHUNK 32
+
 typedef struct session {
 	uint64_t id;
 	llama_kv *kv;
@@ -36,6 +39,8 @@ typedef struct session {
 	uint64_t last_use;
 	int busy;        /* requests of it running: never evicted */
 	double t_replied; /* when its last short step was answered (0: never) */
+	int prefilled;   /* positions from 0 its first request (a prompt) computed in whole
+			  * pieces of PREFILL_CHUNK (share_prefix); 0: none */
 } session;
 
 typedef struct server {
@@ -46,6 +51,9 @@ typedef struct server {
 	uint64_t clock;
 	long long kv_mem;
 	unsigned long evicted;
+	session spare;         /* the last session a client dropped, kept for its prompt
+				* (share_prefix); spare.kv NULL: none */
+	unsigned long shared;  /* prompts that began with another session's positions */
 	mtp_heads *heads;      /* the model directory's mtp.safetensors, or NULL */
 	int layer_heads;       /* the model's Llasa+ heads (lib/engine/model.h llama_n_mtp), or 0 */
 	float *hlogits;        /* mtp.safetensors heads: heads x vocab, one position's
@@ -88,6 +96,20 @@ static void drop(server *sv, session *x)
 {
 	llama_kv_free(&x->kv);
 	free(x->tokens);
+	*x = sv->s[--sv->n];
+}
+
+/* A session its client is done with: kept as the spare when its prompt
+ * can start another's (share_prefix), the spare before it freed. */
+static void retire(server *sv, session *x)
+{
+	if (x->prefilled < PREFILL_CHUNK || llama_kv_len(x->kv) < PREFILL_CHUNK) {
+		drop(sv, x);
+		return;
+	}
+	llama_kv_free(&sv->spare.kv);
+	free(sv->spare.tokens);
+	sv->spare = *x;
 	*x = sv->s[--sv->n];
 }
 
@@ -137,6 +159,19 @@ static void evict(server *sv, uint64_t keep)
 	}
 }
 
+/* Room for n ids in x->tokens (doubling). */
+static int reserve_tokens(session *x, int n, pcg_err *err)
+{
+	if (n <= x->cap)
+		return 0;
+	int32_t *t = realloc(x->tokens, (size_t)n * 2 * sizeof *t);
+	if (t == NULL)
+		return pcg_fail(err, "out of memory");
+	x->tokens = t;
+	x->cap = n * 2;
+	return 0;
+}
+
 /* Brings x to pos tokens, keeping the cached positions after it whose ids
  * equal toks[0..n) (but never the last n_out: their outputs are wanted),
  * with room for the rest and `more` tokens. Returns how many of toks are
@@ -148,16 +183,10 @@ static int prepare(session *x, int pos, const int32_t *toks, int n, int n_out, i
 
 	while (i < n - n_out && keep < len && x->tokens[keep] == toks[i])
 		keep++, i++;
-	if (llama_kv_truncate(x->kv, keep, err) < 0)
+	if (keep < x->prefilled) /* rolled back into its prompt: recomputed otherwise */
+		x->prefilled = keep / PREFILL_CHUNK * PREFILL_CHUNK;
+	if (llama_kv_truncate(x->kv, keep, err) < 0 || reserve_tokens(x, keep + n - i + more, err) < 0)
 		return -1;
-	if (keep + n - i + more > x->cap) {
-		int cap = (keep + n - i + more) * 2;
-		int32_t *t = realloc(x->tokens, (size_t)cap * sizeof *t);
-		if (t == NULL)
-			return pcg_fail(err, "out of memory");
-		x->tokens = t;
-		x->cap = cap;
-	}
 	return i;
 }
 
@@ -281,7 +310,7 @@ static void serve_now(server *sv, const proto_msg *q, proto_msg *rep)
 		return;
 	case PROTO_DROP:
 		if ((x = find(sv, q->drop.session)) != NULL)
-			drop(sv, x);
+			retire(sv, x);
 		proto_init(rep, PROTO_OK, q->id);
 		evict(sv, q->drop.session);
 		return;
@@ -314,7 +343,6 @@ static void serve_now(server *sv, const proto_msg *q, proto_msg *rep)
  * soon as anything is ready. A score with MTP heads takes its block's
  * logits and final states from the pass; the heads run when it is done. */
 
-#define PREFILL_CHUNK 32
 #define MAX_PENDING 256
 /* Finished requests kept with their buffers for the next ones, so that a
  * request costs no malloc of its parsed message (tens of kB) or of its
@@ -476,6 +504,50 @@ static void reply_pending(sched *sc, const pending *p)
 /* The session of p, made ready: its cache brought to the request's pos
  * with the cached positions that match kept, p's outputs allocated. Fills
  * an error reply and returns -1 when the request cannot run. */
+/* Sessions share the start of their prompts. LLaSA's prompt begins with
+ * the same header for every request (the chat template's system and user
+ * turns: a third of a short sentence's prompt), which each new session
+ * would compute again. A new session's first request (from position 0,
+ * longer than a step) starts instead from the longest run of whole pieces
+ * (PREFILL_CHUNK positions from 0) that another session, or the spare,
+ * computed in its own prompt with the same tokens: its cache's positions
+ * are copied. Those pieces are the very products the new session would
+ * run (the pieces are cut by the request alone, from position 0, and
+ * their rows are the same tokens at the same positions), so the cache
+ * holds the same bits either way, and so do the results. At least the
+ * positions whose outputs are asked for are computed (n: the positions
+ * before them). On the host only (a
+ * device's cache is not copied: there prefill is cheap). */
+static void share_prefix(server *sv, session *x, const int32_t *toks, int n)
+{
+	const session *best = NULL;
+	int best_len = 0;
+
+	for (int k = -1; k < sv->n; k++) {
+		const session *d = k < 0 ? &sv->spare : &sv->s[k];
+		if (d == x || d->kv == NULL)
+			continue;
+		int lim = d->prefilled < llama_kv_len(d->kv) ? d->prefilled : llama_kv_len(d->kv);
+		if (lim > n)
+			lim = n;
+		int l = 0;
+		while (l < lim && d->tokens[l] == toks[l])
+			l++;
+		l -= l % PREFILL_CHUNK;
+		if (l > best_len) {
+			best = d;
+			best_len = l;
+		}
+	}
+	pcg_err err = { "" };
+	if (best == NULL || best_len > x->cap)
+		return;
+	if (llama_kv_copy(x->kv, best->kv, best_len, &err) < 0)
+		return;
+	memcpy(x->tokens, best->tokens, (size_t)best_len * sizeof *x->tokens);
+	sv->shared++;
+}
+
 static int pending_start(server *sv, pending *p, proto_msg *rep)
 {
 	pcg_err err = { "" };
@@ -498,6 +570,14 @@ static int pending_start(server *sv, pending *p, proto_msg *rep)
 		}
 	}
 	x->last_use = ++sv->clock;
+	/* a prompt: its whole pieces from position 0 may be another session's
+	 * (pending_seq cuts them: every multiple of PREFILL_CHUNK up to the
+	 * outputs ends one; a score with MTP heads is one piece, not shared) */
+	const int want = q->type == PROTO_SCORE ? r->n : 1;
+	const int prompt = r->pos == 0 && r->n_append > PREFILL_CHUNK && p->heads == 0 &&
+			   llama_kv_len(x->kv) == 0;
+	if (prompt && reserve_tokens(x, r->n_append, &err) == 0)
+		share_prefix(sv, x, r->append, r->n_append - want);
 	/* room for a propose's drafted and forced tokens too */
 	const int n_forced = q->type == PROTO_PROPOSE ? q->propose.n_forced : 0;
 	const int i = prepare(x, r->pos, r->append, r->n_append,
@@ -507,6 +587,8 @@ static int pending_start(server *sv, pending *p, proto_msg *rep)
 		return -1;
 	}
 	p->next = i;
+	if (prompt)
+		x->prefilled = (r->n_append - want) / PREFILL_CHUNK * PREFILL_CHUNK;
 	p->width = llama_rows_count(sv->model, &r->rows);
 	const size_t H = (size_t)llama_get_config(sv->model)->hidden;
 	/* Llasa+ with heads: the target's and the heads' rows, through lm_head
@@ -989,9 +1071,11 @@ static void sched_done(pcg_daemon *d)
 	sched *sc = d->arg;
 
 	logf_(sc->sv, "stopping: %lu served, %lu errors, %lu dropped, %lu evicted; %lu batched "
-	      "passes of %.2f requests on average, %lu waited for sessions to come back",
-	      sc->nc.served, sc->nc.errors, d->counts.dropped, sc->sv->evicted, sc->batches,
-	      sc->batches ? (double)sc->batched_rows / sc->batches : 0.0, sc->waits);
+	      "passes of %.2f requests on average, %lu waited for sessions to come back; "
+	      "%lu prompts began with another's", sc->nc.served, sc->nc.errors,
+	      d->counts.dropped, sc->sv->evicted, sc->batches,
+	      sc->batches ? (double)sc->batched_rows / sc->batches : 0.0, sc->waits,
+	      sc->sv->shared);
 	sched_free(sc); /* stopping: what is pending gets no reply */
 }
 
@@ -1029,6 +1113,8 @@ static void server_close(server *sv)
 {
 	while (sv->n > 0)
 		drop(sv, &sv->s[0]);
+	llama_kv_free(&sv->spare.kv);
+	free(sv->spare.tokens);
 	free(sv->s);
 	free(sv->hlogits);
 	free(sv->hprobs);
