@@ -25,7 +25,7 @@ reps=${REPS:-2}
 work=$(mktemp -d "${TMPDIR:-/tmp}/pcg-first-audio.XXXXXX")
 export PCG_RUNTIME_DIR="$work/rt"
 trap 'pcg-down >/dev/null 2>&1; rm -rf "$work"' EXIT INT TERM
-pcg-up --target "$model" --codec-weights "$codec" >/dev/null
+pcg-up --target "$model" --draft-layers 0 --codec-weights "$codec" >/dev/null
 text="The river was wide and slow under the morning fog."
 run() { # label, pcg-synth flags...
 	label=$1
@@ -33,7 +33,7 @@ run() { # label, pcg-synth flags...
 	pcg-synth --policy none --max-tokens "$tokens" --seed 1 "$@" "$text" 2>&1 >/dev/null |
 		awk -v l="$label" '
 		/^tokens / { tok = $2; for (k = 1; k <= NF; k++) if ($k == "in") sec = $(k + 1) }
-		/^first audio after/ { first = $4; sub(/;/, "", first); lag = $9; sub(/;/, "", lag) }
+		/^first audio after/ { first = $4; lag = $10 }
 		END { printf "%-22s first audio %6s s  worst lag %6s s  whole %6.2f s  %5.1f tokens/s\n",
 		      l, first == "" ? "-" : first, lag == "" ? "-" : lag, sec, tok / sec }'
 }
