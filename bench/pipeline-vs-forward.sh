@@ -12,8 +12,9 @@
 # Usage: bench/pipeline-vs-forward.sh MODEL [MODEL...]   (a directory or a GGUF file)
 # Environment: THREADS (per server; default: pcg-up's choice for the
 #   model; bench-forward runs with targetd's), TOKENS (default 200), CTX
-#   (bench-forward's context, default 60 + TOKENS / 2: a LLaSA prompt and
-#   half the utterance; a phoneme voice's prompt is longer, about 130)
+#   (bench-forward's context; default the prompt's length as the model's
+#   tokenizer makes it, pcg-tokenize --llasa-prompt, and half the utterance;
+#   60 + TOKENS / 2 for a phoneme voice, whose prompt is about 130)
 set -eu
 cd "$(dirname "$0")/.."
 export PATH="$PWD/bin:$PWD/scripts:$PATH"
@@ -24,7 +25,7 @@ export PCG_RUNTIME_DIR="$rt"
 trap 'pcg-down >/dev/null 2>&1; rm -rf "$rt"' EXIT INT TERM
 # long enough for a phoneme voice, whose length is espeak-ng's, to reach TOKENS
 text="The quick brown fox jumps over the lazy dog, twice. Then the king spoke to the people, and the people listened until the evening came."
-echo "== $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) CPUs, load $(cut -d ' ' -f 1 /proc/loadavg); $tokens tokens, bench-forward --ctx $ctx"
+echo "== $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) CPUs, load $(cut -d ' ' -f 1 /proc/loadavg); $tokens tokens"
 
 # pcg-synth's statistics as "TOKENS SECONDS TARGETD_COMPUTE_S REST_S"
 split='/^tokens / { tok = $2; for (i = 1; i <= NF; i++) if ($i == "in") sec = $(i + 1) }
@@ -54,13 +55,24 @@ for m in "$@"; do
 	new=$(pipe "$m")
 	old=$(OMP_WAIT_POLICY=PASSIVE pipe "$m" | cut -d' ' -f1)
 	t=$(cat "$rt/threads")
-	fwd=$(bench-forward --model "$m" --threads "${t:-2}" --ctx "$ctx" --steps 32 2>&1 |
+	# bench-forward at the utterance's mean context: its prompt as the
+	# tokenizer makes it (a LLaSA checkpoint; a phoneme voice's is espeak-ng's)
+	mctx=$ctx
+	if [ -z "${CTX:-}" ]; then
+		tk=$m
+		[ -d "$m" ] && tk=$m/tokenizer.json
+		np=0
+		[ -d "$m" ] && [ -f "$m/voice.json" ] ||
+			np=$(pcg-tokenize --tokenizer "$tk" --llasa-prompt --text "$text" 2>/dev/null | wc -w)
+		[ "$np" -gt 0 ] && mctx=$((np + tokens / 2))
+	fi
+	fwd=$(bench-forward --model "$m" --threads "${t:-2}" --ctx "$mctx" --steps 32 2>&1 |
 		sed -n 's/^decode speech range[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p')
 	# the pipeline's round split: the target server's compute a token (its
 	# receive to its reply: the forward pass, the distribution, packing) and
 	# the rest of the round (the verifier's queue and the messaging)
 	set -- $new
-	awk -v m="${m##*/}" -v t="$( [ "${t:-0}" = 0 ] && echo "$(nproc) (all)" || echo "$t")" -v f="$fwd" -v n="$1" -v c="$2" -v q="$3" -v o="$old" 'BEGIN {
-		printf "%-28s %s threads: bench-forward %7.2f tokens/s (%.1f ms); pipeline %7.2f = %.2fx: a token %.1f ms in targetd + %.1f ms queue and messaging (servers sleeping at once: %7.2f = %.2fx)\n",
-			m, t, f, 1000 / f, n, n / f, c, q, o, o / f }'
+	awk -v m="${m##*/}" -v t="$( [ "${t:-0}" = 0 ] && echo "$(nproc) (all)" || echo "$t")" -v f="$fwd" -v n="$1" -v c="$2" -v q="$3" -v o="$old" -v x="$mctx" 'BEGIN {
+		printf "%-28s %s threads, ctx %s: bench-forward %7.2f tokens/s (%.1f ms); pipeline %7.2f = %.2fx: a token %.1f ms in targetd + %.1f ms queue and messaging (servers sleeping at once: %7.2f = %.2fx)\n",
+			m, t, x, f, 1000 / f, n, n / f, c, q, o, o / f }'
 done
