@@ -226,6 +226,56 @@ rows_small(float *y, int ldy, const float *x, const void *xs, int B, const pcg_m
  * rows x 4 activation rows of accumulators; AVX2's 16 hold one row. */
 typedef void rows_fn(float *, int, const float *, const void *, int, const pcg_mat *, int, int,
 		     int);
+/* A family whose kernel is a tile of R weight rows by NB activation rows
+ * (TILE(y, ldy, x, K, w, row_bytes, dt, R, NB), R 4 with one activation row,
+ * 2 with two, else 1; NB up to 4): NAME walks the rows r0..r1 with it, each
+ * shape and dtype a compile-time constant (NAME##_dt picks them). The AVX2
+ * and NEON families. */
+#define TILED_ROWS(NAME, ATTR, TILE) \
+static inline __attribute__((always_inline)) ATTR void \
+NAME##_dt(float *y, int ldy, const float *x, int K, const unsigned char *w, size_t row_bytes, \
+	  const pcg_dtype dt, int R, int nb) \
+{ \
+	if (R == 4) \
+		TILE(y, ldy, x, K, w, row_bytes, dt, 4, 1); \
+	else if (R == 2 && nb == 1) \
+		TILE(y, ldy, x, K, w, row_bytes, dt, 2, 1); \
+	else if (R == 2) \
+		TILE(y, ldy, x, K, w, row_bytes, dt, 2, 2); \
+	else \
+		switch (nb) { \
+		case 1: TILE(y, ldy, x, K, w, row_bytes, dt, 1, 1); break; \
+		case 2: TILE(y, ldy, x, K, w, row_bytes, dt, 1, 2); break; \
+		case 3: TILE(y, ldy, x, K, w, row_bytes, dt, 1, 3); break; \
+		default: TILE(y, ldy, x, K, w, row_bytes, dt, 1, 4); break; \
+		} \
+} \
+ATTR static void NAME(float *y, int ldy, const float *x, const void *xs, int B, \
+		      const pcg_mat *W, int r0, int r1, int yr0) \
+{ \
+	const int K = W->cols; \
+	const pcg_dtype dt = W->dtype; \
+	const size_t row_bytes = (size_t)K * (dt == PCG_F32 ? 4 : 2); \
+	const int RB = B == 1 ? 4 : B == 2 ? 2 : 1; /* weight rows at once */ \
+	(void)xs; \
+	for (int r = r0; r < r1;) { \
+		const int R = r + RB <= r1 ? RB : 1; \
+		const unsigned char *w = (const unsigned char *)W->data + (size_t)r * row_bytes; \
+		for (int b0 = 0; b0 < B; b0 += 4) { \
+			const int nb = B - b0 < 4 ? B - b0 : 4; \
+			float *yb = y + (r - yr0) + (size_t)b0 * ldy; \
+			const float *xb = x + (size_t)b0 * K; \
+			if (dt == PCG_BF16) \
+				NAME##_dt(yb, ldy, xb, K, w, row_bytes, PCG_BF16, R, nb); \
+			else if (dt == PCG_F16) \
+				NAME##_dt(yb, ldy, xb, K, w, row_bytes, PCG_F16, R, nb); \
+			else \
+				NAME##_dt(yb, ldy, xb, K, w, row_bytes, PCG_F32, R, nb); \
+		} \
+		r += R; \
+	} \
+}
+
 #define ROWS_FOR(name, attr, R) \
 	attr static void name(float *y, int ldy, const float *x, const void *xs, int B, \
 			      const pcg_mat *W, int r0, int r1, int yr0) \
@@ -310,52 +360,7 @@ tile_avx2(float *y, int ldy, const float *x, int K, const unsigned char *w, size
 		}
 }
 
-/* The compile-time shapes: (R, NB) as above, the dtype a constant. */
-static inline __attribute__((always_inline)) AVX2_TGT void
-tile_avx2_dt(float *y, int ldy, const float *x, int K, const unsigned char *w, size_t row_bytes,
-	     const pcg_dtype dt, int R, int nb)
-{
-#define T(RR, NBB) tile_avx2(y, ldy, x, K, w, row_bytes, dt, RR, NBB)
-	if (R == 4)
-		T(4, 1);
-	else if (R == 2)
-		nb == 1 ? T(2, 1) : T(2, 2);
-	else
-		switch (nb) {
-		case 1: T(1, 1); break;
-		case 2: T(1, 2); break;
-		case 3: T(1, 3); break;
-		default: T(1, 4); break;
-		}
-#undef T
-}
-
-AVX2_TGT static void rows_avx2(float *y, int ldy, const float *x, const void *xs, int B,
-			       const pcg_mat *W, int r0, int r1, int yr0)
-{
-	const int K = W->cols;
-	const pcg_dtype dt = W->dtype;
-	const size_t row_bytes = (size_t)K * (dt == PCG_F32 ? 4 : 2);
-	const int RB = B == 1 ? 4 : B == 2 ? 2 : 1; /* weight rows at once */
-
-	(void)xs;
-	for (int r = r0; r < r1;) {
-		const int R = r + RB <= r1 ? RB : 1;
-		const unsigned char *w = (const unsigned char *)W->data + (size_t)r * row_bytes;
-		for (int b0 = 0; b0 < B; b0 += 4) {
-			const int nb = B - b0 < 4 ? B - b0 : 4;
-			float *yb = y + (r - yr0) + (size_t)b0 * ldy;
-			const float *xb = x + (size_t)b0 * K;
-			if (dt == PCG_BF16)
-				tile_avx2_dt(yb, ldy, xb, K, w, row_bytes, PCG_BF16, R, nb);
-			else if (dt == PCG_F16)
-				tile_avx2_dt(yb, ldy, xb, K, w, row_bytes, PCG_F16, R, nb);
-			else
-				tile_avx2_dt(yb, ldy, xb, K, w, row_bytes, PCG_F32, R, nb);
-		}
-		r += R;
-	}
-}
+TILED_ROWS(rows_avx2, AVX2_TGT, tile_avx2)
 
 /* bf16 weights by vdpbf16ps (AVX512_BF16): xb is x rounded to bf16, each row
  * padded with zeros to Kp, a multiple of 32. One instruction multiplies 32
@@ -526,52 +531,7 @@ tile_neon(float *y, int ldy, const float *x, int K, const unsigned char *w, size
 		}
 }
 
-/* The compile-time shapes: (R, NB) as above, the dtype a constant. */
-static inline __attribute__((always_inline)) void
-tile_neon_dt(float *y, int ldy, const float *x, int K, const unsigned char *w, size_t row_bytes,
-	     const pcg_dtype dt, int R, int nb)
-{
-#define T(RR, NBB) tile_neon(y, ldy, x, K, w, row_bytes, dt, RR, NBB)
-	if (R == 4)
-		T(4, 1);
-	else if (R == 2)
-		nb == 1 ? T(2, 1) : T(2, 2);
-	else
-		switch (nb) {
-		case 1: T(1, 1); break;
-		case 2: T(1, 2); break;
-		case 3: T(1, 3); break;
-		default: T(1, 4); break;
-		}
-#undef T
-}
-
-static void rows_neon(float *y, int ldy, const float *x, const void *xs, int B, const pcg_mat *W,
-		      int r0, int r1, int yr0)
-{
-	const int K = W->cols;
-	const pcg_dtype dt = W->dtype;
-	const size_t row_bytes = (size_t)K * (dt == PCG_F32 ? 4 : 2);
-	const int RB = B == 1 ? 4 : B == 2 ? 2 : 1; /* weight rows at once */
-
-	(void)xs;
-	for (int r = r0; r < r1;) {
-		const int R = r + RB <= r1 ? RB : 1;
-		const unsigned char *w = (const unsigned char *)W->data + (size_t)r * row_bytes;
-		for (int b0 = 0; b0 < B; b0 += 4) {
-			const int nb = B - b0 < 4 ? B - b0 : 4;
-			float *yb = y + (r - yr0) + (size_t)b0 * ldy;
-			const float *xb = x + (size_t)b0 * K;
-			if (dt == PCG_BF16)
-				tile_neon_dt(yb, ldy, xb, K, w, row_bytes, PCG_BF16, R, nb);
-			else if (dt == PCG_F16)
-				tile_neon_dt(yb, ldy, xb, K, w, row_bytes, PCG_F16, R, nb);
-			else
-				tile_neon_dt(yb, ldy, xb, K, w, row_bytes, PCG_F32, R, nb);
-		}
-		r += R;
-	}
-}
+TILED_ROWS(rows_neon, , tile_neon)
 #endif /* __aarch64__ */
 
 /* Kernel families, the best first: those of the machine's architecture,
