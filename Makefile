@@ -235,7 +235,7 @@ ARM_AR    ?= aarch64-linux-gnu-ar
 ARM_DIRS  := core formats engine
 ARM_SRC   := $(foreach d,$(ARM_DIRS),$(wildcard lib/$(d)/*.c))
 ARM_OBJ   := $(ARM_SRC:%.c=build/arm64/%.o)
-ARM_TESTS := $(addprefix build/arm64/tests/,test_matmul test_qmatmul test_llama_parity \
+ARM_TESTS := $(addprefix build/arm64/tests/,test_matmul test_attention test_qmatmul test_llama_parity \
 		test_forward_batch test_gguf_model test_mtp test_llasa_plus)
 ARM_CFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -fopenmp -pthread -MMD -MP -Ilib \
 		$(addprefix -Ilib/,$(ARM_DIRS)) $(CFLAGS)

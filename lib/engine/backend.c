@@ -4,6 +4,8 @@
  * CPU operation is the transformers line it implements (modeling_llama.py). */
 #include "backend_impl.h"
 
+#include "attention.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,81 +125,64 @@ static int cpu_rope(pcg_backend *be, float *x, int T, int n_heads, int hd, int p
 }
 
 /* Causal attention of T queries at positions pos0.. over the cache, one
- * (query, head) pair per task; kv head = head / (n_heads / n_kv_heads) is
- * repeat_kv. scores = q.k / sqrt(hd), softmax in f32, sum p * v. */
-/* One (query, head) pair th of cpu_attention, with sc a score buffer of
- * pos0 + T floats. */
-static void attention_one(float *out, const float *q, const float *k, const float *v, int th,
-			  int T, int pos0, int nh, int nkv, int hd, float *sc)
+ * (query, kv head) pair per task, with the query heads that share the kv
+ * head (repeat_kv: kv head = head / (n_heads / n_kv_heads)). scores =
+ * q.k / sqrt(hd), softmax in f32, sum p * v: the kernel of the float family
+ * in use (attention.h). */
+/* Pair th of cpu_attention, with sc scratch of group (pos0 + T + 16) floats.
+ * th runs over the kv heads, then the positions: the pairs that read one kv
+ * head's K and V come one after another, so a block reads the cache once,
+ * not once per position. */
+static void attention_one(pcg_attend_fn *fn, float *out, const float *q, const float *k,
+			  const float *v, int th, int T, int pos0, int nh, int nkv, int hd, int split,
+			  float *sc)
 {
-	const int group = nh / nkv, kv_dim = nkv * hd;
-	const float scale = 1.0f / sqrtf((float)hd);
-	/* th runs over the kv heads, then the positions, then the query heads
-	 * of the kv head: the pairs that read one kv head's K and V come one
-	 * after another, so a block reads the cache once, not once per position */
-	const int in = th % (T * group), t = in / group, h = th / (T * group) * group + in % group;
-	const int n = pos0 + t + 1;
-	const float *qh = q + (size_t)t * nh * hd + h * hd;
-	const float *kb = k + (h / group) * hd;
-	const float *vb = v + (h / group) * hd;
-	float *oh = out + (size_t)t * nh * hd + h * hd;
-	float mx = -INFINITY, sum = 0.0f;
+	const int G = nh / nkv / split, kvh = th / (T * split), t = th % (T * split) / split;
+	const size_t at = (size_t)t * nh * hd + ((size_t)kvh * split + th % split) * G * hd;
 
-	for (int j = 0; j < n; j++) {
-		const float *kj = kb + (size_t)j * kv_dim;
-		float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-		for (int i = 0; i < hd; i++)
-			s += qh[i] * kj[i];
-		sc[j] = s * scale;
-		mx = sc[j] > mx ? sc[j] : mx;
-	}
-	for (int j = 0; j < n; j++) {
-		sc[j] = expf(sc[j] - mx);
-		sum += sc[j];
-	}
-	for (int i = 0; i < hd; i++)
-		oh[i] = 0.0f;
-	for (int j = 0; j < n; j++) {
-		const float *vj = vb + (size_t)j * kv_dim;
-		const float p = sc[j] / sum;
-#pragma omp simd
-		for (int i = 0; i < hd; i++)
-			oh[i] += p * vj[i];
-	}
+	fn(out + at, q + at, G, k + (size_t)kvh * hd, v + (size_t)kvh * hd, pos0 + t + 1, hd,
+	   (size_t)nkv * hd, 1.0f / sqrtf((float)hd), sc);
 }
 
 static int cpu_attention(pcg_backend *be, float *out, const float *q, const float *k,
 			 const float *v, int T, int pos0, int nh, int nkv, int hd, pcg_err *err)
 {
-	const int ctx = pos0 + T;
+	const int group = nh / nkv, threads = pcg_get_threads();
+	int split = 1; /* a kv head's query heads split in parts when there are
+			* fewer pairs than threads (each head's sums are the same) */
+	while (split < group && group % (2 * split) == 0 && T * nkv * split < threads)
+		split *= 2;
+	const int tasks = T * nkv * split;
+	const size_t scn = (size_t)(group / split) * ((size_t)pos0 + T + 16);
+	pcg_attend_fn *fn = pcg_attend_kernel(hd);
 	int failed = 0;
 
 	(void)be;
-	if (pcg_get_threads() == 1) { /* no parallel region: even a team of one
+	if (threads == 1) { /* no parallel region: even a team of one
 				       * wakes futexes at its end, tens a step */
-		float *sc = malloc((size_t)ctx * sizeof *sc);
-		for (int th = 0; sc != NULL && th < T * nh; th++)
-			attention_one(out, q, k, v, th, T, pos0, nh, nkv, hd, sc);
+		float *sc = malloc(scn * sizeof *sc);
+		for (int th = 0; sc != NULL && th < tasks; th++)
+			attention_one(fn, out, q, k, v, th, T, pos0, nh, nkv, hd, split, sc);
 		failed = sc == NULL;
 		free(sc);
 	} else {
 #pragma omp parallel
 		{
-			float *sc = malloc((size_t)ctx * sizeof *sc);
+			float *sc = malloc(scn * sizeof *sc);
 			if (sc == NULL) {
 #pragma omp atomic write
 				failed = 1;
 			}
 #pragma omp for schedule(static)
-			for (int th = 0; th < T * nh; th++)
+			for (int th = 0; th < tasks; th++)
 				if (sc != NULL)
-					attention_one(out, q, k, v, th, T, pos0, nh, nkv, hd, sc);
+					attention_one(fn, out, q, k, v, th, T, pos0, nh, nkv, hd, split,
+						      sc);
 			free(sc);
 		}
 	}
 	if (failed)
-		return pcg_fail(err, "attention: out of memory for %d positions", ctx);
+		return pcg_fail(err, "attention: out of memory for %d positions", pos0 + T);
 	return 0;
 }
 
