@@ -311,8 +311,11 @@ got=$(( ($(stat -c %s long.wav) - 44) / 2 ))
 	ok "three pieces, one stream: one header, $got samples = the sentences' sum" ||
 	bad "long input: $got samples, want $want; $(grep pieces httpd2.log | tail -n 1)"
 # kill_cancelled WHAT: kills curl $c; the verifier cancels its session
-# (one more "cancelled" in its log than $cancels); waits up to 15 s, as a
-# busy machine may take that long to run a round, and says how long it took
+# (one more "cancelled" in its log than $cancels: "session N cancelled after
+# T tokens", or, where the piece ended as the client went and pcg-httpd
+# sent no next piece, "session N cancelled as it ended" or "synth N
+# cancelled after it ended", as the cancel and the result crossed); waits up to 15 s, as a busy machine may take that long to run
+# a round, and says how long it took
 kill_cancelled() {
 	kill -9 $c
 	wait $c 2>/dev/null

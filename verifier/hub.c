@@ -239,6 +239,10 @@ static void cancel(hub *h, const net_req *nr, const proto_msg *req)
 	if (found) {
 		proto_init(h->rep, PROTO_OK, req->id);
 	} else {
+		/* most often the synth ended as its client gave up: its result
+		 * and the cancel crossed (the log says so, as for a cancel) */
+		fprintf(stderr, "%s: synth %llu cancelled after it ended, or never known\n", prog,
+			(unsigned long long)req->cancel.session);
 		proto_error(h->rep, req->id, PROTO_E_BAD_REQUEST,
 			    "cancel: no synth %llu of this client runs or waits",
 			    (unsigned long long)req->cancel.session);
@@ -391,6 +395,10 @@ static void from_worker(pcg_daemon *d)
 					break;
 				}
 			h->n_jobs -= listed;
+			/* a cancel that came after the job's last round: said too */
+			if (listed && atomic_load(&j->cancel) && !atomic_load(&j->cancel_told))
+				fprintf(stderr, "%s: session %llu cancelled as it ended (after its "
+					"last round)\n", prog, (unsigned long long)j->session);
 			job_free(&j);
 			if (listed)
 				tell_queue(h);

@@ -68,6 +68,7 @@ typedef struct job {
 	void *asg_img;
 	void *prompt_img;          /* and req->synth.prompt_audio to this */
 	atomic_int cancel;         /* the client went away or asked */
+	atomic_int cancel_told;    /* the worker logged the cancel */
 	struct job *next_q;        /* the queue (under lock) */
 	struct job *next;          /* the hub's list of live jobs */
 } job;

@@ -467,6 +467,7 @@ static void job_fail(worker *w, job *j, job_state *js)
 		fprintf(stderr, "%s: session %llu cancelled after %d tokens: %s\n", prog,
 			(unsigned long long)j->session, n,
 			pcg_daemon_stop ? "stopping" : "the client went away or asked");
+		atomic_store(&j->cancel_told, 1);
 		spec_drop(js->s, &js->io);
 	}
 	if (js->codec_busy) { /* its reply, so that the codec's client is free again */
