@@ -772,8 +772,17 @@ __attribute__((target(V256 ",avxvnni"))) static inline __m256i dot_avxvnni(__m25
 BODY256(rows_avx2, __attribute__((target(V256))), dot_avx2)
 BODY256(rows_avxvnni, __attribute__((target(V256 ",avxvnni"))), dot_avxvnni)
 
+/* Each row's read is prefetched (into L2) QPF_AHEAD bytes ahead, or with 0
+ * at the same place R rows further on: the row the next pass over R rows
+ * reads there. A fixed 4096 bytes landed, for rows of 2,176 bytes (Q8_0,
+ * K = 2048), in the rows being read already: LLaSA-1B's shape as Q8_0 ran
+ * at 89-100 ms a speech-range step on AVX2 against 53-68 ms with this, in
+ * one run on 2 vCPUs of an Intel Xeon (docs/BENCHMARKS.md). */
 #ifndef QPF_AHEAD
-#define QPF_AHEAD 4096 /* bytes ahead of each row's read: into L2 before it is needed */
+#define QPF_AHEAD 0
+#endif
+#ifndef QPF_LOC
+#define QPF_LOC 1
 #endif
 /* One activation row (a decode step) against Q8_0 or Q4_0 rows, R rows at
  * once: BODY256 with NB = 1 does one row at a time, a single chain of FMAs
@@ -790,6 +799,7 @@ NAME(float *y, const pcg_qx *q, const pcg_mat *W, int r, int yr0, const int R) \
 	const int K = W->cols, nb = q->nb; \
 	const int q8 = W->dtype == PCG_Q8_0; \
 	const size_t rb = pcg_dtype_row_bytes(W->dtype, K); \
+	const size_t ahead = (size_t)R * rb; /* the next R rows' same place */ \
 	const unsigned char *rows[4]; \
 	__m256 acc[4]; \
 	_Pragma("GCC unroll 4") \
@@ -810,7 +820,7 @@ NAME(float *y, const pcg_qx *q, const pcg_mat *W, int r, int yr0, const int R) \
 			for (int i = 0; i < R; i++) { \
 				const unsigned char *p = rows[i] + off; \
 				if ((k & 63) == 0) \
-					__builtin_prefetch(p + QPF_AHEAD, 0, 1); \
+					__builtin_prefetch(p + (QPF_AHEAD ? QPF_AHEAD : ahead), 0, QPF_LOC); \
 				uint16_t dh; \
 				memcpy(&dh, p, 2); \
 				const __m256i w = w32_q8q4(p, q8); \
