@@ -115,8 +115,13 @@ static inline __attribute__((always_inline)) float hsum(const vf *pv)
 #define PF_LOC 1 /* prefetcht2: into L2/L3, which have the queue depth */
 #endif
 #ifndef PF_AHEAD
-#define PF_AHEAD 8192
+#define PF_AHEAD 0 /* 8192 before: for rows of 4 KB (bf16, K = 2048) that fell in
+		    * the rows being read; LLaSA-1B's shape bf16 ran at 80-87 ms a
+		    * step (avx512-bf16) against 69-71 ms this way, in one run */
 #endif
+/* where a pass over R rows of row_bytes prefetches: PF_AHEAD bytes on, or
+ * with PF_AHEAD 0 the same place R rows on (the next pass's rows) */
+#define PF_DIST(R, row_bytes) (PF_AHEAD ? (size_t)PF_AHEAD : (size_t)(R) * (row_bytes))
 
 static inline __attribute__((always_inline)) void
 tile_dot(float *y, int ldy, const float *x, const void *xs, int K, const unsigned char *w,
@@ -137,7 +142,7 @@ tile_dot(float *y, int ldy, const float *x, const void *xs, int K, const unsigne
 #pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			const unsigned char *wr = w + r * row_bytes;
-			__builtin_prefetch(wr + es * (size_t)k + PF_AHEAD, 0, PF_LOC);
+			__builtin_prefetch(wr + es * (size_t)k + PF_DIST(R, row_bytes), 0, PF_LOC);
 			if (dt == PCG_BF16) {
 				vu u;
 				memcpy(&u, wr + 2 * (size_t)k, sizeof u);
@@ -339,7 +344,7 @@ tile_avx2(float *y, int ldy, const float *x, int K, const unsigned char *w, size
 #pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			const unsigned char *wr = w + r * row_bytes + es * (size_t)k;
-			__builtin_prefetch(wr + PF_AHEAD, 0, PF_LOC);
+			__builtin_prefetch(wr + PF_DIST(R, row_bytes), 0, PF_LOC);
 			const __m256 w0 = avx2_w8(wr, dt), w1 = avx2_w8(wr + 8 * es, dt);
 #pragma GCC unroll 4
 			for (int b = 0; b < NB; b++) {
@@ -388,7 +393,7 @@ tile_bf16dot(float *y, int ldy, const uint16_t *xb, int Kp, int K, const unsigne
 #pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			const unsigned char *wr = w + r * row_bytes + 2 * (size_t)k;
-			__builtin_prefetch(wr + PF_AHEAD, 0, PF_LOC);
+			__builtin_prefetch(wr + PF_DIST(R, row_bytes), 0, PF_LOC);
 			wv[r] = _mm512_maskz_loadu_epi16(m, wr);
 		}
 #pragma GCC unroll 8
@@ -508,7 +513,7 @@ tile_neon(float *y, int ldy, const float *x, int K, const unsigned char *w, size
 		for (int r = 0; r < R; r++) {
 			const unsigned char *wr = w + r * row_bytes + es * (size_t)k;
 			float32x4_t wv[4];
-			__builtin_prefetch(wr + PF_AHEAD, 0, PF_LOC);
+			__builtin_prefetch(wr + PF_DIST(R, row_bytes), 0, PF_LOC);
 			neon_w16(wv, wr, dt);
 #pragma GCC unroll 4
 			for (int b = 0; b < NB; b++) {
