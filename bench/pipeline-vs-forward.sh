@@ -13,8 +13,8 @@
 # Environment: THREADS (per server; default: pcg-up's choice for the
 #   model; bench-forward runs with targetd's), TOKENS (default 200), CTX
 #   (bench-forward's context; default the prompt's length as the model's
-#   tokenizer makes it, pcg-tokenize --llasa-prompt, and half the utterance;
-#   60 + TOKENS / 2 for a phoneme voice, whose prompt is about 130)
+#   tokenizer makes it, pcg-tokenize --llasa-prompt, or a phoneme voice's,
+#   pcg-phonemize --tokens, and half the utterance)
 set -eu
 cd "$(dirname "$0")/.."
 export PATH="$PWD/bin:$PWD/scripts:$PATH"
@@ -62,8 +62,12 @@ for m in "$@"; do
 		tk=$m
 		[ -d "$m" ] && tk=$m/tokenizer.json
 		np=0
-		[ -d "$m" ] && [ -f "$m/voice.json" ] ||
+		if [ -d "$m" ] && [ -f "$m/voice.json" ]; then # the speaker and phonemes
+			np=$(pcg-tokenize --tokenizer "$tk" "$(pcg-phonemize --voice-file \
+				"$m/voice.json" --tokens "$text")" 2>/dev/null | wc -w)
+		else
 			np=$(pcg-tokenize --tokenizer "$tk" --llasa-prompt --text "$text" 2>/dev/null | wc -w)
+		fi
 		[ "$np" -gt 0 ] && mctx=$((np + tokens / 2))
 	fi
 	fwd=$(bench-forward --model "$m" --threads "${t:-2}" --ctx "$mctx" --steps 32 2>&1 |
