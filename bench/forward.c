@@ -243,6 +243,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < ctx; i++)
 		prompt[i] = (i * 31 + 7) % (c->vocab < 1000 ? c->vocab : 1000);
 
+	pcg_blas_warn("bench-forward");
 	if (batch > 0) {
 		printf("model %s: hidden %d, layers %d, heads %d/%d, ffn %d, vocab %d, %.2f GB "
 		       "mapped\ncpu %s; threads %d, kernels %s (float) %s (quantised), ctx %d\n",

@@ -10,6 +10,8 @@
  * and SIGINT stop it. */
 #include "daemon.h"
 
+#include "matmul.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +206,7 @@ static int start(pcg_daemon *dm, pcg_err *err)
 
 	(void)err;
 	fprintf(stderr, "codec-decode: serving %s on %s\n", d->c->name, dm->url);
+	pcg_blas_warn("codec-decode");
 	return 0;
 }
 

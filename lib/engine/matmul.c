@@ -30,8 +30,10 @@
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -607,6 +609,42 @@ const char *pcg_matmul_isa(void)
 {
 	isa_choose();
 	return isas[isa].name;
+}
+
+const char *pcg_blas_weak_core(const char **want)
+{
+#if defined(__x86_64__)
+	/* OpenBLAS's cores without AVX2 kernels (its DYNAMIC_ARCH names) */
+	static const char *old[] = { "Prescott", "Core2", "Penryn", "Dunnington", "Nehalem",
+				     "Atom", "Katmai", "Coppermine", "Northwood", "Banias",
+				     "Sandybridge", "Barcelona", "Opteron", "Opteron_SSE3",
+				     "Bobcat", "Bulldozer", "Piledriver", "Steamroller",
+				     "Excavator", "Unknown" };
+	const char *core = openblas_get_corename();
+
+	__builtin_cpu_init();
+	if (core == NULL || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		return NULL;
+	for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
+		if (!strcasecmp(core, old[i])) {
+			*want = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+					__builtin_cpu_supports("avx512vl") &&
+					__builtin_cpu_supports("avx512dq") ? "SkylakeX" : "Haswell";
+			return core;
+		}
+#endif
+	(void)want;
+	return NULL;
+}
+
+void pcg_blas_warn(const char *prog)
+{
+	const char *want = NULL, *core = pcg_blas_weak_core(&want);
+
+	if (core != NULL)
+		fprintf(stderr, "%s: OpenBLAS chose its %s kernels, older than this CPU's (a model it "
+			"does not know): its products (prefill, the codec) run at half their speed or "
+			"less; set OPENBLAS_CORETYPE=%s (pcg-up does)\n", prog, core, want);
 }
 
 /* Any number of rows through the streaming kernel: each row gets the same

@@ -77,4 +77,17 @@ const char *pcg_matmul_isa(void);
  * lacks it or the name is unknown. */
 int pcg_matmul_set_isa(const char *name);
 
+/* OpenBLAS's kernels (its sgemm serves prefill on widened tiles and the
+ * codec): where OpenBLAS does not know the CPU's model (a virtual machine's
+ * CPUID often says only "Intel Xeon Processor") it falls back to its oldest
+ * kernels, SSE3's "Prescott", at a half to a third of the speed of the
+ * AVX2 or AVX-512 ones, and only the environment variable OPENBLAS_CORETYPE,
+ * read when the library loads, changes that. pcg_blas_weak_core returns the
+ * name of the core OpenBLAS chose when it has no AVX2 kernels on a CPU with
+ * AVX2 and FMA, and sets *want to what OPENBLAS_CORETYPE should say
+ * ("SkylakeX" with AVX-512 F, BW, VL, DQ, else "Haswell"); NULL otherwise.
+ * pcg_blas_warn says so on standard error, prefixed with prog. */
+const char *pcg_blas_weak_core(const char **want);
+void pcg_blas_warn(const char *prog);
+
 #endif

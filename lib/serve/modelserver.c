@@ -1063,6 +1063,11 @@ static int sched_start(pcg_daemon *d, pcg_err *err)
 	else
 		logf_(sc->sv, "kernels: float %s, quantised %s", pcg_matmul_isa(),
 		      pcg_qmatmul_path());
+	const char *want = NULL, *core = pcg_blas_weak_core(&want);
+	if (core != NULL)
+		logf_(sc->sv, "OpenBLAS chose its %s kernels, older than this CPU's (a model it does "
+		      "not know): its products (a prefill) run at half their speed or less; set "
+		      "OPENBLAS_CORETYPE=%s (pcg-up does)", core, want);
 	return 0;
 }
 
