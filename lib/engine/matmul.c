@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -637,6 +638,29 @@ const char *pcg_blas_weak_core(const char **want)
 	return NULL;
 }
 
+#if defined(__x86_64__) && defined(__GLIBC__)
+/* Before main: where OpenBLAS took older kernels than the CPU allows and
+ * the user did not choose (OPENBLAS_CORETYPE unset), the program starts
+ * again at once with OPENBLAS_CORETYPE set, which OpenBLAS reads only as it
+ * loads. So every program takes the same kernels on a CPU, whoever starts
+ * it (its sums, and so its tokens, are the same in a pipeline and alone).
+ * glibc passes an ELF constructor main's arguments; the exec keeps the
+ * process id. PCG_BLAS_CORE=0 leaves OpenBLAS's choice. If the exec fails,
+ * the program goes on as it is. */
+__attribute__((constructor)) static void blas_core_fix(int argc, char **argv, char **envp)
+{
+	const char *want = NULL, *off = getenv("PCG_BLAS_CORE");
+
+	(void)argc;
+	(void)envp;
+	if (getenv("OPENBLAS_CORETYPE") != NULL || (off != NULL && !strcmp(off, "0")) ||
+	    argv == NULL || pcg_blas_weak_core(&want) == NULL)
+		return;
+	if (setenv("OPENBLAS_CORETYPE", want, 1) == 0)
+		execv("/proc/self/exe", argv);
+}
+#endif
+
 void pcg_blas_warn(const char *prog)
 {
 	const char *want = NULL, *core = pcg_blas_weak_core(&want);
@@ -644,7 +668,8 @@ void pcg_blas_warn(const char *prog)
 	if (core != NULL)
 		fprintf(stderr, "%s: OpenBLAS chose its %s kernels, older than this CPU's (a model it "
 			"does not know): its products (prefill, the codec) run at half their speed or "
-			"less; set OPENBLAS_CORETYPE=%s (pcg-up does)\n", prog, core, want);
+			"less; OPENBLAS_CORETYPE=%s would choose better (unset, the programs set it "
+			"themselves unless PCG_BLAS_CORE=0)\n", prog, core, want);
 }
 
 /* Any number of rows through the streaming kernel: each row gets the same

@@ -86,7 +86,10 @@ int pcg_matmul_set_isa(const char *name);
  * name of the core OpenBLAS chose when it has no AVX2 kernels on a CPU with
  * AVX2 and FMA, and sets *want to what OPENBLAS_CORETYPE should say
  * ("SkylakeX" with AVX-512 F, BW, VL, DQ, else "Haswell"); NULL otherwise.
- * pcg_blas_warn says so on standard error, prefixed with prog. */
+ * pcg_blas_warn says so on standard error, prefixed with prog. A program
+ * that links this file sets OPENBLAS_CORETYPE to *want itself and starts
+ * again before main where it is unset (PCG_BLAS_CORE=0 does not), so the
+ * warning is seen only where OpenBLAS ignores the setting. */
 const char *pcg_blas_weak_core(const char **want);
 void pcg_blas_warn(const char *prog);
 
