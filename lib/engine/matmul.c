@@ -656,8 +656,16 @@ __attribute__((constructor)) static void blas_core_fix(int argc, char **argv, ch
 	if (getenv("OPENBLAS_CORETYPE") != NULL || (off != NULL && !strcmp(off, "0")) ||
 	    argv == NULL || pcg_blas_weak_core(&want) == NULL)
 		return;
+	/* the program's own path, not /proc/self/exe, whose name the process
+	 * would take (its comm, which pcg-runtime and pcg-down look for) */
+	char self[4096];
+	const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0 || n >= (ssize_t)sizeof self - 1)
+		return;
+	self[n] = '\0';
 	if (setenv("OPENBLAS_CORETYPE", want, 1) == 0)
-		execv("/proc/self/exe", argv);
+		execv(self, argv);
+	unsetenv("OPENBLAS_CORETYPE"); /* not taken: as OpenBLAS chose */
 }
 #endif
 
