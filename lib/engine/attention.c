@@ -77,6 +77,26 @@ void pcg_attend_generic(float *out, const float *q, int G, const float *k, const
 		attend_one(out + (size_t)g * hd, q + (size_t)g * hd, k, v, n, hd, ld, scale, sc);
 }
 
+/* The sum of p v for the G heads, in blocks of 32 positions (a block of
+ * values is read from memory once for all of them) and chunks of 64 floats
+ * of a head: PV(out, v, ld, sc, j0, j1, vectors, scale) with W floats a
+ * vector, each head's 1 / sum applied as its last block is stored. Uses the
+ * kernel's out, v, ld, sc, n, hd, G, ns and r. */
+#define PV_HEADS(PV, W) \
+	for (int j0 = 0; j0 < n; j0 += 32) { \
+		const int j1 = n - j0 < 32 ? n : j0 + 32; \
+		for (int g = 0; g < G; g++) { \
+			float *og = out + (size_t)g * hd; \
+			const float *sg = sc + g * ns; \
+			const float rg = j1 == n ? r[g] : 1.0f; \
+			int c0 = 0; \
+			for (; c0 + 64 <= hd; c0 += 64) \
+				PV(og + c0, v + c0, ld, sg, j0, j1, 64 / (W), rg); \
+			if (c0 < hd) \
+				PV(og + c0, v + c0, ld, sg, j0, j1, (hd - c0) / (W), rg); \
+		} \
+	}
+
 #if defined(__x86_64__)
 /* x86-64-v3 (AVX2, FMA): also what the AVX-512 families run, as the work
  * is small beside the weights and 8 positions a step fill the registers. */
@@ -133,11 +153,13 @@ static inline __attribute__((always_inline)) V3 __m256 dots8(const float *q, con
 			     _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-/* out[0 .. 8 nc) (+)= sum_{j0 <= j < j1} sc[j] v_j[0 ..]: started at 0 when
- * j0 == 0, else from out (a float's store and load are exact, so the sums
- * are those of one pass over j) */
+/* out[0 .. 8 nc) (+)= sum_{j0 <= j < j1} sc[j] v_j[0 ..], stored times r:
+ * started at 0 when j0 == 0, else from out (a float's store and load are
+ * exact, and r is 1 but for the last block, so out is the sum of one pass
+ * over j, times r once) */
 static inline __attribute__((always_inline)) V3 void pv8(float *out, const float *v, size_t ld,
-						       const float *sc, int j0, int j1, int nc)
+						       const float *sc, int j0, int j1, int nc,
+						       float r)
 {
 	__m256 a[8] = { 0 };
 #pragma GCC unroll 8
@@ -152,7 +174,7 @@ static inline __attribute__((always_inline)) V3 void pv8(float *out, const float
 	}
 #pragma GCC unroll 8
 	for (int c = 0; c < nc; c++)
-		_mm256_storeu_ps(out + 8 * c, a[c]);
+		_mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(a[c], _mm256_set1_ps(r)));
 }
 
 static V3 void attend_v3(float *out, const float *q, int G, const float *k, const float *v,
@@ -196,24 +218,7 @@ static V3 void attend_v3(float *out, const float *q, int G, const float *k, cons
 		s4 = _mm_add_ss(s4, _mm_shuffle_ps(s4, s4, 1));
 		r[g] = 1.0f / _mm_cvtss_f32(s4);
 	}
-	/* sum p v: a block of 32 values is read from memory once for the G heads */
-	for (int j0 = 0; j0 < n; j0 += 32) {
-		const int j1 = n - j0 < 32 ? n : j0 + 32;
-		for (int g = 0; g < G; g++) {
-			float *og = out + (size_t)g * hd;
-			const float *sg = sc + g * ns;
-			int c0 = 0;
-			for (; c0 + 64 <= hd; c0 += 64)
-				pv8(og + c0, v + c0, ld, sg, j0, j1, 8);
-			if (c0 < hd)
-				pv8(og + c0, v + c0, ld, sg, j0, j1, (hd - c0) / 8);
-		}
-	}
-	for (int g = 0; g < G; g++)
-		for (int i = 0; i < hd; i += 8)
-			_mm256_storeu_ps(out + (size_t)g * hd + i,
-					 _mm256_mul_ps(_mm256_loadu_ps(out + (size_t)g * hd + i),
-						       _mm256_set1_ps(r[g])));
+	PV_HEADS(pv8, 8);
 }
 #endif
 
@@ -253,9 +258,9 @@ static inline __attribute__((always_inline)) float32x4_t dots4(const float *q, c
 	return vpaddq_f32(vpaddq_f32(a[0], a[1]), vpaddq_f32(a[2], a[3]));
 }
 
-/* as pv8: out[0 .. 4 nc) (+)= sum_{j0 <= j < j1} sc[j] v_j[0 ..] */
+/* as pv8: out[0 .. 4 nc) (+)= sum_{j0 <= j < j1} sc[j] v_j[0 ..], times r */
 static inline __attribute__((always_inline)) void pv4(float *out, const float *v, size_t ld,
-						    const float *sc, int j0, int j1, int nc)
+						    const float *sc, int j0, int j1, int nc, float r)
 {
 	float32x4_t a[16] = { 0 };
 #pragma GCC unroll 16
@@ -270,7 +275,7 @@ static inline __attribute__((always_inline)) void pv4(float *out, const float *v
 	}
 #pragma GCC unroll 16
 	for (int c = 0; c < nc; c++)
-		vst1q_f32(out + 4 * c, a[c]);
+		vst1q_f32(out + 4 * c, vmulq_n_f32(a[c], r));
 }
 
 static void attend_neon(float *out, const float *q, int G, const float *k, const float *v,
@@ -303,22 +308,7 @@ static void attend_neon(float *out, const float *q, int G, const float *k, const
 		}
 		r[g] = 1.0f / vaddvq_f32(sum);
 	}
-	for (int j0 = 0; j0 < n; j0 += 32) {
-		const int j1 = n - j0 < 32 ? n : j0 + 32;
-		for (int g = 0; g < G; g++) {
-			float *og = out + (size_t)g * hd;
-			const float *sg = sc + g * ns;
-			int c0 = 0;
-			for (; c0 + 64 <= hd; c0 += 64)
-				pv4(og + c0, v + c0, ld, sg, j0, j1, 16);
-			if (c0 < hd)
-				pv4(og + c0, v + c0, ld, sg, j0, j1, (hd - c0) / 4);
-		}
-	}
-	for (int g = 0; g < G; g++)
-		for (int i = 0; i < hd; i += 4)
-			vst1q_f32(out + (size_t)g * hd + i,
-				  vmulq_n_f32(vld1q_f32(out + (size_t)g * hd + i), r[g]));
+	PV_HEADS(pv4, 4);
 }
 #endif
 

@@ -612,7 +612,10 @@ const char *pcg_matmul_isa(void)
 	return isas[isa].name;
 }
 
-const char *pcg_blas_weak_core(const char **want)
+/* The name of the core OpenBLAS chose when it has no AVX2 kernels on a CPU
+ * with AVX2 and FMA, with *want what OPENBLAS_CORETYPE should say; NULL
+ * otherwise (matmul.h). */
+static const char *blas_weak_core(const char **want)
 {
 #if defined(__x86_64__)
 	/* OpenBLAS's cores without AVX2 kernels (its DYNAMIC_ARCH names) */
@@ -654,7 +657,7 @@ __attribute__((constructor)) static void blas_core_fix(int argc, char **argv, ch
 	(void)argc;
 	(void)envp;
 	if (getenv("OPENBLAS_CORETYPE") != NULL || (off != NULL && !strcmp(off, "0")) ||
-	    argv == NULL || pcg_blas_weak_core(&want) == NULL)
+	    argv == NULL || blas_weak_core(&want) == NULL)
 		return;
 	/* the program's own path, not /proc/self/exe, whose name the process
 	 * would take (its comm, which pcg-runtime and pcg-down look for) */
@@ -671,7 +674,7 @@ __attribute__((constructor)) static void blas_core_fix(int argc, char **argv, ch
 
 void pcg_blas_warn(const char *prog)
 {
-	const char *want = NULL, *core = pcg_blas_weak_core(&want);
+	const char *want = NULL, *core = blas_weak_core(&want);
 
 	if (core != NULL)
 		fprintf(stderr, "%s: OpenBLAS chose its %s kernels, older than this CPU's (a model it "

@@ -82,15 +82,13 @@ int pcg_matmul_set_isa(const char *name);
  * CPUID often says only "Intel Xeon Processor") it falls back to its oldest
  * kernels, SSE3's "Prescott", at a half to a third of the speed of the
  * AVX2 or AVX-512 ones, and only the environment variable OPENBLAS_CORETYPE,
- * read when the library loads, changes that. pcg_blas_weak_core returns the
- * name of the core OpenBLAS chose when it has no AVX2 kernels on a CPU with
- * AVX2 and FMA, and sets *want to what OPENBLAS_CORETYPE should say
- * ("SkylakeX" with AVX-512 F, BW, VL, DQ, else "Haswell"); NULL otherwise.
- * pcg_blas_warn says so on standard error, prefixed with prog. A program
- * that links this file sets OPENBLAS_CORETYPE to *want itself and starts
- * again before main where it is unset (PCG_BLAS_CORE=0 does not), so the
- * warning is seen only where OpenBLAS ignores the setting. */
-const char *pcg_blas_weak_core(const char **want);
+ * read when the library loads, changes that. A program that links matmul.c
+ * sets it itself, where it is unset and OpenBLAS has no AVX2 kernels on a
+ * CPU with AVX2 and FMA ("SkylakeX" with AVX-512 F, BW, VL, DQ, else
+ * "Haswell"), and starts again before main (PCG_BLAS_CORE=0: it does not).
+ * pcg_blas_warn says on standard error, prefixed with prog, when OpenBLAS
+ * still runs such older kernels: PCG_BLAS_CORE=0, or a build of OpenBLAS
+ * that ignores the setting. */
 void pcg_blas_warn(const char *prog);
 
 #endif

@@ -1063,12 +1063,7 @@ static int sched_start(pcg_daemon *d, pcg_err *err)
 	else
 		logf_(sc->sv, "kernels: float %s, quantised %s", pcg_matmul_isa(),
 		      pcg_qmatmul_path());
-	const char *want = NULL, *core = pcg_blas_weak_core(&want);
-	if (core != NULL)
-		logf_(sc->sv, "OpenBLAS chose its %s kernels, older than this CPU's (a model it does "
-		      "not know): its products (a prefill) run at half their speed or less; "
-		      "OPENBLAS_CORETYPE=%s would choose better (unset, the programs set it "
-		      "themselves unless PCG_BLAS_CORE=0)", core, want);
+	pcg_blas_warn(sc->sv->prog);
 	return 0;
 }
 
