@@ -203,6 +203,15 @@ static int load(verifier *v, pcg_err *err)
 			     .knn = v->knn,
 			     .unk_phone = v->voice ? tok_token_id(v->tok, "<|p__|>", 7) : 0,
 			     .unk_next = v->voice ? tok_token_id(v->tok, "<|n__|>", 7) : 0 };
+	const char *rt = getenv("PCG_RUN_TOKENS");
+	if (rt && *rt) {
+		char *end;
+		long n = strtol(rt, &end, 10);
+		if (*end != '\0' || n < 0 || n > PROTO_MAX_N)
+			return pcg_fail(err, "PCG_RUN_TOKENS: '%s' is not a number of tokens from 0 "
+					"(grown by the target's time) to %d", rt, PROTO_MAX_N);
+		v->env.run_tokens = (int)n;
+	}
 	/* the encoder loads on the first prompt: a verifier that is sent none
 	 * never holds its 1.2 GB */
 	if (cfg.encoder_path &&

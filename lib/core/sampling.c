@@ -244,6 +244,106 @@ static void softmax(float *x, int n, double max)
 		x[i] = (float)(x[i] * scale);
 }
 
+/* Temperature, top-k (0 < k < n, k <= TOP_K_STACK) and softmax, top-p off,
+ * in two passes over the logits with the bits of the steps one at a time:
+ * the k-th largest logit found with the bad ones and the largest (the
+ * scaled vector's k-th largest is the k-th largest scaled, x / T being
+ * non-decreasing), then the tokens whose scaled logit top_k keeps, and exp
+ * on them alone in index order (softmax's sum, in the same order); the
+ * rest are 0. Each pass takes BLOCK logits at a time, looking at them one
+ * by one only where one may count (block_flags). Returns 1 when done, 0 when the steps one at a time must run (a
+ * bad logit, all -inf, a temperature that overflows: they say which; more
+ * than KEPT_MAX ties kept): probs is then untouched. */
+#define KEPT_MAX 2048
+#define BLOCK 16
+typedef float f4 __attribute__((vector_size(16)));
+typedef int32_t i4 __attribute__((vector_size(16)));
+
+/* Whether one of x[0..BLOCK) / T is above `above` (or >= it: ge), or not
+ * below +inf (a bad logit): four lanes at a time (GCC's vector extension,
+ * SSE2 or NEON). */
+static int block_flags(const float *x, float T, float above, int ge)
+{
+	const f4 t = { T, T, T, T }, a = { above, above, above, above };
+	const f4 inf = { INFINITY, INFINITY, INFINITY, INFINITY };
+	i4 f = { 0, 0, 0, 0 };
+
+	for (int j = 0; j < BLOCK; j += 4) {
+		f4 v;
+		memcpy(&v, x + j, sizeof v);
+		v /= t;
+		f |= (ge ? v >= a : v > a) | ~(v < inf);
+	}
+	return (f[0] | f[1] | f[2] | f[3]) != 0;
+}
+
+static int probs_top_k(const float *logits, int n, const pcg_sampling *s, float *probs)
+{
+	float heap[TOP_K_STACK], kv[KEPT_MAX];
+	int kept[KEPT_MAX], m = 0, best = 0, i;
+	const int k = s->top_k;
+	const float T = s->temperature;
+
+	for (i = 0; i < k; i++) {
+		if (!(logits[i] < INFINITY))
+			return 0;
+		heap[i] = logits[i];
+		if (logits[i] > logits[best])
+			best = i;
+	}
+	for (int j = k / 2 - 1; j >= 0; j--)
+		sift_down(heap, k, j);
+	while (i < n) {
+		const int e = n - i < BLOCK ? n : i + BLOCK;
+		if (e - i == BLOCK && !block_flags(logits + i, 1.0f, heap[0], 0)) {
+			i = e;
+			continue;
+		}
+		for (; i < e; i++) {
+			const float x = logits[i];
+			if (!(x < INFINITY))
+				return 0;
+			if (x > heap[0]) { /* the largest so far is in the heap */
+				heap[0] = x;
+				sift_down(heap, k, 0);
+				if (x > logits[best])
+					best = i;
+			}
+		}
+	}
+	/* x / 1 is x: no case for T = 1 */
+	const float max = logits[best] / T, kth = heap[0] / T;
+	if (logits[best] == -INFINITY || isinf(max))
+		return 0;
+	for (i = 0; i < n;) {
+		const int e = n - i < BLOCK ? n : i + BLOCK;
+		if (e - i == BLOCK && !block_flags(logits + i, T, kth, 1)) {
+			i = e;
+			continue;
+		}
+		for (; i < e; i++) {
+			const float v = logits[i] / T;
+			if (v >= kth) {
+				if (m == KEPT_MAX)
+					return 0;
+				kv[m] = v;
+				kept[m++] = i;
+			}
+		}
+	}
+	double sum = 0.0;
+	for (int j = 0; j < m; j++) { /* -inf among the kept gives 0 */
+		const double e = kv[j] > -INFINITY ? exp(kv[j] - (double)max) : 0.0;
+		kv[j] = (float)e;
+		sum += e;
+	}
+	const double scale = 1.0 / sum;
+	memset(probs, 0, (size_t)n * sizeof *probs);
+	for (int j = 0; j < m; j++)
+		probs[kept[j]] = (float)(kv[j] * scale);
+	return 1;
+}
+
 int pcg_probs(const float *logits, int n, const pcg_sampling *s, float *probs,
 	      pcg_err *err)
 {
@@ -254,6 +354,9 @@ int pcg_probs(const float *logits, int n, const pcg_sampling *s, float *probs,
 		return pcg_fail(err, "%d logits: need at least 1", n);
 	if (pcg_sampling_check(s, err) < 0)
 		return -1;
+	if (s->temperature > 0.0f && s->top_k > 0 && s->top_k < n && s->top_k <= TOP_K_STACK &&
+	    s->top_p >= 1.0f && probs_top_k(logits, n, s, probs))
+		return 0;
 	/* One pass finds both bad logits and the first maximum. */
 	for (i = 0, best = 0; i < n; i++) {
 		if (!(logits[i] < INFINITY))
@@ -290,19 +393,44 @@ int pcg_probs(const float *logits, int n, const pcg_sampling *s, float *probs,
 	return 0;
 }
 
+/* Whether one of x[0..BLOCK) is above 0. */
+static int block_positive(const float *x)
+{
+	const f4 z = { 0, 0, 0, 0 };
+	i4 f = { 0, 0, 0, 0 };
+
+	for (int j = 0; j < BLOCK; j += 4) {
+		f4 v;
+		memcpy(&v, x + j, sizeof v);
+		f |= v > z;
+	}
+	return (f[0] | f[1] | f[2] | f[3]) != 0;
+}
+
+/* Blocks of zeros (a truncated distribution's, mostly) are passed over
+ * BLOCK entries at a time; the sums are the same, in the same order. */
 int pcg_sample(const float *probs, int n, double u)
 {
 	double total = 0.0, target, cum = 0.0;
 	int i, last = -1;
 
-	for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++) {
+		if (i % BLOCK == 0 && i + BLOCK <= n && !block_positive(probs + i)) {
+			i += BLOCK - 1;
+			continue;
+		}
 		if (probs[i] > 0.0f)
 			total += probs[i];
+	}
 	if (!(total > 0.0))
 		return -1;
 	target = u * total;
 	/* Same additions in the same order as total, so cum ends at total. */
 	for (i = 0; i < n; i++) {
+		if (i % BLOCK == 0 && i + BLOCK <= n && !block_positive(probs + i)) {
+			i += BLOCK - 1;
+			continue;
+		}
 		if (!(probs[i] > 0.0f))
 			continue;
 		cum += probs[i];

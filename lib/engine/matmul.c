@@ -584,10 +584,9 @@ static int isa_ok(int i)
  * (best) the CPU has. */
 static void isa_choose(void)
 {
-	const char *env = getenv("PCG_MATMUL_ISA");
-
-	if (isa >= 0)
+	if (isa >= 0) /* before getenv: this runs at every product */
 		return;
+	const char *env = getenv("PCG_MATMUL_ISA");
 	if (env != NULL && *env != '\0' && pcg_matmul_set_isa(env) == 0)
 		return;
 	int i = 0;

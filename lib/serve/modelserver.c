@@ -253,6 +253,11 @@ static int request_check(const server *sv, const proto_msg *q, proto_msg *rep)
 		proto_error(rep, q->id, PROTO_E_BAD_REQUEST, "%s", err.msg);
 		return -1;
 	}
+	if (q->type == PROTO_PROPOSE && q->propose.stop && q->propose.stop_id >= vocab) {
+		proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
+			    "field 'stop': token %d out of range [0, %d)", q->propose.stop_id, vocab);
+		return -1;
+	}
 	for (int k = 0; q->type == PROTO_PROPOSE && k < q->propose.n_forced; k++)
 		if (q->propose.forced[k] >= vocab) {
 			proto_error(rep, q->id, PROTO_E_BAD_REQUEST,
@@ -662,11 +667,16 @@ static void pending_advance(server *sv, pending *p, const llama_seq *s)
 		p->done = 1;
 		return;
 	}
-	/* propose: x_i ~ p_i, fed back to get p_{i+1}; x_n is not fed */
+	/* propose: x_i ~ p_i, fed back to get p_{i+1}; x_n is not fed. With
+	 * draws, x_i's uniform is a function of i (a verifier's one a round;
+	 * where nothing can be drawn, the last row, as there) */
+	const proto_propose *q = &p->q->propose;
 	const float *pr = p->out + (size_t)p->step * p->width;
-	int idx = pcg_sample(pr, p->width, pcg_rng_uniform(&p->rng));
-	p->x[p->step] = row_token(&p->r->rows, idx < 0 ? 0 : idx);
-	if (++p->step == p->r->n)
+	const double u = q->draws ? pcg_rng_uniform_at(q->seed, q->draws + (uint64_t)p->step, 0)
+				  : pcg_rng_uniform(&p->rng);
+	int idx = pcg_sample(pr, p->width, u);
+	p->x[p->step] = row_token(&p->r->rows, idx >= 0 ? idx : q->draws ? p->width - 1 : 0);
+	if (++p->step == p->r->n || (q->stop && p->x[p->step - 1] == q->stop_id))
 		p->done = 1;
 	else
 		p->n_feed = propose_feed(&p->q->propose, p->x, p->step, p->feed);
@@ -829,9 +839,10 @@ static int reply_probs(server *sv, pending *p, proto_msg *rep)
 	o->sparse = truncates(&r->samp, width);
 	o->values = values;
 	o->n_vec = r->n * (1 + nh);
-	if (p->q->type == PROTO_PROPOSE) {
-		o->n_x = r->n;
-		memcpy(o->x, p->x, (size_t)r->n * sizeof *p->x);
+	if (p->q->type == PROTO_PROPOSE) { /* fewer where it stopped */
+		o->n_vec = p->step;
+		o->n_x = p->step;
+		memcpy(o->x, p->x, (size_t)p->step * sizeof *p->x);
 	}
 	o->n_stats = 1;
 	o->stats[0] = p->t_compute;

@@ -61,6 +61,10 @@ struct spec_session {
 	int auto_l, L_next;
 	double tries_pos[PROTO_MAX_N + 1], acc_pos[PROTO_MAX_N + 1];
 	int n_drafting;          /* rounds that drafted (st[DRAFTED]: their drafts) */
+	/* policy none: the target samples a run of tokens a request (each drawn
+	 * as a round of its own would draw it: the same tokens), run_next the
+	 * next run's length (0: one token a round, sampled here) */
+	int run_next;
 	const float *hp[PROTO_MAX_HEADS + 1]; /* the heads' vectors (in hv) at the last
 						* committed token: the next round's drafts */
 	int last[PROTO_MAX_N], last_groups[PROTO_MAX_N], n_last; /* the last round's
@@ -244,6 +248,10 @@ static int session_policy(spec_session *s, const spec_env *env, const proto_synt
 										 : SPEC_MTP_HEADS;
 	s->heads = s->mtp ? s->L : 0;
 	s->pipe = !req->sequential && !s->is_none && !s->mtp;
+	/* the target alone samples runs of tokens itself, unless f16 vectors
+	 * were asked for (drawn here from f16, the tokens would differ) */
+	if (s->is_none && !s->viterbi && !req->f16 && env->run_tokens != 1)
+		s->run_next = env->run_tokens > 1 ? env->run_tokens : 1;
 	return 0;
 }
 
@@ -403,10 +411,18 @@ static int check(spec_session *s, const proto_msg *q, const proto_msg *r, int *s
 		*sync = s->n;
 		const double compute = timed && p->n_stats > 0 ? p->stats[0] : 0;
 		s->t_server += compute;
-		s->t_server_target += q->type == PROTO_SCORE ? compute : 0;
-		if (p->width != s->width || p->n_vec != m->n * (1 + heads))
-			return pcg_fail(err, "server answered %d x %d, asked %d x %d", p->n_vec,
+		/* the target's: its scores and its runs (proposes that draw by
+		 * index, draft_run) */
+		s->t_server_target += q->type == PROTO_SCORE || q->propose.draws ? compute : 0;
+		/* a propose that stops at its end token answers fewer */
+		const int propose = q->type == PROTO_PROPOSE, n = p->n_vec;
+		const int stopped = propose && q->propose.stop && n >= 1 && n < m->n &&
+				    p->n_x == n && p->x[n - 1] == q->propose.stop_id;
+		if (p->width != s->width || (n != m->n * (1 + heads) && !stopped))
+			return pcg_fail(err, "server answered %d x %d, asked %d x %d", n,
 					p->width, m->n * (1 + heads), s->width);
+		if (propose && p->n_x != n)
+			return pcg_fail(err, "server drafted %d tokens, asked %d", p->n_x, n);
 		return 0;
 	}
 	if (r->type == PROTO_ERROR && !strcmp(r->error.code, PROTO_E_UNKNOWN_SESSION) &&
@@ -722,6 +738,7 @@ typedef struct round {
 	int Lr;                  /* drafts this round */
 	int room;                /* MTP: speech tokens before the next forced one */
 	int target_only;         /* no drafts: the target alone (or mtp-viterbi) */
+	int run;                 /* the target alone samples this many tokens itself */
 	int fb[PROTO_MAX_N + 1]; /* forced_in_block */
 	int x[PROTO_MAX_N];      /* the drafts (model ids) */
 	const float *pv[PROTO_MAX_N]; /* and their vectors */
@@ -761,6 +778,11 @@ static void round_begin(spec_session *s, round *r)
 	r->target_only = s->is_none || r->Lr < 1 || (s->mtp && !s->have_heads);
 	for (int i = 0; i < PROTO_MAX_N; i++)
 		r->groups[i] = -1;
+	if (s->run_next > 0) { /* its block: its tokens, the forced ones among them */
+		int n = s->run_next < s->max_tokens - s->nsp ? s->run_next : s->max_tokens - s->nsp;
+		r->Lr = 0;
+		r->run = 1 + forced_in_block(s, n - 1, r->fb);
+	}
 }
 
 /* 1. draft: x_1..x_Lr and p_1..p_Lr, by the kind of round. */
@@ -818,6 +840,46 @@ static int draft_server(spec_session *s, const spec_io *io, round *r, pcg_err *e
 		proto_vector(&s->r->probs, i, s->p + (size_t)i * s->width);
 		r->pv[i] = s->p + (size_t)i * s->width;
 	}
+	return 0;
+}
+
+/* A run asks for at most this much of the target's time (its tokens come
+ * to the client together: a run delays them by as much). */
+#define RUN_SECONDS 0.1
+
+/* The target alone, a run of r->run tokens that it samples itself: token
+ * k of the run (speech token nsp + k) drawn with the uniform a round of its
+ * own would draw (stream 1 + nsp + k: rounds = tokens where each round is
+ * one), so that the tokens are those of one token a round; the forced
+ * tokens due inside the run go with it, as to a draft (draft_server); it
+ * stops at the end token. */
+static int draft_run(spec_session *s, const spec_io *io, round *r, pcg_err *err)
+{
+	request(s, s->q, PROTO_PROPOSE, r->run);
+	proto_propose *pq = &s->q->propose;
+	pq->seed = s->seed;
+	pq->draws = 1 + (uint64_t)s->nsp;
+	pq->stop = !s->env.voice; /* a phoneme voice's length is espeak-ng's */
+	pq->stop_id = s->env.voc->end_id;
+	for (int k = 1; k < r->run; k++)
+		for (int f = r->fb[k]; f < r->fb[k + 1]; f++) {
+			pq->forced_at[pq->n_forced] = k;
+			pq->forced[pq->n_forced++] = s->fc.id[f];
+		}
+	const double t = pcg_now();
+	if (ask(s, io, SPEC_TARGET, &s->t_sync, NULL, 0, s->q, s->r, 0, err) < 0)
+		return -1;
+	const double dt = pcg_now() - t;
+	s->st[PROTO_STAT_T_TARGET] += dt;
+	/* the next run: twice this one, up to RUN_SECONDS of the target's time
+	 * (the first run, one token, carries the prompt's prefill) */
+	int next = 2 * r->run;
+	const int got = s->r->probs.n_x;
+	if (s->rounds > 0 && dt > 0 && next > RUN_SECONDS * got / dt)
+		next = (int)(RUN_SECONDS * got / dt);
+	s->run_next = next < 1 ? 1 : next > PROTO_MAX_N ? PROTO_MAX_N : next;
+	if (s->env.run_tokens > 1)
+		s->run_next = s->env.run_tokens;
 	return 0;
 }
 
@@ -905,6 +967,17 @@ static int verify_viterbi(spec_session *s, round *r, pcg_rng *rng, pcg_err *err)
 	return 0;
 }
 
+/* The target's run: its tokens as they are. */
+static int verify_run(spec_session *s, round *r, pcg_rng *rng, pcg_err *err)
+{
+	(void)rng;
+	(void)err;
+	r->n_emit = s->r->probs.n_x;
+	for (int i = 0; i < r->n_emit; i++)
+		r->out[i] = s->r->probs.x[i];
+	return 0;
+}
+
 /* The target alone: one token of q. */
 static int verify_alone(spec_session *s, round *r, pcg_rng *rng, pcg_err *err)
 {
@@ -961,19 +1034,23 @@ typedef struct round_kind {
 	const char *name;
 	int (*draft)(spec_session *s, const spec_io *io, round *r, pcg_err *err);
 	int (*verify)(spec_session *s, round *r, pcg_rng *rng, pcg_err *err);
+	int no_score;            /* step 1 brought the round's tokens: no step 2 */
 } round_kind;
 
-static const round_kind ROUND_ALONE = { "the target alone", NULL, verify_alone };
-static const round_kind ROUND_VITERBI = { "mtp-viterbi's path", NULL, verify_viterbi };
-static const round_kind ROUND_HEADS = { "the MTP heads' drafts", draft_heads, verify_drafts };
-static const round_kind ROUND_AHEAD = { "drafts drafted ahead", draft_ahead, verify_drafts };
+static const round_kind ROUND_ALONE = { "the target alone", NULL, verify_alone, 0 };
+static const round_kind ROUND_RUN = { "the target's run", draft_run, verify_run, 1 };
+static const round_kind ROUND_VITERBI = { "mtp-viterbi's path", NULL, verify_viterbi, 0 };
+static const round_kind ROUND_HEADS = { "the MTP heads' drafts", draft_heads, verify_drafts, 0 };
+static const round_kind ROUND_AHEAD = { "drafts drafted ahead", draft_ahead, verify_drafts, 0 };
 static const round_kind ROUND_SERVER = { "drafts from the draft server", draft_server,
-					 verify_drafts };
+					 verify_drafts, 0 };
 
 static const round_kind *kind_of_round(const spec_session *s, const round *r)
 {
 	if (s->viterbi)
 		return &ROUND_VITERBI;
+	if (r->run > 0)
+		return &ROUND_RUN;
 	if (r->target_only)
 		return &ROUND_ALONE;
 	if (s->mtp)
@@ -1008,7 +1085,7 @@ static void keep_drafts(spec_session *s, const round *r)
 static void commit(spec_session *s, const round *r)
 {
 	for (int i = 0; i < r->n_emit && !s->ended && s->nsp < s->max_tokens; i++) {
-		if (i > 0 && !r->target_only) /* fb was made for the block */
+		if (i > 0 && (!r->target_only || r->run)) /* fb was made for the block */
 			while (s->j < r->fb[i + 1])
 				s->ctx[s->n++] = s->fc.id[s->j++];
 		if (r->out[i] == s->env.voc->end_id) {
@@ -1054,7 +1131,7 @@ int spec_round(spec_session *s, const spec_io *io, pcg_err *err)
 	if (kind->draft != NULL && kind->draft(s, io, &r, err) < 0)
 		return -1;
 	s->n_ahead = 0;
-	if (score(s, io, &r, err) < 0)
+	if (!kind->no_score && score(s, io, &r, err) < 0)
 		return -1;
 	const double t = pcg_now();
 	pcg_rng_init(&rng, s->seed, 1 + (uint64_t)s->rounds);

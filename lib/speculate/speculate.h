@@ -64,6 +64,10 @@ typedef struct spec_env {
 	cost_terms costs;        /* what a step, a draft step, a block and a trip cost
 				  * (lib/speculate/costmodel.c): --lookahead auto chooses by them;
 				  * all 0: SPEC_COSTS */
+	int run_tokens;          /* policy none: the tokens the target samples a
+				  * request, 1 to PROTO_MAX_N (1: one a round, drawn
+				  * here); 0: grown from 1 to about a tenth of a
+				  * second of the target's time */
 	int target_heads;        /* the MTP heads the target has (its pong's heads=):
 				  * an MTP rule with lookahead auto asks for at most
 				  * these; 0: not known (SPEC_MTP_HEADS), -1: none */

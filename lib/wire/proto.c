@@ -81,12 +81,13 @@ enum { F_SESSION, F_POS, F_APPEND, F_N, F_TEMP, F_TOPK, F_TOPP, F_ROWS, F_F16, F
        F_WIDTH, F_P, F_CODE, F_MSG, F_TEXT, F_POLICY, F_BETA, F_MAXTOK, F_STATS,
        F_FINAL, F_TOKENS, F_ASG, F_SPEAKER, F_HEADS, F_VITERBI_K, F_NNZ, F_PAD, F_STREAM,
        F_AUDIO, F_CHUNK, F_LEFT, F_RIGHT, F_QUEUE, F_RATE, F_PCM, F_FORCED, F_ARGS,
-       F_PROMPT_TEXT, F_PROMPT_AUDIO, F_SEQUENTIAL, F_FIRST, F_COUNT };
+       F_PROMPT_TEXT, F_PROMPT_AUDIO, F_SEQUENTIAL, F_FIRST, F_DRAWS, F_STOP, F_COUNT };
 static const char *fnames[F_COUNT] = { "session", "pos", "append", "n", "temp", "top_k",
 	"top_p", "rows", "f16", "seed", "x", "width", "p", "code", "msg", "text", "policy",
 	"beta", "max_tokens", "stats", "final", "tokens", "asg", "speaker", "heads",
 	"viterbi_k", "nnz", "pad", "stream", "audio", "chunk", "left", "right", "queue", "rate",
-	"pcm", "forced", "args", "prompt_text", "prompt_audio", "sequential", "first" };
+	"pcm", "forced", "args", "prompt_text", "prompt_audio", "sequential", "first", "draws",
+	"stop" };
 #define B(f) (1ull << (f))
 static const uint64_t schema[] = {
 	[PROTO_PROPOSE] = B(F_SESSION) | B(F_POS) | B(F_APPEND) | B(F_N) | B(F_TEMP) | B(F_TOPK) |
@@ -113,7 +114,7 @@ static const uint64_t schema[] = {
 };
 /* Fields a type may carry beyond its schema: sent only when not empty. */
 static const uint64_t optional[] = {
-	[PROTO_PROPOSE] = B(F_FORCED),
+	[PROTO_PROPOSE] = B(F_FORCED) | B(F_DRAWS) | B(F_STOP),
 	[PROTO_SYNTH] = B(F_ARGS) | B(F_PROMPT_TEXT) | B(F_PROMPT_AUDIO) | B(F_SEQUENTIAL) |
 			B(F_FIRST),
 	[PROTO_AUDIO] = B(F_FIRST),
@@ -127,6 +128,10 @@ static uint64_t fields_of(const proto_msg *m)
 
 	if (m->type == PROTO_PROPOSE && m->propose.n_forced > 0)
 		f |= B(F_FORCED);
+	if (m->type == PROTO_PROPOSE && m->propose.draws)
+		f |= B(F_DRAWS);
+	if (m->type == PROTO_PROPOSE && m->propose.stop)
+		f |= B(F_STOP);
 	if (m->type == PROTO_SYNTH && m->synth.n_args > 0)
 		f |= B(F_ARGS);
 	if (m->type == PROTO_SYNTH && m->synth.prompt_text[0] != '\0')
@@ -443,6 +448,10 @@ static void put_propose(msgpack_packer *pk, int f, const proto_propose *p)
 {
 	if (f == F_SEED) {
 		msgpack_pack_uint64(pk, p->seed);
+	} else if (f == F_DRAWS) {
+		msgpack_pack_uint64(pk, p->draws);
+	} else if (f == F_STOP) {
+		msgpack_pack_int32(pk, p->stop_id);
 	} else if (f == F_FORCED) {
 		msgpack_pack_array(pk, (size_t)p->n_forced);
 		for (int i = 0; i < p->n_forced; i++) {
@@ -999,6 +1008,22 @@ static int get_propose(proto_propose *p, int f, const msgpack_object *v, pcg_err
 {
 	if (f == F_SEED)
 		return get_u64(v, "seed", &p->seed, err);
+	if (f == F_DRAWS) {
+		if (get_u64(v, "draws", &p->draws, err) < 0)
+			return -1;
+		if (p->draws == 0)
+			return pcg_fail(err, "field 'draws': 0 (the first stream is 1 or more; "
+					"leave the field out for one stream of draws)");
+		return 0;
+	}
+	if (f == F_STOP) {
+		long long t;
+		if (get_int(v, "stop", 0, INT32_MAX, &t, err) < 0)
+			return -1;
+		p->stop = 1;
+		p->stop_id = (int32_t)t;
+		return 0;
+	}
 	if (f != F_FORCED)
 		return get_model(&p->req, f, v, err);
 	if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > PROTO_MAX_N)

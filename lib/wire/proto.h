@@ -170,6 +170,16 @@ typedef struct proto_propose {
 	 * (1 <= forced_at[i] < n, non-decreasing): the draft conditions on it */
 	int n_forced;
 	int32_t forced_at[PROTO_MAX_N], forced[PROTO_MAX_N];
+	/* optional: draws > 0: token i is drawn with the first uniform of
+	 * Philox stream draws + i under seed (pcg_rng_uniform_at(seed, draws +
+	 * i, 0)), a function of its index alone, so that a run of tokens
+	 * sampled here equals the same tokens sampled one a round elsewhere;
+	 * 0: the uniforms of stream 0 in order (wire: absent) */
+	uint64_t draws;
+	/* optional: stop: the propose ends after drafting token stop_id (the
+	 * end token), the reply holding the tokens up to it (wire: "stop") */
+	int stop;
+	int32_t stop_id;
 	proto_model_req req;
 } proto_propose;
 

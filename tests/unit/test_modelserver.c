@@ -20,6 +20,7 @@
 #include "dtype.h"
 #include "model.h"
 #include "net.h"
+#include "rng.h"
 #include "sampling.h"
 
 #define MODEL "tests/fixtures/llama/gqa-f32"
@@ -165,6 +166,47 @@ int main(void)
 	      rp->x[2] == x[2]);
 	q->propose.seed = 12;
 	CHECK(client_call(d, q, r, &err) == 0 && r->type == PROTO_PROBS);
+
+	/* draws: token i is drawn with the uniform at (seed, draws + i, 0),
+	 * as a caller sampling one token a round from the same vectors; with
+	 * stop, the propose ends after that token. Six tokens from session 9. */
+	req(q, PROTO_PROPOSE, 9, 0, a123, 3, 6, &samp, &rows);
+	q->propose.seed = 31;
+	q->propose.draws = 5;
+	CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS && rp->n_x == 6,
+	       "draws: %s %s", err.msg, why(r));
+	if (r->type == PROTO_PROBS && rp->n_x == 6) {
+		int xs[6], same = 0;
+		float *v = malloc((size_t)W * sizeof *v);
+		for (int i = 0; i < 6; i++) {
+			xs[i] = rp->x[i];
+			proto_vector(rp, i, v);
+			const int row = pcg_sample(v, W, pcg_rng_uniform_at(31, 5 + (uint64_t)i, 0));
+			same += row >= 0 && (row < 384 - 100 ? 100 + row : 3) == xs[i];
+		}
+		CHECKF(same == 6, "draws: %d of 6 tokens are the draws of their index", same);
+		/* again from token 2 (the cache holds the first ones): the same */
+		int a5[5] = { 1, 2, 3, xs[0], xs[1] };
+		req(q, PROTO_PROPOSE, 9, 0, a5, 5, 4, &samp, &rows);
+		q->propose.seed = 31;
+		q->propose.draws = 7;
+		CHECK(client_call(t, q, r, &err) == 0 && rp->n_x == 4 && rp->x[0] == xs[2] &&
+		      rp->x[3] == xs[5]);
+		/* stop at the third token: three tokens, three vectors */
+		req(q, PROTO_PROPOSE, 9, 0, a123, 3, 6, &samp, &rows);
+		q->propose.seed = 31;
+		q->propose.draws = 5;
+		q->propose.stop = 1;
+		q->propose.stop_id = xs[2];
+		const int first = xs[0] == xs[2] ? 1 : xs[1] == xs[2] ? 2 : 3;
+		CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_PROBS &&
+		       rp->n_x == first && rp->n_vec == first && rp->x[first - 1] == xs[2],
+		       "stop: %d tokens, %d vectors, want %d", rp->n_x, rp->n_vec, first);
+		q->propose.stop_id = 384; /* beyond the vocabulary */
+		CHECKF(client_call(t, q, r, &err) == 0 && r->type == PROTO_ERROR &&
+		       strstr(r->error.msg, "'stop'"), "stop out of range: %s", why(r));
+		free(v);
+	}
 
 	/* propose with forced tokens: 50 goes in before draft 1 and 60, 61
 	 * before draft 2, and p_i is the engine's given them. */

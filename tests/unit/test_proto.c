@@ -608,8 +608,9 @@ static void test_stale_fields(void)
  * `build/tests/test_proto --write-golden` when the structs were reshaped
  * (packed by the code before the change, so that equal bytes prove the
  * wire unchanged); write them again only with a new PROTO_VERSION. A new
- * optional field adds files of its own (synth-first, audio-first: written
- * when the field came, every other file the same to the byte). */
+ * optional field adds files of its own (synth-first, audio-first,
+ * propose-run: written when the field came, every other file the same to
+ * the byte). */
 #define GOLDEN_DIR "tests/fixtures/proto/"
 enum { G_WIDTH = 40 };
 static float golden_v[3 * G_WIDTH];
@@ -622,11 +623,11 @@ static const char *golden_msg(int k, proto_msg *m)
 {
 	static const char *const names[] = { "propose", "propose-forced", "score", "drop", "ping",
 		"probs", "probs-sparse-f16", "ok", "pong", "error", "synth", "synth-args", "result",
-		"audio", "pcm", "progress", "cancel", "synth-first", "audio-first" };
+		"audio", "pcm", "progress", "cancel", "synth-first", "audio-first", "propose-run" };
 	static const proto_type types[] = { PROTO_PROPOSE, PROTO_PROPOSE, PROTO_SCORE, PROTO_DROP,
 		PROTO_PING, PROTO_PROBS, PROTO_PROBS, PROTO_OK, PROTO_PONG, PROTO_ERROR, PROTO_SYNTH,
 		PROTO_SYNTH, PROTO_RESULT, PROTO_AUDIO, PROTO_PCM, PROTO_PROGRESS, PROTO_CANCEL,
-		PROTO_SYNTH, PROTO_AUDIO };
+		PROTO_SYNTH, PROTO_AUDIO, PROTO_PROPOSE };
 
 	if (k >= (int)(sizeof names / sizeof names[0]))
 		return NULL;
@@ -653,6 +654,11 @@ static const char *golden_msg(int k, proto_msg *m)
 			m->propose.forced_at[0] = m->propose.forced_at[1] = 2;
 			m->propose.forced[0] = 7;
 			m->propose.forced[1] = 8;
+		}
+		if (!strcmp(n, "propose-run")) {
+			m->propose.draws = 41;
+			m->propose.stop = 1;
+			m->propose.stop_id = 193799;
 		}
 		break;
 	case PROTO_SCORE: m->score.heads = 2; break;

@@ -1,6 +1,7 @@
 /* test_sampling.c: pcg_probs against Hugging Face transformers' warpers
  * (golden files from tests/ref/make_sampling_ref.py), a chi-square test of
- * pcg_sample driven by pcg_rng, the edge cases and the parameter checks;
+ * pcg_sample driven by pcg_rng, the edge cases and the parameter checks,
+ * top-k's two-pass path bit for bit against the warpers one at a time;
  * prints the time pcg_probs takes on 65,537 logits (not checked).
  */
 #include <math.h>
@@ -363,6 +364,129 @@ static void test_check(void)
 }
 
 /* Informational: microseconds per pcg_probs call on 65,537 logits. */
+static int cmp_desc(const void *a, const void *b)
+{
+	const float x = *(const float *)a, y = *(const float *)b;
+	return (x < y) - (x > y);
+}
+
+/* (f) top-k without top-p, which pcg_probs runs in two passes over the
+ * logits, against the warpers one at a time as HF applies them (scores /
+ * T in f32, every token below the k-th largest to -inf, softmax with exp
+ * and its sum in double in index order, 1/sum): the same bits, for vectors
+ * with many ties (logits from a few values, so that x / T merges some),
+ * -inf entries, fewer finite logits than k, widths not a multiple of the
+ * block, in place and not. */
+static void test_top_k_bits(void)
+{
+	enum { N = 700 };
+	static const float temps[] = { 1.0f, 0.8f, 0.37f, 1.3f, 3.0f };
+	static const int ks[] = { 1, 2, 7, 50, 333, N - 1 };
+	float x[N], want[N], got[N], sorted[N];
+	pcg_rng r;
+	pcg_err err;
+	int bad = 0, cases = 0;
+
+	pcg_rng_init(&r, 77, 0);
+	for (int c = 0; c < 400; c++) {
+		const int n = 1 + (int)pcg_rng_below(&r, N);
+		const int kind = c % 4;
+		for (int i = 0; i < n; i++) {
+			double u = pcg_rng_uniform(&r);
+			x[i] = kind == 0 ? (float)(8 * u - 4)                  /* distinct */
+			       : kind == 1 ? (float)(int)(6 * u) * 0.25f        /* ties */
+			       : kind == 2 ? (u < 0.7 ? -INFINITY : (float)(4 * u)) /* -inf */
+				       : 1e30f * (float)(u - 0.5) + (float)(int)(3 * u); /* wide */
+		}
+		for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++)
+			for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+				const int k = ks[ki] < n ? ks[ki] : n - 1;
+				if (k < 1)
+					continue;
+				const pcg_sampling sp = { temps[ti], k, 1.0f };
+				float max = -INFINITY;
+				for (int i = 0; i < n; i++) {
+					want[i] = x[i] / sp.temperature;
+					sorted[i] = want[i];
+					if (want[i] > max)
+						max = want[i];
+				}
+				if (max == -INFINITY || isinf(max))
+					continue; /* the edge cases test_edges covers */
+				qsort(sorted, (size_t)n, sizeof *sorted, cmp_desc);
+				double sum = 0;
+				for (int i = 0; i < n; i++) {
+					if (want[i] < sorted[k - 1] || want[i] == -INFINITY) {
+						want[i] = 0.0f;
+						continue;
+					}
+					const double e = exp(want[i] - (double)max);
+					want[i] = (float)e;
+					sum += e;
+				}
+				for (int i = 0; i < n; i++)
+					want[i] = (float)(want[i] * (1.0 / sum));
+				cases++;
+				if (pcg_probs(x, n, &sp, got, &err) < 0 ||
+				    memcmp(got, want, (size_t)n * sizeof *got) != 0)
+					bad++;
+				memcpy(got, x, (size_t)n * sizeof *got);
+				if (pcg_probs(got, n, &sp, got, &err) < 0 ||
+				    memcmp(got, want, (size_t)n * sizeof *got) != 0)
+					bad++;
+			}
+	}
+	CHECKF(bad == 0, "top-k: %d of %d cases differ in a bit from the warpers one at a time",
+	       bad, 2 * cases);
+	CHECKF(cases > 5000, "top-k: only %d cases ran", cases);
+}
+
+/* pcg_sample passes over blocks of zeros: the index a plain inverse-CDF
+ * walk gives, for sparse vectors (zeros, negatives and NaN count as
+ * zeros) of every width up to 70 and uniforms down to 0 and up to 1. */
+static int plain_sample(const float *p, int n, double u)
+{
+	double total = 0, cum = 0;
+	int last = -1;
+
+	for (int i = 0; i < n; i++)
+		if (p[i] > 0.0f)
+			total += p[i];
+	if (!(total > 0))
+		return -1;
+	for (int i = 0; i < n; i++) {
+		if (!(p[i] > 0.0f))
+			continue;
+		cum += p[i];
+		last = i;
+		if (u * total < cum)
+			return i;
+	}
+	return last;
+}
+
+static void test_sample_blocks(void)
+{
+	float p[70];
+	pcg_rng r;
+	int bad = 0, cases = 0;
+
+	pcg_rng_init(&r, 5, 0);
+	for (int n = 1; n <= 70; n++)
+		for (int c = 0; c < 40; c++) {
+			for (int i = 0; i < n; i++) {
+				const double w = pcg_rng_uniform(&r);
+				p[i] = w < 0.8 ? 0.0f : w < 0.85 ? -0.5f : w < 0.86 ? NAN : (float)w;
+			}
+			for (int k = 0; k <= 8; k++) {
+				const double u = k == 8 ? 0x1.fffffffffffffp-1 : k / 8.0;
+				bad += pcg_sample(p, n, u) != plain_sample(p, n, u);
+				cases++;
+			}
+		}
+	CHECKF(bad == 0, "pcg_sample: %d of %d draws differ from the plain walk", bad, cases);
+}
+
 static void report_timings(void)
 {
 	static const struct {
@@ -415,6 +539,8 @@ int main(void)
 	test_edges();
 	test_top_p_tiny();
 	test_check();
+	test_top_k_bits();
+	test_sample_blocks();
 	report_timings();
 	return check_done("test_sampling");
 }

@@ -511,6 +511,75 @@ static int same_tokens(const proto_result *a, const proto_result *b)
 	       !memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof *a->tokens);
 }
 
+/* Policy none through `to`: the context (prompt, forced and speech
+ * tokens) of a session to its end under env with run_tokens `run`, into
+ * ctx (room for cap); returns its length, or -1, and its rounds. */
+static int none_session(route *to, const spec_env *env, int run, const char *text, int speaker,
+			uint64_t seed, int max_tokens, int *ctx, int cap, int *rounds)
+{
+	spec_env e = *env;
+	spec_io io = { .call = call, .ctx = to };
+	pcg_err err = { "" };
+	proto_synth *req = synth("none", seed, max_tokens);
+	int rc = 0, n = -1;
+
+	e.run_tokens = run;
+	snprintf(req->text, sizeof req->text, "%s", text);
+	req->speaker = speaker;
+	spec_session *s = spec_new(&e, req, NULL, 77, &err);
+	while (s && rc == 0)
+		rc = spec_round(s, &io, &err);
+	CHECKF(s && rc == 1, "policy none, runs of %d: %s", run, err.msg);
+	if (s && rc == 1) {
+		const int *c = spec_context(s, &n);
+		n = n < cap ? n : cap;
+		memcpy(ctx, c, (size_t)n * sizeof *ctx);
+		double st[PROTO_MAX_STATS];
+		proto_msg *res = calloc(1, sizeof *res);
+		spec_result(s, 0, res);
+		memcpy(st, res->result.stats, sizeof st);
+		*rounds = (int)st[PROTO_STAT_ROUNDS];
+		free(res);
+	}
+	spec_free(&s);
+	free(req);
+	return n;
+}
+
+/* Policy none's runs (the target samples several tokens a request, each
+ * drawn by its index) give the tokens of one token a round, drawn here:
+ * the same context, forced tokens and end token included, for runs grown
+ * by time (0) and fixed ones, over seeds (and a phoneme voice's speakers,
+ * whose forced tokens fall inside the runs); and runs are what ran. */
+static void test_runs(route *to, const spec_env *env, const char *text, int max_tokens)
+{
+	enum { SEEDS = 12, CAP = 4096 };
+	static const int runs[] = { 0, 3, PROTO_MAX_N };
+	static int one[CAP], got[CAP];
+	int same = 0, total = 0, ended = 0, fewer = 0;
+
+	for (int sd = 0; sd < SEEDS; sd++) {
+		const int spk = env->voice ? sd % env->voice->n_speakers : 0;
+		int r1 = 0, rr = 0;
+		const int n1 = none_session(to, env, 1, text, spk, 300 + sd, max_tokens, one, CAP,
+					    &r1);
+		for (size_t k = 0; k < sizeof runs / sizeof runs[0] && n1 > 0; k++) {
+			const int n = none_session(to, env, runs[k], text, spk, 300 + sd, max_tokens,
+						   got, CAP, &rr);
+			total++;
+			same += n == n1 && memcmp(one, got, (size_t)n * sizeof *got) == 0;
+			fewer += rr < r1;
+		}
+		ended += n1 > 0 && !env->voice && one[n1 - 1] == env->voc->end_id;
+	}
+	CHECKF(same == total && total == SEEDS * 3, "policy none: %d of %d sessions in runs "
+	       "gave the tokens of one a round", same, total);
+	CHECKF(fewer == total, "policy none: %d of %d sessions in runs took fewer rounds than "
+	       "tokens", fewer, total);
+	printf(" policy none in runs of 3, 16 and grown: the tokens of one a round in %d of %d "
+	       "sessions (%d ended at the end token)\n", same, total, ended);
+}
+
 /* sd through to_sd, pcg through to_pcg. */
 static void test_determinism(rig *g, route *to_sd, route *to_pcg)
 {
@@ -781,6 +850,7 @@ int main(int argc, char **argv)
 	test_edges(&g, &to_sd);
 	printf("determinism and interleaving\n");
 	test_determinism(&g, &to_sd, &to_pcg);
+	test_runs(&to_sd, &g.env, TEXT, 60);
 	printf(" (%.1f s)\n", pcg_now() - t0);
 
 	printf("the target's distributions: lookahead %d, top-k %d, at most %d tokens, base seed "
@@ -806,6 +876,7 @@ int main(int argc, char **argv)
 		g.G = (int)(g.g->M + (g.W - g.g->n));
 		printf("a phoneme voice: rounds across forced tokens, lookahead %d, at most %d "
 		       "frames, \"%s\"\n", LOOKAHEAD, TV, VOICE_TEXT);
+		test_runs(&to_sd, &ve, VOICE_TEXT, 4 * TV);
 		hist *hv[4];
 		for (int i = 0; i < 4; i++)
 			hv[i] = calloc(1, sizeof *hv[i]);
