@@ -5,7 +5,9 @@
  * than the last-level cache, so that the weights come from memory as they
  * do in a real model.
  * The block-quantised formats (GGUF's Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) go through
- * lib/engine/qmatmul.c; their rows name the path taken (avx512-vnni or generic).
+ * lib/engine/qmatmul.c, repacked in groups of rows (qpack.h) where the path
+ * reads packs, as a model's load does (PCG_QPACK=0: the row-wise kernels);
+ * their rows say which.
  * Usage: bench-matmul [--threads N] [--reps N]
  */
 #include <cblas.h>
@@ -18,6 +20,7 @@
 #include "dtype.h"
 #include "matmul.h"
 #include "qmatmul.h"
+#include "qpack.h"
 #include "quant.h"
 
 #define COPIES 12
@@ -96,14 +99,25 @@ int main(int argc, char **argv)
 			if (dts[d] != PCG_F32)
 				W[c].data = (unsigned char *)wh + (size_t)c * mb;
 		}
+		void *packs[COPIES] = { NULL };
+		for (int c = 0; c < COPIES && pcg_dtype_is_quant(dts[d]) && pcg_qpack_ok(&W[c]); c++) {
+			packs[c] = aligned_alloc(64, (pcg_qpack_bytes(&W[c]) + 63) / 64 * 64);
+			if (packs[c] == NULL)
+				return 1;
+			pcg_qpack(packs[c], &W[c]);
+			W[c].packed = packs[c];
+		}
 		double bytes = (double)mb;
 		double t1 = time_matmul(y, x, 1, W, reps);
 		double t4 = time_matmul(y, x, 4, W, reps);
 		double t8 = time_matmul(y, x, 8, W, reps);
 		double t64 = time_matmul(y, x, 64, W, reps / 4 + 1);
-		printf("%-5s B=1 %7.3f ms %6.1f GB/s | B=4 %7.3f ms (%.2fx B=1) | B=8 %7.3f ms (%.2fx) | B=64 %7.2f ms %6.1f GFLOP/s\n",
-		       pcg_dtype_name(dts[d]), t1 * 1e3, bytes / t1 / 1e9, t4 * 1e3, t4 / t1, t8 * 1e3,
-		       t8 / t1, t64 * 1e3, 2.0 * 64 * N * K / t64 / 1e9);
+		printf("%-5s%s B=1 %7.3f ms %6.1f GB/s | B=4 %7.3f ms (%.2fx B=1) | B=8 %7.3f ms (%.2fx) | B=64 %7.2f ms %6.1f GFLOP/s\n",
+		       pcg_dtype_name(dts[d]), packs[0] ? " packed" : "       ", t1 * 1e3,
+		       bytes / t1 / 1e9, t4 * 1e3, t4 / t1, t8 * 1e3, t8 / t1, t64 * 1e3,
+		       2.0 * 64 * N * K / t64 / 1e9);
+		for (int c = 0; c < COPIES; c++)
+			free(packs[c]);
 	}
 	/* The same f32 product through sgemm, one row: what BLAS gives for decode. */
 	{

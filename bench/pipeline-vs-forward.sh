@@ -4,22 +4,25 @@
 # alone (policy none) through pcg-up and pcg-synth, its steady rate after
 # the first token ((tokens - 1) / (whole - first), the prompt's prefill
 # apart), against bench-forward's speech-range decode at the same threads
-# and about the mean context of the utterance (the median of three
-# utterances); then the same pipeline with
-# the servers' OpenMP threads sleeping at once (OMP_WAIT_POLICY=PASSIVE, the
-# old default) for comparison.
+# over the same positions (from the prompt's length, TOKENS steps), run
+# before and after the pipeline. Both as the best of their runs (the
+# machine's bursts only slow a run down) and the pipeline's median too.
 #
 # Usage: bench/pipeline-vs-forward.sh MODEL [MODEL...]   (a directory or a GGUF file)
 # Environment: THREADS (per server; default: pcg-up's choice for the
-#   model; bench-forward runs with targetd's), TOKENS (default 200), CTX
-#   (bench-forward's context; default the prompt's length as the model's
-#   tokenizer makes it, pcg-tokenize --llasa-prompt, or a phoneme voice's,
-#   pcg-phonemize --tokens, and half the utterance)
+#   model; bench-forward runs with targetd's), TOKENS (default 200), REPS
+#   (utterances, default 5), CTX (bench-forward's first position; default
+#   the prompt's length as the model's tokenizer makes it, pcg-tokenize
+#   --llasa-prompt, or a phoneme voice's, pcg-phonemize --tokens),
+#   PASSIVE=1 (also the pipeline with the servers' OpenMP threads sleeping
+#   at once, OMP_WAIT_POLICY=PASSIVE, the old default), RUN_TOKENS (the
+#   verifier's PCG_RUN_TOKENS: 1 for one token a request)
 set -eu
 cd "$(dirname "$0")/.."
 export PATH="$PWD/bin:$PWD/scripts:$PATH"
 tokens=${TOKENS:-200}
-ctx=${CTX:-$((60 + tokens / 2))}
+reps=${REPS:-5}
+[ -n "${RUN_TOKENS:-}" ] && export PCG_RUN_TOKENS="$RUN_TOKENS"
 rt=$(mktemp -d "${TMPDIR:-/tmp}/pcg-bench-pvf.XXXXXX")
 export PCG_RUNTIME_DIR="$rt"
 trap 'pcg-down >/dev/null 2>&1; rm -rf "$rt"' EXIT INT TERM
@@ -32,51 +35,69 @@ split='/^tokens / { tok = $2; for (i = 1; i <= NF; i++) if ($i == "in") sec = $(
 	/^time: / { for (i = 1; i <= NF; i++) { if ($i == "computing") c = $(i + 1); if ($i == "queue") q = $(i + 3) } }
 	END { print tok, sec, c, q }'
 # pipe MODEL: one line, the steady rate through the pipeline after the
-# first token, and a token's time in targetd and in the rest of the round
-# after it, the median of three utterances.
+# first token and a token's time in targetd and in the rest of the round
+# after it, of the fastest of REPS utterances; then their median rate.
 pipe() {
 	pcg-up --target "$1" ${THREADS:+--threads "$THREADS"} --draft-layers 0 --no-warmup >/dev/null
 	# the threads targetd runs with (pcg-up's choice), for bench-forward
 	tr '\0' ' ' <"/proc/$(cat "$rt/targetd.pid")/cmdline" |
 		sed -n 's/.*--threads \([0-9]*\).*/\1/p' >"$rt/threads"
 	pcg-synth --policy none --seed 9 --max-tokens 8 "Warm up." >/dev/null 2>&1
-	for i in 1 2 3; do
-		# the first token alone (the prompt's prefill): its seconds, the
-		# target server's compute and the rest, taken from the whole's
-		first=$(pcg-synth --policy none --seed 1 --max-tokens 1 "$text" 2>&1 >/dev/null | awk "$split")
-		pcg-synth --policy none --seed 1 --max-tokens "$tokens" "$text" 2>&1 >/dev/null |
+	# the first token alone (the prompt's prefill): its seconds, the
+	# target server's compute and the rest, the median of REPS, taken
+	# from each whole's
+	i=0
+	while [ $i -lt "$reps" ]; do
+		i=$((i + 1))
+		pcg-synth --policy none --seed "$i" --max-tokens 1 "$text" 2>&1 >/dev/null | awk "$split"
+	done | sort -g -k2 | awk '{ l[NR] = $0 } END { print l[int((NR + 1) / 2)] }' >"$rt/first"
+	first=$(cat "$rt/first")
+	i=0
+	while [ $i -lt "$reps" ]; do
+		i=$((i + 1))
+		pcg-synth --policy none --seed "$i" --max-tokens "$tokens" "$text" 2>&1 >/dev/null |
 			awk "$split" | awk -v f="$first" '{ split(f, a, " ")
-				printf "%.2f %.2f %.2f\n", ($1 - 1) / ($2 - a[2]), 1000 * ($3 - a[3]) / ($1 - 1),
+				printf "%.2f %.3f %.3f\n", ($1 - 1) / ($2 - a[2]), 1000 * ($3 - a[3]) / ($1 - 1),
 					1000 * ($4 - a[4]) / ($1 - 1) }'
-	done | sort -g | sed -n 2p
+	done | sort -g | awk '{ l[NR] = $0 } END { split(l[int((NR + 1) / 2)], m, " ")
+		print l[NR], m[1] }'
 	pcg-down >/dev/null
 }
+# bench-forward's speech-range decode at the pipeline's positions, tokens/s
+fwd() {
+	bench-forward --model "$1" --threads "${2:-2}" --ctx "$3" --steps "$tokens" 2>&1 |
+		sed -n 's/^decode speech range[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p'
+}
 for m in "$@"; do
-	new=$(pipe "$m")
-	old=$(OMP_WAIT_POLICY=PASSIVE pipe "$m" | cut -d' ' -f1)
-	t=$(cat "$rt/threads")
-	# bench-forward at the utterance's mean context: its prompt as the
-	# tokenizer makes it (a LLaSA checkpoint; a phoneme voice's is espeak-ng's)
-	mctx=$ctx
-	if [ -z "${CTX:-}" ]; then
+	# bench-forward from the prompt's length, as the tokenizer makes it
+	# (a LLaSA checkpoint; a phoneme voice's is espeak-ng's)
+	mctx=${CTX:-}
+	if [ -z "$mctx" ]; then
 		tk=$m
 		[ -d "$m" ] && tk=$m/tokenizer.json
-		np=0
 		if [ -d "$m" ] && [ -f "$m/voice.json" ]; then # the speaker and phonemes
-			np=$(pcg-tokenize --tokenizer "$tk" "$(pcg-phonemize --voice-file \
+			mctx=$(pcg-tokenize --tokenizer "$tk" "$(pcg-phonemize --voice-file \
 				"$m/voice.json" --tokens "$text")" 2>/dev/null | wc -w)
 		else
-			np=$(pcg-tokenize --tokenizer "$tk" --llasa-prompt --text "$text" 2>/dev/null | wc -w)
+			mctx=$(pcg-tokenize --tokenizer "$tk" --llasa-prompt --text "$text" 2>/dev/null | wc -w)
 		fi
-		[ "$np" -gt 0 ] && mctx=$((np + tokens / 2))
+		[ "$mctx" -gt 0 ] || mctx=60
 	fi
-	fwd=$(bench-forward --model "$m" --threads "${t:-2}" --ctx "$mctx" --steps 32 2>&1 |
-		sed -n 's/^decode speech range[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p')
+	new=$(pipe "$m")
+	t=$(cat "$rt/threads")
+	f1=$(fwd "$m" "$t" "$mctx")
+	old=-
+	[ "${PASSIVE:-0}" = 1 ] && old=$(OMP_WAIT_POLICY=PASSIVE pipe "$m" | cut -d' ' -f1)
+	f2=$(fwd "$m" "$t" "$mctx")
 	# the pipeline's round split: the target server's compute a token (its
 	# receive to its reply: the forward pass, the distribution, packing) and
 	# the rest of the round (the verifier's queue and the messaging)
 	set -- $new
-	awk -v m="${m##*/}" -v t="$( [ "${t:-0}" = 0 ] && echo "$(nproc) (all)" || echo "$t")" -v f="$fwd" -v n="$1" -v c="$2" -v q="$3" -v o="$old" -v x="$mctx" 'BEGIN {
-		printf "%-28s %s threads, ctx %s: bench-forward %7.2f tokens/s (%.1f ms); pipeline %7.2f = %.2fx: a token %.1f ms in targetd + %.1f ms queue and messaging (servers sleeping at once: %7.2f = %.2fx)\n",
-			m, t, x, f, 1000 / f, n, n / f, c, q, o, o / f }'
+	awk -v m="${m##*/}" -v t="$( [ "${t:-0}" = 0 ] && echo "$(nproc) (all)" || echo "$t")" \
+		-v f1="$f1" -v f2="$f2" -v n="$1" -v c="$2" -v q="$3" -v med="$4" -v o="$old" \
+		-v x="$mctx" -v k="$tokens" -v r="$reps" 'BEGIN {
+		f = f1 > f2 ? f1 : f2
+		printf "%-16s %s threads, positions %d-%d: bench-forward %.2f, %.2f tokens/s (%.2f ms); pipeline best of %d %.2f = %.2fx, median %.2f = %.2fx: a token %.3f ms in targetd + %.3f ms queue and messaging%s\n",
+			m, t, x, x + k, f1, f2, 1000 / f, r, n, n / f, med, med / f, c, q,
+			o == "-" ? "" : sprintf(" (servers sleeping at once: %.2f = %.2fx)", o, o / f) }'
 done

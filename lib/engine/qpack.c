@@ -70,6 +70,12 @@ static size_t group_bytes(const pcg_mat *W)
 	return (size_t)blk_bytes(W->dtype) * (size_t)(W->cols / pcg_dtype_block(W->dtype));
 }
 
+/* The quantised paths that read packs: the x86 ones. */
+static int packs_path(const char *path)
+{
+	return !strcmp(path, "avx512-vnni") || !strcmp(path, "avx-vnni") || !strcmp(path, "avx2");
+}
+
 int pcg_qpack_ok(const pcg_mat *W)
 {
 	const char *e = getenv("PCG_QPACK"); /* 0: the row-wise kernels (to compare) */
@@ -77,12 +83,12 @@ int pcg_qpack_ok(const pcg_mat *W)
 	if (e != NULL && !strcmp(e, "0"))
 		return 0;
 	return blk_bytes(W->dtype) > 0 && W->cols % pcg_dtype_block(W->dtype) == 0 &&
-	       W->rows > 0 && !strcmp(pcg_qmatmul_path(), "avx512-vnni");
+	       W->rows > 0 && packs_path(pcg_qmatmul_path());
 }
 
 int pcg_qpack_active(const pcg_mat *W)
 {
-	return W->packed != NULL && !strcmp(pcg_qmatmul_path(), "avx512-vnni");
+	return W->packed != NULL && packs_path(pcg_qmatmul_path());
 }
 
 size_t pcg_qpack_bytes(const pcg_mat *W)
@@ -449,6 +455,299 @@ group(float *y, int ldy, const acts *x, const pcg_mat *W, const uint8_t *gp, int
 		store16(y + (size_t)(b0 + b) * ldy, acc[b], g, r0, nr);
 }
 
+/* ------------------------------------------------ AVX2 and AVX-VNNI
+ *
+ * The same packs, half a group (8 rows, 32 bytes of each 64-byte part) a
+ * 256-bit vector, for CPUs without AVX-512. With AVX-VNNI the integer sums
+ * are vpdpbusd's as above. With AVX2 alone they are vpmaddubsw's (u8 x s8
+ * pairs into int16, saturating) and vpmaddwd by ones: Q4_0's and Q4_K's u
+ * are at most 15, so 8 pairs' sums (a 32-weight sub-block) stay below
+ * 8 x 2 x 15 x 127 = 30,480 and add in int16 before one vpmaddwd; Q6_K's
+ * (at most 63) two at a time (32,004); Q8_0's u = q + 128 would saturate,
+ * so it takes q = u ^ 128 and the sign trick (|q| against x with q's sign:
+ * at most 2 x 128 x 127 = 32,512 a pair), from 0 rather than -128 sum(x).
+ * Every integer sum is exact either way, and each lane's float arithmetic
+ * is the AVX-512 kernel's in its order (the sub-blocks' sums times the
+ * rows' scales into s, s times the activations' scale into acc per 256),
+ * so the three families give the same bits. */
+#define V256 __attribute__((target("avx2,fma,f16c")))
+#define V256N __attribute__((target("avx2,fma,f16c,avxvnni")))
+
+/* Stores the 8 sums of half h of group g, rows [r0, r0 + nr) of y's. */
+V256 static inline void store8(float *y, __m256 v, int g, int h, int r0, int nr)
+{
+	const int a = g * G + 8 * h;
+	if (a >= r0 && a + 8 <= r0 + nr) {
+		_mm256_storeu_ps(y + (a - r0), v);
+		return;
+	}
+	float t[8];
+	_mm256_storeu_ps(t, v);
+	for (int r = 0; r < 8; r++)
+		if (a + r >= r0 && a + r < r0 + nr)
+			y[a + r - r0] = t[r];
+}
+
+/* u8 x s8 summed per 4 into i: AVX-VNNI's one instruction, or AVX2's pair
+ * (only where no pair can saturate: Q8_0's signed form, Q6_K's two). */
+V256N static inline __m256i dot4_vnni(__m256i i, __m256i u, __m256i x)
+{
+	return _mm256_dpbusd_avx_epi32(i, u, x);
+}
+V256 static inline __m256i dot4_avx2(__m256i i, __m256i u, __m256i x)
+{
+	return _mm256_add_epi32(i, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x),
+						     _mm256_set1_epi16(1)));
+}
+
+/* H halves of group g from half h0 against positions b0 .. b0 + NB - 1
+ * (H NB <= 4): each weight vector read once for them, each activation
+ * broadcast once for both halves. VNNI: the integer sums by dot4_vnni,
+ * else by int16 sums where they fit. Lane l of accumulator a = hh NB + b:
+ * row 8 (h0 + hh) + l of the group, position b0 + b. */
+#define GROUP256(NAME, ATTR, DOT4, VNNI) \
+ATTR static inline __attribute__((always_inline)) void \
+NAME(float *y, int ldy, const acts *x, const pcg_mat *W, const uint8_t *gp, int g, int h0, \
+     int r0, int nr, int b0, const int H, const int NB) \
+{ \
+	const int K = x->K, nb = x->nb; \
+	const pcg_dtype t = W->dtype; \
+	const __m256i m15 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1); \
+	const int hb0 = 32 * h0; /* the first half's bytes in a 64-byte part */ \
+	__m256 acc[8]; \
+	_Pragma("GCC unroll 8") \
+	for (int a = 0; a < H * NB; a++) \
+		acc[a] = _mm256_setzero_ps(); \
+	for (int j = 0; j < nb; j++) { \
+		__m256 s[8]; \
+		_Pragma("GCC unroll 8") \
+		for (int a = 0; a < H * NB; a++) \
+			s[a] = _mm256_setzero_ps(); \
+		if (t == PCG_Q4_0 || t == PCG_Q8_0) { \
+			const int q8 = t == PCG_Q8_0, bb = q8 ? 544 : 288, nbk = K / 32; \
+			const int kb1 = 8 * j + 8 < nbk ? 8 * j + 8 : nbk; \
+			for (int kb = 8 * j; kb < kb1; kb++) { \
+				const uint8_t *p = gp + (size_t)kb * bb; \
+				PF(p); /* every line of the block, 4 KB ahead */ \
+				for (int l = 64; l < bb; l += 64) \
+					PF(p + l); \
+				__m256 d[2]; \
+				__m256i i[8], i16[8]; \
+				_Pragma("GCC unroll 2") \
+				for (int hh = 0; hh < H; hh++) \
+					d[hh] = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(p + 16 * (h0 + hh)))); \
+				_Pragma("GCC unroll 8") \
+				for (int a = 0; a < H * NB; a++) { \
+					const int32_t i0 = x->i0[(size_t)(b0 + a % NB) * nbk + kb]; \
+					i[a] = _mm256_set1_epi32(VNNI || !q8 ? i0 : 0); \
+					i16[a] = _mm256_setzero_si256(); \
+				} \
+				_Pragma("GCC unroll 8") \
+				for (int c = 0; c < 8; c++) { \
+					__m256i bx[4]; \
+					_Pragma("GCC unroll 4") \
+					for (int b = 0; b < NB; b++) \
+						bx[b] = _mm256_set1_epi32(ld32( \
+							x->xq + (size_t)(b0 + b) * K + 32 * kb + 4 * c)); \
+					_Pragma("GCC unroll 2") \
+					for (int hh = 0; hh < H; hh++) { \
+						const int hb = hb0 + 32 * hh; \
+						__m256i w; \
+						if (q8) \
+							w = _mm256_loadu_si256((const void *)(p + 32 + 64 * c + hb)); \
+						else { \
+							const __m256i v = _mm256_loadu_si256( \
+								(const void *)(p + 32 + 64 * (c / 2) + hb)); \
+							w = c % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m15) \
+								  : _mm256_and_si256(v, m15); \
+						} \
+						__m256i ws = w, aw = w; \
+						if (!VNNI && q8) { /* q and |q| */ \
+							ws = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)); \
+							aw = _mm256_abs_epi8(ws); \
+						} \
+						_Pragma("GCC unroll 4") \
+						for (int b = 0; b < NB; b++) { \
+							const int a = hh * NB + b; \
+							if (VNNI) \
+								i[a] = DOT4(i[a], w, bx[b]); \
+							else if (q8) \
+								i[a] = DOT4(i[a], aw, _mm256_sign_epi8(bx[b], ws)); \
+							else \
+								i16[a] = _mm256_add_epi16(i16[a], \
+									_mm256_maddubs_epi16(w, bx[b])); \
+						} \
+					} \
+				} \
+				_Pragma("GCC unroll 8") \
+				for (int a = 0; a < H * NB; a++) { \
+					if (!VNNI && !q8) \
+						i[a] = _mm256_add_epi32(i[a], _mm256_madd_epi16(i16[a], ones)); \
+					s[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[a]), d[a / NB], s[a]); \
+				} \
+			} \
+		} else if (t == PCG_Q4_K) { \
+			const uint8_t *p = gp + (size_t)j * 2368; \
+			__m256 d[2], dm[2]; \
+			_Pragma("GCC unroll 2") \
+			for (int hh = 0; hh < H; hh++) { \
+				d[hh] = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(p + 16 * (h0 + hh)))); \
+				dm[hh] = _mm256_cvtph_ps(_mm_loadu_si128( \
+					(const void *)(p + 32 + 16 * (h0 + hh)))); \
+			} \
+			for (int sb = 0; sb < 8; sb++) { \
+				const uint8_t *q = p + 320 + 256 * sb; \
+				PF(q + hb0); \
+				PF(q + 128 + hb0); \
+				__m256 dsc[2], dmn[2]; \
+				_Pragma("GCC unroll 2") \
+				for (int hh = 0; hh < H; hh++) { \
+					const int e = 8 * (h0 + hh); \
+					dsc[hh] = _mm256_mul_ps(d[hh], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32( \
+						_mm_loadl_epi64((const void *)(p + 64 + 16 * sb + e))))); \
+					dmn[hh] = _mm256_mul_ps(dm[hh], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32( \
+						_mm_loadl_epi64((const void *)(p + 192 + 16 * sb + e))))); \
+				} \
+				__m256i i[8]; \
+				_Pragma("GCC unroll 8") \
+				for (int a = 0; a < H * NB; a++) \
+					i[a] = _mm256_setzero_si256(); \
+				_Pragma("GCC unroll 8") \
+				for (int c = 0; c < 8; c++) { \
+					__m256i bx[4]; \
+					_Pragma("GCC unroll 4") \
+					for (int b = 0; b < NB; b++) \
+						bx[b] = _mm256_set1_epi32(ld32(x->xq + \
+							(size_t)(b0 + b) * K + QB * j + 32 * sb + 4 * c)); \
+					_Pragma("GCC unroll 2") \
+					for (int hh = 0; hh < H; hh++) { \
+						const __m256i v = _mm256_loadu_si256( \
+							(const void *)(q + 64 * (c / 2) + hb0 + 32 * hh)); \
+						const __m256i w = c % 2 \
+							? _mm256_and_si256(_mm256_srli_epi16(v, 4), m15) \
+							: _mm256_and_si256(v, m15); \
+						_Pragma("GCC unroll 4") \
+						for (int b = 0; b < NB; b++) { \
+							const int a = hh * NB + b; \
+							i[a] = VNNI ? DOT4(i[a], w, bx[b]) \
+								    : _mm256_add_epi16(i[a], \
+									_mm256_maddubs_epi16(w, bx[b])); \
+						} \
+					} \
+				} \
+				_Pragma("GCC unroll 8") \
+				for (int a = 0; a < H * NB; a++) { \
+					if (!VNNI) \
+						i[a] = _mm256_madd_epi16(i[a], ones); \
+					s[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[a]), dsc[a / NB], s[a]); \
+					s[a] = _mm256_fnmadd_ps(dmn[a / NB], _mm256_set1_ps( \
+						x->sf[(size_t)(b0 + a % NB) * (K / 32) + 8 * j + sb]), s[a]); \
+				} \
+			} \
+		} else { /* Q6_K */ \
+			const __m256i m30 = _mm256_set1_epi8(0x30); \
+			const uint8_t *p = gp + (size_t)j * 3360; \
+			const uint8_t *ql = p + 288, *qh = p + 288 + 2048; \
+			__m256 d[2]; \
+			_Pragma("GCC unroll 2") \
+			for (int hh = 0; hh < H; hh++) \
+				d[hh] = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(p + 16 * (h0 + hh)))); \
+			for (int sb = 0; sb < 16; sb++) { \
+				PF(ql + 128 * sb + hb0); \
+				PF(ql + 128 * sb + 64 + hb0); \
+				PF(qh + 64 * sb + hb0); \
+				_Pragma("GCC unroll 2") \
+				for (int hh = 0; hh < H; hh++) { \
+					const int hb = hb0 + 32 * hh; \
+					const __m256 dsc = _mm256_mul_ps(d[hh], _mm256_cvtepi32_ps( \
+						_mm256_cvtepi8_epi32(_mm_loadl_epi64( \
+							(const void *)(p + 32 + 16 * sb + 8 * (h0 + hh)))))); \
+					const __m256i a = _mm256_loadu_si256((const void *)(ql + 128 * sb + hb)); \
+					const __m256i c2 = _mm256_loadu_si256( \
+						(const void *)(ql + 128 * sb + 64 + hb)); \
+					const __m256i hv = _mm256_loadu_si256((const void *)(qh + 64 * sb + hb)); \
+					/* low nibble | the two top bits at 4-5 */ \
+					__m256i w[4]; \
+					w[0] = _mm256_or_si256(_mm256_and_si256(a, m15), \
+							       _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30)); \
+					w[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m15), \
+							       _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30)); \
+					w[2] = _mm256_or_si256(_mm256_and_si256(c2, m15), \
+							       _mm256_and_si256(hv, m30)); \
+					w[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c2, 4), m15), \
+							       _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30)); \
+					_Pragma("GCC unroll 4") \
+					for (int b = 0; b < NB; b++) { \
+						const int8_t *xb = x->xq + (size_t)(b0 + b) * K + QB * j + 16 * sb; \
+						__m256i i = _mm256_set1_epi32( \
+							x->i0[(size_t)(b0 + b) * (K / 16) + 16 * j + sb]); \
+						if (VNNI) { \
+							_Pragma("GCC unroll 4") \
+							for (int c = 0; c < 4; c++) \
+								i = DOT4(i, w[c], _mm256_set1_epi32(ld32(xb + 4 * c))); \
+						} else { \
+							_Pragma("GCC unroll 2") \
+							for (int c = 0; c < 4; c += 2) \
+								i = _mm256_add_epi32(i, _mm256_madd_epi16( \
+									_mm256_add_epi16(_mm256_maddubs_epi16(w[c], \
+										_mm256_set1_epi32(ld32(xb + 4 * c))), \
+									_mm256_maddubs_epi16(w[c + 1], \
+										_mm256_set1_epi32(ld32(xb + 4 * c + 4)))), \
+									ones)); \
+						} \
+						s[hh * NB + b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), dsc, \
+										 s[hh * NB + b]); \
+					} \
+				} \
+			} \
+		} \
+		_Pragma("GCC unroll 8") \
+		for (int a = 0; a < H * NB; a++) \
+			acc[a] = _mm256_fmadd_ps(s[a], \
+				_mm256_set1_ps(x->dx[(size_t)(b0 + a % NB) * nb + j]), acc[a]); \
+	} \
+	_Pragma("GCC unroll 8") \
+	for (int a = 0; a < H * NB; a++) \
+		store8(y + (size_t)(b0 + a % NB) * ldy, acc[a], g, h0 + a / NB, r0, nr); \
+}
+GROUP256(half_avx2, V256, dot4_avx2, 0)
+GROUP256(half_vnni, V256N, dot4_vnni, 1)
+
+/* Group g against every position: both halves at once, 2 positions at a
+ * time, where every row of the group is asked; else a half at a time, 4
+ * positions at a time (the same bits either way: each lane is one row). */
+#define GROUP256_ALL(NAME, ATTR, HALF) \
+ATTR static void NAME(float *y, int ldy, const acts *x, const pcg_mat *W, int B, int g, int r0, \
+		      int nr) \
+{ \
+	const uint8_t *gp = (const uint8_t *)W->packed + (size_t)g * group_bytes(W); \
+	if (g * G >= r0 && g * G + G <= r0 + nr) { \
+		for (int b0 = 0; b0 < B; b0 += 4) { \
+			switch (B - b0 < 4 ? B - b0 : 4) { \
+			case 1: HALF(y, ldy, x, W, gp, g, 0, r0, nr, b0, 2, 1); break; \
+			case 2: HALF(y, ldy, x, W, gp, g, 0, r0, nr, b0, 2, 2); break; \
+			case 3: HALF(y, ldy, x, W, gp, g, 0, r0, nr, b0, 2, 3); break; \
+			default: HALF(y, ldy, x, W, gp, g, 0, r0, nr, b0, 2, 4); break; \
+			} \
+		} \
+		return; \
+	} \
+	for (int h = 0; h < 2; h++) { \
+		if (g * G + 8 * h >= r0 + nr || g * G + 8 * h + 8 <= r0) \
+			continue; /* none of its rows asked */ \
+		for (int b0 = 0; b0 < B; b0 += 4) { \
+			switch (B - b0 < 4 ? B - b0 : 4) { \
+			case 1: HALF(y, ldy, x, W, gp, g, h, r0, nr, b0, 1, 1); break; \
+			case 2: HALF(y, ldy, x, W, gp, g, h, r0, nr, b0, 1, 2); break; \
+			case 3: HALF(y, ldy, x, W, gp, g, h, r0, nr, b0, 1, 3); break; \
+			default: HALF(y, ldy, x, W, gp, g, h, r0, nr, b0, 1, 4); break; \
+			} \
+		} \
+	} \
+}
+GROUP256_ALL(group_all_avx2, V256, half_avx2)
+GROUP256_ALL(group_all_vnni, V256N, half_vnni)
+
 /* Group g against every position, 8 at a time. */
 V512 static void group_all(float *y, int ldy, const acts *x, const pcg_mat *W, int B, int g,
 			   int r0, int nr)
@@ -500,14 +799,18 @@ int pcg_qpack_matmul(float *y, int ldy, const float *xf, int B, const pcg_mat *W
 		}
 	const acts x = { .xq = q.q, .dx = q.d, .i0 = i0, .sf = sf, .K = K, .nb = q.nb };
 	const int g0 = r0 / G, g1 = (r0 + nr + G - 1) / G;
+	const char *path = pcg_qmatmul_path();
+	void (*all)(float *, int, const acts *, const pcg_mat *, int, int, int, int) =
+		!strcmp(path, "avx512-vnni") ? group_all
+		: !strcmp(path, "avx-vnni") ? group_all_vnni : group_all_avx2;
 
 	if (g1 - g0 == 1 || pcg_get_threads() == 1) {
 		for (int g = g0; g < g1; g++)
-			group_all(y, ldy, &x, W, B, g, r0, nr);
+			all(y, ldy, &x, W, B, g, r0, nr);
 	} else {
 #pragma omp parallel for schedule(static)
 		for (int g = g0; g < g1; g++)
-			group_all(y, ldy, &x, W, B, g, r0, nr);
+			all(y, ldy, &x, W, B, g, r0, nr);
 	}
 	free(i0);
 	free(sf);

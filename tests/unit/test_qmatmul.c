@@ -4,7 +4,8 @@
  * activations: every format, widths that are and are not a multiple of the
  * activation block (256), 1 to 9 weight rows and row sub-ranges, 1 to 9
  * activation rows (9 and more run as blocks of 8), and threads; a block of
- * rows gives bit for bit what its rows give alone.
+ * rows gives bit for bit what its rows give alone; rows repacked in groups
+ * (qpack.h) give the same bits on each x86 family.
  *
  * Tolerance. The integer sums I_s are exact on every path; what differs is
  * the f32 summation of the scaled terms dx * (a_s * I_s - m_s * S_s), at
@@ -111,8 +112,10 @@ static void check_case(pcg_dtype t, int N, int K, int B, int r0, int nr)
 	float *x = malloc((size_t)B * K * sizeof *x), *xd = malloc((size_t)B * K * sizeof *xd);
 	float *y = malloc((size_t)B * (nr + 3) * sizeof *y), *yref = malloc((size_t)B * nr * sizeof *yref);
 	float *y1 = malloc((size_t)(nr + 3) * sizeof *y1);
+	float *ypk = malloc((size_t)B * (nr + 3) * sizeof *ypk);
 	pcg_qx q;
-	int bad = 0, bad_ref = 0, bad_block = 0;
+	int bad = 0, bad_ref = 0, bad_block = 0, have_pk = 0;
+	const char *pk_path = "";
 
 	fill_blocks(w, t, (size_t)N * K / pcg_dtype_block(t));
 	pcg_dequantize(wf, w, t, (size_t)N * K);
@@ -182,8 +185,24 @@ static void check_case(pcg_dtype t, int N, int K, int B, int r0, int nr)
 		       "%s path %s N=%d K=%d B=%d rows [%d,%d): %d off, %d off the reference, "
 		       "%d rows differ alone", pcg_dtype_name(t), path, N, K, B, r0, r0 + nr,
 		       bad, bad_ref, bad_block);
-		CHECKF(pi % 2 == 0 || strcmp(path, "avx512-vnni") == 0,
-		       "%s packs on path %s", pcg_dtype_name(t), path);
+		CHECKF(pi % 2 == 0 || !strcmp(path, "avx512-vnni") || !strcmp(path, "avx-vnni") ||
+		       !strcmp(path, "avx2"), "%s packs on path %s", pcg_dtype_name(t), path);
+		/* The packs give the same bits on every family that reads them
+		 * (exact integer sums, each lane's float steps in one order). */
+		if (pi % 2 == 1) {
+			int differ = 0;
+			for (int b = 0; have_pk && b < B; b++)
+				differ += memcmp(ypk + (size_t)b * (nr + 3), y + (size_t)b * (nr + 3),
+						 (size_t)nr * sizeof *y) != 0;
+			CHECKF(differ == 0, "%s packed on %s N=%d K=%d B=%d: %d rows differ from "
+			       "the packs on %s", pcg_dtype_name(t), path, N, K, B, differ,
+			       pk_path);
+			if (!have_pk) {
+				memcpy(ypk, y, (size_t)B * (nr + 3) * sizeof *y);
+				pk_path = path;
+			}
+			have_pk = 1;
+		}
 	}
 	free(packed);
 	pcg_qx_free(&q);
@@ -195,6 +214,7 @@ static void check_case(pcg_dtype t, int N, int K, int B, int r0, int nr)
 	free(y);
 	free(yref);
 	free(y1);
+	free(ypk);
 }
 
 /* The activations' int8 form: within half a step of x, the largest at
@@ -279,14 +299,21 @@ int main(void)
 		check_case(t, 37, kq ? 288 : 512, 4, 5, 29); /* a sub-range over threads */
 		check_case(t, 37, kq ? 288 : 512, 1, 36, 1);
 	}
-	/* Repacked rows, on a CPU with AVX-512 VNNI: Q8_0, Q4_0, Q4_K, Q6_K; a
-	 * product of more rows than a block through them at once (prefill). */
+	/* Repacked rows, on x86 CPUs with AVX2 or more: Q8_0, Q4_0, Q4_K, Q6_K;
+	 * a product of more rows than a block through them at once (prefill). */
 	check_case(PCG_Q4_0, 45, 2080, 19, 3, 40);
+	check_case(PCG_Q8_0, 21, 544, 11, 2, 17);
+	check_case(PCG_Q4_K, 40, 512, 13, 1, 38);
 	check_case(PCG_Q6_K, 33, 512, 12, 0, 33);
-	if (pcg_qmatmul_set_path("avx512-vnni") == 0)
+	/* whole groups for one or two positions: both halves of a group at once */
+	check_case(PCG_Q8_0, 33, 544, 2, 0, 33);
+	check_case(PCG_Q4_0, 32, 288, 1, 0, 32);
+	check_case(PCG_Q4_K, 32, 512, 1, 0, 32);
+	check_case(PCG_Q6_K, 48, 256, 2, 0, 48);
+	if (pcg_qmatmul_set_path("avx2") == 0)
 		CHECKF(n_packed > 0, "no product ran on repacked rows");
 	else
-		printf("SKIP repacked rows: no AVX-512 VNNI on this CPU\n");
+		printf("SKIP repacked rows: no AVX2 on this CPU\n");
 	for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++)
 		if (is_path_ok(paths[pi])) {
 			printf("qmatmul paths: %s (best here)\n", paths[pi]);
