@@ -61,9 +61,11 @@ struct spec_session {
 	int auto_l, L_next;
 	double tries_pos[PROTO_MAX_N + 1], acc_pos[PROTO_MAX_N + 1];
 	int n_drafting;          /* rounds that drafted (st[DRAFTED]: their drafts) */
-	/* policy none: the target samples a run of tokens a request (each drawn
-	 * as a round of its own would draw it: the same tokens), run_next the
-	 * next run's length (0: one token a round, sampled here) */
+	/* the target alone (policy none, and auto's rounds that do not draft):
+	 * it samples a run of tokens a request, each drawn as a round of its own
+	 * would draw it, so the tokens are the same, and a run counts as the
+	 * rounds (target passes) it holds; run_next the next run's length (0:
+	 * one token a round, sampled here) */
 	int run_next;
 	const float *hp[PROTO_MAX_HEADS + 1]; /* the heads' vectors (in hv) at the last
 						* committed token: the next round's drafts */
@@ -248,9 +250,12 @@ static int session_policy(spec_session *s, const spec_env *env, const proto_synt
 										 : SPEC_MTP_HEADS;
 	s->heads = s->mtp ? s->L : 0;
 	s->pipe = !req->sequential && !s->is_none && !s->mtp;
-	/* the target alone samples runs of tokens itself, unless f16 vectors
-	 * were asked for (drawn here from f16, the tokens would differ) */
-	if (s->is_none && !s->viterbi && !req->f16 && env->run_tokens != 1)
+	/* the target alone samples runs of tokens itself (policy none, and
+	 * auto's rounds without drafts but for MTP heads, which need the
+	 * target's score), unless f16 vectors were asked for (drawn here from
+	 * f16, the tokens would differ) */
+	if ((s->is_none || (s->auto_l && !s->mtp)) && !s->viterbi && !req->f16 &&
+	    env->run_tokens != 1)
 		s->run_next = env->run_tokens > 1 ? env->run_tokens : 1;
 	return 0;
 }
@@ -778,8 +783,15 @@ static void round_begin(spec_session *s, round *r)
 	r->target_only = s->is_none || r->Lr < 1 || (s->mtp && !s->have_heads);
 	for (int i = 0; i < PROTO_MAX_N; i++)
 		r->groups[i] = -1;
-	if (s->run_next > 0) { /* its block: its tokens, the forced ones among them */
+	if (s->run_next > 0 && r->target_only) { /* its tokens, the forced ones among them */
 		int n = s->run_next < s->max_tokens - s->nsp ? s->run_next : s->max_tokens - s->nsp;
+		/* auto: the run ends where auto next weighs a probe (rounds + 1 =
+		 * next_probe, next_lookahead), so it decides at the same token as
+		 * with one token a round; in between its answer cannot change */
+		if (s->auto_l && s->can_pay && s->probe_every > 0 && n > s->next_probe - s->rounds - 1)
+			n = s->next_probe - s->rounds - 1;
+		if (n < 1)
+			n = 1;
 		r->Lr = 0;
 		r->run = 1 + forced_in_block(s, n - 1, r->fb);
 	}
@@ -848,17 +860,16 @@ static int draft_server(spec_session *s, const spec_io *io, round *r, pcg_err *e
 #define RUN_SECONDS 0.1
 
 /* The target alone, a run of r->run tokens that it samples itself: token
- * k of the run (speech token nsp + k) drawn with the uniform a round of its
- * own would draw (stream 1 + nsp + k: rounds = tokens where each round is
- * one), so that the tokens are those of one token a round; the forced
- * tokens due inside the run go with it, as to a draft (draft_server); it
- * stops at the end token. */
+ * k of the run drawn with the uniform the round of its own would draw
+ * (stream 1 + rounds + k: a run counts as its tokens' rounds), so that the
+ * tokens are those of one token a round; the forced tokens due inside the
+ * run go with it, as to a draft (draft_server); it stops at the end token. */
 static int draft_run(spec_session *s, const spec_io *io, round *r, pcg_err *err)
 {
 	request(s, s->q, PROTO_PROPOSE, r->run);
 	proto_propose *pq = &s->q->propose;
 	pq->seed = s->seed;
-	pq->draws = 1 + (uint64_t)s->nsp;
+	pq->draws = 1 + (uint64_t)s->rounds;
 	pq->stop = !s->env.voice; /* a phoneme voice's length is espeak-ng's */
 	pq->stop_id = s->env.voc->end_id;
 	for (int k = 1; k < r->run; k++)
@@ -1104,14 +1115,16 @@ static void round_end(spec_session *s, const round *r)
 {
 	for (int i = 0; i < r->accepted; i++)
 		s->accept_pos[i] += 1;
-	if (s->rounds++ == 0) {
+	const int passes = r->run ? r->n_emit : 1; /* a run: a round for each token */
+	if (s->rounds == 0) {
 		s->t_first = pcg_now() - s->t0;
 		s->tok_first = s->nsp;
 	}
+	s->rounds += passes;
 	s->st[PROTO_STAT_DRAFTED] += s->viterbi ? r->heads : r->target_only ? 0 : r->Lr;
 	s->st[PROTO_STAT_ACCEPTED] += r->accepted;
 	s->n_drafting += s->viterbi || !r->target_only;
-	if (r->target_only && !s->viterbi)
+	for (int i = 0; i < passes && r->target_only && !s->viterbi; i++)
 		s->t_alone += cost_round_seconds(&s->env.costs, COST_NONE, NULL, 1);
 	if (r->kept_ahead)
 		s->pipe_next = s->ahead_pipe && r->A > 1;

@@ -285,6 +285,27 @@ static void answer(server *sv, const proto_msg *q, proto_msg *rep)
 		}
 		return;
 	}
+	if (q->propose.draws > 0) {
+		/* the target's run: n tokens of the target's distribution, each
+		 * after the last (and the forced tokens due before it), token i
+		 * drawn by its index as the verifier draws one a round; it stops
+		 * after the stop token */
+		const proto_propose *pq = &q->propose;
+		for (int i = 0; i < m->n; i++) {
+			for (int f = 0; f < pq->n_forced; f++)
+				if (pq->forced_at[f] == i)
+					sv->ctx[sv->n++] = pq->forced[f];
+			float *v = sv->vals + (size_t)p->n_vec++ * W;
+			target_dist(sv->ctx, sv->n, &m->samp, v);
+			const int row = pcg_sample(v, W, pcg_rng_uniform_at(pq->seed,
+									     pq->draws + (uint64_t)i, 0));
+			p->x[p->n_x++] = id_of(row < 0 ? W - 1 : row);
+			sv->ctx[sv->n++] = p->x[p->n_x - 1];
+			if (pq->stop && p->x[p->n_x - 1] == pq->stop_id)
+				break;
+		}
+		return;
+	}
 	/* propose: n tokens, each after the last; the request's seed */
 	pcg_rng_init(&rng, q->propose.seed, 5);
 	for (int i = 0; i < m->n; i++) {

@@ -82,6 +82,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "costmodel.h"
 #include "asg.h"
 #include "check.h"
 #include "chi2.h"
@@ -511,25 +512,36 @@ static int same_tokens(const proto_result *a, const proto_result *b)
 	       !memcmp(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof *a->tokens);
 }
 
-/* Policy none through `to`: the context (prompt, forced and speech
- * tokens) of a session to its end under env with run_tokens `run`, into
- * ctx (room for cap); returns its length, or -1, and its rounds. */
-static int none_session(route *to, const spec_env *env, int run, const char *text, int speaker,
-			uint64_t seed, int max_tokens, int *ctx, int cap, int *rounds)
+/* Counts the target's runs (proposes that draw by index) it passes on. */
+static int runs_seen;
+static int call_counting(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_err *err)
+{
+	runs_seen += q->type == PROTO_PROPOSE && q->propose.draws > 0;
+	return call(ctx, stage, q, r, err);
+}
+
+/* A session of `policy` (lookahead auto unless none) through `to`: its
+ * context (prompt, forced and speech tokens) to its end under env with
+ * run_tokens `run`, into ctx (room for cap); returns its length, or -1,
+ * its rounds and its share of rounds that drafted. */
+static int alone_session(route *to, const spec_env *env, const char *policy, int run,
+			 const char *text, int speaker, uint64_t seed, int max_tokens, int *ctx,
+			 int cap, int *rounds, double *drafting)
 {
 	spec_env e = *env;
-	spec_io io = { .call = call, .ctx = to };
+	spec_io io = { .call = call_counting, .ctx = to };
 	pcg_err err = { "" };
-	proto_synth *req = synth("none", seed, max_tokens);
+	proto_synth *req = synth(policy, seed, max_tokens);
 	int rc = 0, n = -1;
 
+	req->lookahead = 0;
 	e.run_tokens = run;
 	snprintf(req->text, sizeof req->text, "%s", text);
 	req->speaker = speaker;
-	spec_session *s = spec_new(&e, req, NULL, 77, &err);
+	spec_session *s = spec_new(&e, req, to->g->groups, 77, &err);
 	while (s && rc == 0)
 		rc = spec_round(s, &io, &err);
-	CHECKF(s && rc == 1, "policy none, runs of %d: %s", run, err.msg);
+	CHECKF(s && rc == 1, "policy %s, runs of %d: %s", policy, run, err.msg);
 	if (s && rc == 1) {
 		const int *c = spec_context(s, &n);
 		n = n < cap ? n : cap;
@@ -539,6 +551,7 @@ static int none_session(route *to, const spec_env *env, int run, const char *tex
 		spec_result(s, 0, res);
 		memcpy(st, res->result.stats, sizeof st);
 		*rounds = (int)st[PROTO_STAT_ROUNDS];
+		*drafting = st[PROTO_STAT_DRAFTING];
 		free(res);
 	}
 	spec_free(&s);
@@ -546,38 +559,56 @@ static int none_session(route *to, const spec_env *env, int run, const char *tex
 	return n;
 }
 
-/* Policy none's runs (the target samples several tokens a request, each
- * drawn by its index) give the tokens of one token a round, drawn here:
- * the same context, forced tokens and end token included, for runs grown
- * by time (0) and fixed ones, over seeds (and a phoneme voice's speakers,
- * whose forced tokens fall inside the runs); and runs are what ran. */
-static void test_runs(route *to, const spec_env *env, const char *text, int max_tokens)
+/* The target's runs (it samples several tokens a request, each drawn by
+ * its index) give the tokens of one token a round, drawn here: the same
+ * context, forced tokens and end token included, for runs grown by time (0)
+ * and fixed ones, over seeds (and a phoneme voice's speakers, whose forced
+ * tokens fall inside the runs): policy none, and `policy` under lookahead
+ * auto with costs (`costs`) where drafting never pays (every round alone)
+ * and where it pays only now and then (runs end where auto weighs a
+ * probe); runs are what ran, and the rounds count target passes alike. */
+static void test_runs(route *to, const spec_env *env, const char *policy, const char *text,
+		      int max_tokens)
 {
-	enum { SEEDS = 12, CAP = 4096 };
+	enum { SEEDS = 6, CAP = 4096 };
 	static const int runs[] = { 0, 3, PROTO_MAX_N };
+	static const char *costs[] = { NULL, "1,1,0.33,0.2,0,1", "1,0.05,0.33,0.2,0,1" };
 	static int one[CAP], got[CAP];
-	int same = 0, total = 0, ended = 0, fewer = 0;
+	int same = 0, total = 0, ended = 0, rounds_same = 0, mixed = 0;
+	pcg_err err = { "" };
 
-	for (int sd = 0; sd < SEEDS; sd++) {
-		const int spk = env->voice ? sd % env->voice->n_speakers : 0;
-		int r1 = 0, rr = 0;
-		const int n1 = none_session(to, env, 1, text, spk, 300 + sd, max_tokens, one, CAP,
-					    &r1);
-		for (size_t k = 0; k < sizeof runs / sizeof runs[0] && n1 > 0; k++) {
-			const int n = none_session(to, env, runs[k], text, spk, 300 + sd, max_tokens,
-						   got, CAP, &rr);
-			total++;
-			same += n == n1 && memcmp(one, got, (size_t)n * sizeof *got) == 0;
-			fewer += rr < r1;
+	for (size_t c = 0; c < sizeof costs / sizeof costs[0]; c++) {
+		spec_env e = *env;
+		const char *pol = costs[c] ? policy : "none";
+		if (costs[c])
+			CHECK(cost_terms_parse(costs[c], &e.costs, &err) == 0);
+		for (int sd = 0; sd < SEEDS; sd++) {
+			const int spk = env->voice ? sd % env->voice->n_speakers : 0;
+			int r1 = 0, rr = 0;
+			double d1 = 0, dr = 0;
+			const int n1 = alone_session(to, &e, pol, 1, text, spk, 300 + sd, max_tokens,
+						     one, CAP, &r1, &d1);
+			for (size_t k = 0; k < sizeof runs / sizeof runs[0] && n1 > 0; k++) {
+				runs_seen = 0;
+				const int n = alone_session(to, &e, pol, runs[k], text, spk, 300 + sd,
+							    max_tokens, got, CAP, &rr, &dr);
+				total++;
+				same += n == n1 && memcmp(one, got, (size_t)n * sizeof *got) == 0 &&
+					runs_seen > 0 && runs_seen < rr;
+				rounds_same += rr == r1;
+				mixed += dr > 0 && dr < 1;
+			}
+			ended += n1 > 0 && !env->voice && one[n1 - 1] == env->voc->end_id;
 		}
-		ended += n1 > 0 && !env->voice && one[n1 - 1] == env->voc->end_id;
 	}
-	CHECKF(same == total && total == SEEDS * 3, "policy none: %d of %d sessions in runs "
-	       "gave the tokens of one a round", same, total);
-	CHECKF(fewer == total, "policy none: %d of %d sessions in runs took fewer rounds than "
-	       "tokens", fewer, total);
-	printf(" policy none in runs of 3, 16 and grown: the tokens of one a round in %d of %d "
-	       "sessions (%d ended at the end token)\n", same, total, ended);
+	CHECKF(same == total && total == 3 * SEEDS * 3, "%d of %d sessions in runs gave the "
+	       "tokens of one a round (with fewer requests than rounds)", same, total);
+	CHECKF(rounds_same == total, "%d of %d sessions in runs counted the rounds of one a round",
+	       rounds_same, total);
+	CHECKF(mixed > 0, "no session both drafted and ran the target alone");
+	printf(" the target alone in runs of 3, 16 and grown (none; %s, auto): the tokens of one "
+	       "a round in %d of %d sessions (%d drafting now and then; %d ended at the end "
+	       "token)\n", policy, same, total, mixed, ended);
 }
 
 /* sd through to_sd, pcg through to_pcg. */
@@ -850,7 +881,7 @@ int main(int argc, char **argv)
 	test_edges(&g, &to_sd);
 	printf("determinism and interleaving\n");
 	test_determinism(&g, &to_sd, &to_pcg);
-	test_runs(&to_sd, &g.env, TEXT, 60);
+	test_runs(&to_sd, &g.env, "sd", TEXT, 120);
 	printf(" (%.1f s)\n", pcg_now() - t0);
 
 	printf("the target's distributions: lookahead %d, top-k %d, at most %d tokens, base seed "
@@ -876,7 +907,7 @@ int main(int argc, char **argv)
 		g.G = (int)(g.g->M + (g.W - g.g->n));
 		printf("a phoneme voice: rounds across forced tokens, lookahead %d, at most %d "
 		       "frames, \"%s\"\n", LOOKAHEAD, TV, VOICE_TEXT);
-		test_runs(&to_sd, &ve, VOICE_TEXT, 4 * TV);
+		test_runs(&to_pcg, &ve, "pcg", VOICE_TEXT, 4 * TV);
 		hist *hv[4];
 		for (int i = 0; i < 4; i++)
 			hv[i] = calloc(1, sizeof *hv[i]);
