@@ -241,21 +241,21 @@ typedef void rows_fn(float *, int, const float *, const void *, int, const pcg_m
  * and NEON families. */
 #define TILED_ROWS(NAME, ATTR, TILE) \
 static inline __attribute__((always_inline)) ATTR void \
-NAME##_dt(float *y, int ldy, const float *x, int K, const unsigned char *w, size_t row_bytes, \
-	  const pcg_dtype dt, int R, int nb) \
+NAME##_dt(float *y, int ldy, const float *x, const float *xs, int K, const unsigned char *w, \
+	  size_t row_bytes, const pcg_dtype dt, int R, int nb) \
 { \
 	if (R == 4) \
-		TILE(y, ldy, x, K, w, row_bytes, dt, 4, 1); \
+		TILE(y, ldy, x, xs, K, w, row_bytes, dt, 4, 1); \
 	else if (R == 2 && nb == 1) \
-		TILE(y, ldy, x, K, w, row_bytes, dt, 2, 1); \
+		TILE(y, ldy, x, xs, K, w, row_bytes, dt, 2, 1); \
 	else if (R == 2) \
-		TILE(y, ldy, x, K, w, row_bytes, dt, 2, 2); \
+		TILE(y, ldy, x, xs, K, w, row_bytes, dt, 2, 2); \
 	else \
 		switch (nb) { \
-		case 1: TILE(y, ldy, x, K, w, row_bytes, dt, 1, 1); break; \
-		case 2: TILE(y, ldy, x, K, w, row_bytes, dt, 1, 2); break; \
-		case 3: TILE(y, ldy, x, K, w, row_bytes, dt, 1, 3); break; \
-		default: TILE(y, ldy, x, K, w, row_bytes, dt, 1, 4); break; \
+		case 1: TILE(y, ldy, x, xs, K, w, row_bytes, dt, 1, 1); break; \
+		case 2: TILE(y, ldy, x, xs, K, w, row_bytes, dt, 1, 2); break; \
+		case 3: TILE(y, ldy, x, xs, K, w, row_bytes, dt, 1, 3); break; \
+		default: TILE(y, ldy, x, xs, K, w, row_bytes, dt, 1, 4); break; \
 		} \
 } \
 ATTR static void NAME(float *y, int ldy, const float *x, const void *xs, int B, \
@@ -265,20 +265,19 @@ ATTR static void NAME(float *y, int ldy, const float *x, const void *xs, int B, 
 	const pcg_dtype dt = W->dtype; \
 	const size_t row_bytes = (size_t)K * (dt == PCG_F32 ? 4 : 2); \
 	const int RB = B == 1 ? 4 : B == 2 ? 2 : 1; /* weight rows at once */ \
-	(void)xs; \
 	for (int r = r0; r < r1;) { \
 		const int R = r + RB <= r1 ? RB : 1; \
 		const unsigned char *w = (const unsigned char *)W->data + (size_t)r * row_bytes; \
 		for (int b0 = 0; b0 < B; b0 += 4) { \
 			const int nb = B - b0 < 4 ? B - b0 : 4; \
 			float *yb = y + (r - yr0) + (size_t)b0 * ldy; \
-			const float *xb = x + (size_t)b0 * K; \
+			const float *xb = x + (size_t)b0 * K, *xsb = (const float *)xs + (size_t)b0 * K; \
 			if (dt == PCG_BF16) \
-				NAME##_dt(yb, ldy, xb, K, w, row_bytes, PCG_BF16, R, nb); \
+				NAME##_dt(yb, ldy, xb, xsb, K, w, row_bytes, PCG_BF16, R, nb); \
 			else if (dt == PCG_F16) \
-				NAME##_dt(yb, ldy, xb, K, w, row_bytes, PCG_F16, R, nb); \
+				NAME##_dt(yb, ldy, xb, xsb, K, w, row_bytes, PCG_F16, R, nb); \
 			else \
-				NAME##_dt(yb, ldy, xb, K, w, row_bytes, PCG_F32, R, nb); \
+				NAME##_dt(yb, ldy, xb, xsb, K, w, row_bytes, PCG_F32, R, nb); \
 		} \
 		r += R; \
 	} \
@@ -302,8 +301,9 @@ ROWS_FOR(rows_generic, , 1)
  * 16 registers, ran out of them and moved accumulators through the stack
  * and general registers: 3.9 ms a step of the shipped voice against 1.2 ms
  * for the portable build (SSE2) and 0.56 ms for AVX-512. Here a weight row
- * is widened in registers (bf16: a zero extension and a shift; f16: F16C;
- * f32: a load), 16 weights a step into two accumulators per (row,
+ * is widened in registers (bf16: 32 weights a step, evens by a shift and
+ * odds by a mask against the activations split alike; f16: F16C; f32: a
+ * load, 16 a step) into two accumulators per (row,
  * activation row), and as many weight rows at once as the registers hold
  * for the batch: 4 for one activation row (8 accumulators, 8 FMA chains to
  * hide their latency), 2 for two, 1 for three or four. Each (row,
@@ -331,8 +331,8 @@ static inline __attribute__((always_inline)) AVX2_TGT float avx2_hsum(__m256 a, 
 }
 
 static inline __attribute__((always_inline)) AVX2_TGT void
-tile_avx2(float *y, int ldy, const float *x, int K, const unsigned char *w, size_t row_bytes,
-	  const pcg_dtype dt, const int R, const int NB)
+tile_avx2(float *y, int ldy, const float *x, const float *xs, int K, const unsigned char *w,
+	  size_t row_bytes, const pcg_dtype dt, const int R, const int NB)
 {
 	const size_t es = dt == PCG_F32 ? 4 : 2;
 	__m256 acc[4][4][2];
@@ -343,7 +343,34 @@ tile_avx2(float *y, int ldy, const float *x, int K, const unsigned char *w, size
 #pragma GCC unroll 4
 		for (int b = 0; b < NB; b++)
 			acc[r][b][0] = acc[r][b][1] = _mm256_setzero_ps();
-	for (; k + 16 <= K; k += 16) {
+	/* bf16: 32 weights a step, two loads, their even weights by a shift
+	 * and their odd ones by a mask (2 integer operations for 16 weights,
+	 * where a zero extension and a shift take 4), against xs, the
+	 * activations as evens then odds in each block of 32 (pcg_matmul):
+	 * the evens into the first accumulator, the odds into the second */
+	const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+	for (; dt == PCG_BF16 && k + 32 <= K; k += 32) {
+#pragma GCC unroll 4
+		for (int r = 0; r < R; r++) {
+			const unsigned char *wr = w + r * row_bytes + 2 * (size_t)k;
+			__builtin_prefetch(wr + PF_DIST(R, row_bytes), 0, PF_LOC);
+			const __m256i u0 = _mm256_loadu_si256((const __m256i *)wr);
+			const __m256i u1 = _mm256_loadu_si256((const __m256i *)(wr + 32));
+			const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(u0, 16));
+			const __m256 o0 = _mm256_castsi256_ps(_mm256_and_si256(u0, hi));
+			const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(u1, 16));
+			const __m256 o1 = _mm256_castsi256_ps(_mm256_and_si256(u1, hi));
+#pragma GCC unroll 4
+			for (int b = 0; b < NB; b++) {
+				const float *xb = xs + (size_t)b * K + k;
+				acc[r][b][0] = _mm256_fmadd_ps(e0, _mm256_loadu_ps(xb), acc[r][b][0]);
+				acc[r][b][1] = _mm256_fmadd_ps(o0, _mm256_loadu_ps(xb + 16), acc[r][b][1]);
+				acc[r][b][0] = _mm256_fmadd_ps(e1, _mm256_loadu_ps(xb + 8), acc[r][b][0]);
+				acc[r][b][1] = _mm256_fmadd_ps(o1, _mm256_loadu_ps(xb + 24), acc[r][b][1]);
+			}
+		}
+	}
+	for (; dt != PCG_BF16 && k + 16 <= K; k += 16) {
 #pragma GCC unroll 4
 		for (int r = 0; r < R; r++) {
 			const unsigned char *wr = w + r * row_bytes + es * (size_t)k;
@@ -497,10 +524,11 @@ static inline __attribute__((always_inline)) void neon_w16(float32x4_t wv[4],
 }
 
 static inline __attribute__((always_inline)) void
-tile_neon(float *y, int ldy, const float *x, int K, const unsigned char *w, size_t row_bytes,
-	  const pcg_dtype dt, const int R, const int NB)
+tile_neon(float *y, int ldy, const float *x, const float *xs, int K, const unsigned char *w,
+	  size_t row_bytes, const pcg_dtype dt, const int R, const int NB)
 {
 	const size_t es = dt == PCG_F32 ? 4 : 2;
+	(void)xs; /* bf16 widens in place (shll) */
 	float32x4_t acc[4][4][4];
 	int k = 0;
 

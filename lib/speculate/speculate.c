@@ -830,6 +830,17 @@ static int draft_ahead(spec_session *s, const spec_io *io, round *r, pcg_err *er
 	return 0;
 }
 
+/* The forced tokens due inside a propose of n tokens (fb: forced_in_block)
+ * into pq, each before the token it precedes (1 to n - 1). */
+static void put_forced(const spec_session *s, proto_propose *pq, const int *fb, int n)
+{
+	for (int k = 1; k < n; k++)
+		for (int f = fb[k]; f < fb[k + 1]; f++) {
+			pq->forced_at[pq->n_forced] = k;
+			pq->forced[pq->n_forced++] = s->fc.id[f];
+		}
+}
+
 /* From the draft server now; the forced tokens due inside the block go
  * with the request, so that the draft conditions on them (before drafting
  * token k, the ones due at frame nsp + k). */
@@ -838,11 +849,7 @@ static int draft_server(spec_session *s, const spec_io *io, round *r, pcg_err *e
 	request(s, s->q, PROTO_PROPOSE, r->Lr);
 	proto_propose *pq = &s->q->propose;
 	pq->seed = s->seed * 0x9e3779b97f4a7c15ull + (uint64_t)s->rounds;
-	for (int k = 1; k < r->Lr; k++)
-		for (int f = r->fb[k]; f < r->fb[k + 1]; f++) {
-			pq->forced_at[pq->n_forced] = k;
-			pq->forced[pq->n_forced++] = s->fc.id[f];
-		}
+	put_forced(s, pq, r->fb, r->Lr);
 	const double t = pcg_now();
 	if (ask(s, io, SPEC_DRAFT, &s->d_sync, NULL, 0, s->q, s->r, 0, err) < 0)
 		return -1;
@@ -872,11 +879,7 @@ static int draft_run(spec_session *s, const spec_io *io, round *r, pcg_err *err)
 	pq->draws = 1 + (uint64_t)s->rounds;
 	pq->stop = !s->env.voice; /* a phoneme voice's length is espeak-ng's */
 	pq->stop_id = s->env.voc->end_id;
-	for (int k = 1; k < r->run; k++)
-		for (int f = r->fb[k]; f < r->fb[k + 1]; f++) {
-			pq->forced_at[pq->n_forced] = k;
-			pq->forced[pq->n_forced++] = s->fc.id[f];
-		}
+	put_forced(s, pq, r->fb, r->run);
 	const double t = pcg_now();
 	if (ask(s, io, SPEC_TARGET, &s->t_sync, NULL, 0, s->q, s->r, 0, err) < 0)
 		return -1;
