@@ -488,6 +488,15 @@ V256 static inline void store8(float *y, __m256 v, int g, int h, int r0, int nr)
 			y[a + r - r0] = t[r];
 }
 
+/* Part c of 4-bit weights packed two parts to a 64-byte block (part 2m in
+ * the low nibbles of block m, part 2m + 1 in the high), the half whose
+ * bytes start at hb: 32 unsigned weights, 4 of each of 8 rows. */
+V256 static inline __m256i nib_part(const uint8_t *p, int c, int hb)
+{
+	const __m256i v = _mm256_loadu_si256((const void *)(p + 64 * (c / 2) + hb));
+	return _mm256_and_si256(c % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(15));
+}
+
 /* u8 x s8 summed per 4 into i: AVX-VNNI's one instruction, or AVX2's pair
  * (only where no pair can saturate: Q8_0's signed form, Q6_K's two). */
 V256N static inline __m256i dot4_vnni(__m256i i, __m256i u, __m256i x)
@@ -501,9 +510,9 @@ V256 static inline __m256i dot4_avx2(__m256i i, __m256i u, __m256i x)
 }
 
 /* H halves of group g from half h0 against positions b0 .. b0 + NB - 1
- * (H NB <= 4): each weight vector read once for them, each activation
+ * (H NB <= 8): each weight vector read once for them, each activation
  * broadcast once for both halves. VNNI: the integer sums by dot4_vnni,
- * else by int16 sums where they fit. Lane l of accumulator a = hh NB + b:
+ * else the 4-bit formats' by int16 sums (a sub-block's fit) widened once. Lane l of accumulator a = hh NB + b:
  * row 8 (h0 + hh) + l of the group, position b0 + b. */
 #define GROUP256(NAME, ATTR, DOT4, VNNI) \
 ATTR static inline __attribute__((always_inline)) void \
@@ -532,15 +541,15 @@ NAME(float *y, int ldy, const acts *x, const pcg_mat *W, const uint8_t *gp, int 
 				for (int l = 64; l < bb; l += 64) \
 					PF(p + l); \
 				__m256 d[2]; \
-				__m256i i[8], i16[8]; \
+				__m256i i[8]; /* Q4_0 on AVX2: int16 sums until the end */ \
+				int32_t i0[8]; /* the start of the sums, -o sum(x) */ \
 				_Pragma("GCC unroll 2") \
 				for (int hh = 0; hh < H; hh++) \
 					d[hh] = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(p + 16 * (h0 + hh)))); \
 				_Pragma("GCC unroll 8") \
 				for (int a = 0; a < H * NB; a++) { \
-					const int32_t i0 = x->i0[(size_t)(b0 + a % NB) * nbk + kb]; \
-					i[a] = _mm256_set1_epi32(VNNI || !q8 ? i0 : 0); \
-					i16[a] = _mm256_setzero_si256(); \
+					i0[a] = x->i0[(size_t)(b0 + a % NB) * nbk + kb]; \
+					i[a] = VNNI ? _mm256_set1_epi32(i0[a]) : _mm256_setzero_si256(); \
 				} \
 				_Pragma("GCC unroll 8") \
 				for (int c = 0; c < 8; c++) { \
@@ -552,15 +561,9 @@ NAME(float *y, int ldy, const acts *x, const pcg_mat *W, const uint8_t *gp, int 
 					_Pragma("GCC unroll 2") \
 					for (int hh = 0; hh < H; hh++) { \
 						const int hb = hb0 + 32 * hh; \
-						__m256i w; \
-						if (q8) \
-							w = _mm256_loadu_si256((const void *)(p + 32 + 64 * c + hb)); \
-						else { \
-							const __m256i v = _mm256_loadu_si256( \
-								(const void *)(p + 32 + 64 * (c / 2) + hb)); \
-							w = c % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m15) \
-								  : _mm256_and_si256(v, m15); \
-						} \
+						const __m256i w = q8 ? _mm256_loadu_si256( \
+									(const void *)(p + 32 + 64 * c + hb)) \
+								     : nib_part(p + 32, c, hb); \
 						__m256i ws = w, aw = w; \
 						if (!VNNI && q8) { /* q and |q| */ \
 							ws = _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80)); \
@@ -574,7 +577,7 @@ NAME(float *y, int ldy, const acts *x, const pcg_mat *W, const uint8_t *gp, int 
 							else if (q8) \
 								i[a] = DOT4(i[a], aw, _mm256_sign_epi8(bx[b], ws)); \
 							else \
-								i16[a] = _mm256_add_epi16(i16[a], \
+								i[a] = _mm256_add_epi16(i[a], \
 									_mm256_maddubs_epi16(w, bx[b])); \
 						} \
 					} \
@@ -582,7 +585,8 @@ NAME(float *y, int ldy, const acts *x, const pcg_mat *W, const uint8_t *gp, int 
 				_Pragma("GCC unroll 8") \
 				for (int a = 0; a < H * NB; a++) { \
 					if (!VNNI && !q8) \
-						i[a] = _mm256_add_epi32(i[a], _mm256_madd_epi16(i16[a], ones)); \
+						i[a] = _mm256_add_epi32(_mm256_set1_epi32(i0[a]), \
+									_mm256_madd_epi16(i[a], ones)); \
 					s[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[a]), d[a / NB], s[a]); \
 				} \
 			} \
@@ -621,11 +625,7 @@ NAME(float *y, int ldy, const acts *x, const pcg_mat *W, const uint8_t *gp, int 
 							(size_t)(b0 + b) * K + QB * j + 32 * sb + 4 * c)); \
 					_Pragma("GCC unroll 2") \
 					for (int hh = 0; hh < H; hh++) { \
-						const __m256i v = _mm256_loadu_si256( \
-							(const void *)(q + 64 * (c / 2) + hb0 + 32 * hh)); \
-						const __m256i w = c % 2 \
-							? _mm256_and_si256(_mm256_srli_epi16(v, 4), m15) \
-							: _mm256_and_si256(v, m15); \
+						const __m256i w = nib_part(q, c, hb0 + 32 * hh); \
 						_Pragma("GCC unroll 4") \
 						for (int b = 0; b < NB; b++) { \
 							const int a = hh * NB + b; \
