@@ -11,6 +11,7 @@
  */
 #include "sampling.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -251,28 +252,27 @@ static void softmax(float *x, int n, double max)
  * non-decreasing), then the tokens whose scaled logit top_k keeps, and exp
  * on them alone in index order (softmax's sum, in the same order); the
  * rest are 0. Each pass takes BLOCK logits at a time, looking at them one
- * by one only where one may count (block_flags). Returns 1 when done, 0 when the steps one at a time must run (a
- * bad logit, all -inf, a temperature that overflows: they say which; more
- * than KEPT_MAX ties kept): probs is then untouched. */
+ * by one only where one may count (block_above, against the raw logits: no
+ * division on the way). Returns 1 when done, 0 when the steps one at a
+ * time must run (a bad logit, all -inf, a temperature that overflows: they
+ * say which; more than KEPT_MAX ties kept): probs is then untouched. */
 #define KEPT_MAX 2048
 #define BLOCK 16
 typedef float f4 __attribute__((vector_size(16)));
 typedef int32_t i4 __attribute__((vector_size(16)));
 
-/* Whether one of x[0..BLOCK) / T is above `above` (or >= it: ge), or not
- * below +inf (a bad logit): four lanes at a time (GCC's vector extension,
- * SSE2 or NEON). */
-static int block_flags(const float *x, float T, float above, int ge)
+/* Whether one of x[0..BLOCK) is above `above`, or not below +inf (a bad
+ * logit): four lanes at a time (GCC's vector extension, SSE2 or NEON). */
+static int block_above(const float *x, float above)
 {
-	const f4 t = { T, T, T, T }, a = { above, above, above, above };
+	const f4 a = { above, above, above, above };
 	const f4 inf = { INFINITY, INFINITY, INFINITY, INFINITY };
 	i4 f = { 0, 0, 0, 0 };
 
 	for (int j = 0; j < BLOCK; j += 4) {
 		f4 v;
 		memcpy(&v, x + j, sizeof v);
-		v /= t;
-		f |= (ge ? v >= a : v > a) | ~(v < inf);
+		f |= (v > a) | ~(v < inf);
 	}
 	return (f[0] | f[1] | f[2] | f[3]) != 0;
 }
@@ -295,7 +295,7 @@ static int probs_top_k(const float *logits, int n, const pcg_sampling *s, float 
 		sift_down(heap, k, j);
 	while (i < n) {
 		const int e = n - i < BLOCK ? n : i + BLOCK;
-		if (e - i == BLOCK && !block_flags(logits + i, 1.0f, heap[0], 0)) {
+		if (e - i == BLOCK && !block_above(logits + i, heap[0])) {
 			i = e;
 			continue;
 		}
@@ -315,9 +315,13 @@ static int probs_top_k(const float *logits, int n, const pcg_sampling *s, float 
 	const float max = logits[best] / T, kth = heap[0] / T;
 	if (logits[best] == -INFINITY || isinf(max))
 		return 0;
+	/* a block none of whose logits reaches lo has none kept: x / T >= kth
+	 * needs x >= kth T within a few roundings, and lo is below that */
+	const double t = (double)kth * T;
+	const float lo = kth == -INFINITY ? -INFINITY : (float)(t - fabs(t) * 0x1p-20) - FLT_MIN;
 	for (i = 0; i < n;) {
 		const int e = n - i < BLOCK ? n : i + BLOCK;
-		if (e - i == BLOCK && !block_flags(logits + i, T, kth, 1)) {
+		if (e - i == BLOCK && !block_above(logits + i, lo)) {
 			i = e;
 			continue;
 		}
