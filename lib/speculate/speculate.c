@@ -524,8 +524,11 @@ static void request(spec_session *s, proto_msg *q, proto_type type, int n)
  * Lr + 1, so fc[fb[k] .. fb[k + 1] - 1] go in right before speech token k of
  * the round (token 0 is preceded by those already in the context). Lr shrinks
  * while the target's block (the last committed token, Lr drafts, the forced
- * tokens among them) would exceed PROTO_MAX_N vectors. Returns Lr. */
-static int forced_in_block(const spec_session *s, int Lr, int fb[PROTO_MAX_N + 1])
+ * tokens among them) would exceed PROTO_MAX_N vectors, or, for the target's
+ * run (run: Lr + 1 tokens it samples, the forced ones sent apart in the
+ * propose), while they would exceed the PROTO_MAX_N a propose carries.
+ * Returns Lr. */
+static int forced_in_block(const spec_session *s, int Lr, int fb[PROTO_MAX_N + 1], int run)
 {
 	int f = s->j;
 
@@ -534,7 +537,7 @@ static int forced_in_block(const spec_session *s, int Lr, int fb[PROTO_MAX_N + 1
 			f++;
 		fb[k] = f;
 	}
-	while (Lr > 0 && 1 + Lr + (fb[Lr + 1] - fb[1]) > PROTO_MAX_N)
+	while (Lr > 0 && (run ? 0 : 1 + Lr) + (fb[Lr + 1] - fb[1]) > PROTO_MAX_N)
 		Lr--;
 	return Lr;
 }
@@ -779,7 +782,7 @@ static void round_begin(spec_session *s, round *r)
 	if (r->Lr > s->max_tokens - s->nsp - 1)
 		r->Lr = s->max_tokens - s->nsp - 1;
 	if (r->Lr > 0)
-		r->Lr = forced_in_block(s, r->Lr, r->fb);
+		r->Lr = forced_in_block(s, r->Lr, r->fb, 0);
 	r->target_only = s->is_none || r->Lr < 1 || (s->mtp && !s->have_heads);
 	for (int i = 0; i < PROTO_MAX_N; i++)
 		r->groups[i] = -1;
@@ -793,7 +796,7 @@ static void round_begin(spec_session *s, round *r)
 		if (n < 1)
 			n = 1;
 		r->Lr = 0;
-		r->run = 1 + forced_in_block(s, n - 1, r->fb);
+		r->run = 1 + forced_in_block(s, n - 1, r->fb, 1);
 	}
 }
 
