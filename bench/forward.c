@@ -11,8 +11,12 @@
  * cache after --ctx positions, decoding --batch-block positions a step
  * (speech range), as one llama_forward_batch a step against one
  * llama_forward per sequence, alternated step by step.
+ * With --phonemes R, also the decode of a phoneme voice (the shipped one):
+ * its phoneme tokens go into the context at their frames, R a frame on
+ * average, with the frame's speech token, as the pipeline feeds them.
  * Usage: bench-forward --model PATH [--threads N] [--ctx N] [--steps N] [--block N]
- *        [--device DEV] [--bandwidth GBPS] [--layers LIST] [--batch N [--batch-block N]]
+ *        [--device DEV] [--bandwidth GBPS] [--layers LIST] [--phonemes R]
+ *        [--batch N [--batch-block N]]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +31,8 @@
 #include "opts.h"
 
 static const char *model_dir, *device, *layers_s;
-static double bandwidth;
+static double bandwidth, phonemes;
+static int phoneme_group;
 static int threads, ctx, steps, block, prefill, speech_begin, speech_end, end_token, batch, batch_block;
 static const pcg_opt opts[] = {
 	{ "model", PCG_OPT_STR, &model_dir, NULL, 1, 0, "PATH", "model directory or GGUF file" },
@@ -48,6 +53,11 @@ static const pcg_opt opts[] = {
 	  "run only these layers, e.g. 0,1 (a draft made of the target's first layers)" },
 	{ "bandwidth", PCG_OPT_FLOAT, &bandwidth, "0", 0, 1e6, "GBPS",
 	  "memory bandwidth for the bound (H100 SXM: 3350; 0: not shown)" },
+	{ "phonemes", PCG_OPT_FLOAT, &phonemes, "0", 0, 8, "R",
+	  "also a phoneme voice's decode: R phoneme tokens a frame fed with the frames' "
+	  "tokens, --phoneme-group at a time, no output at them (0: not)" },
+	{ "phoneme-group", PCG_OPT_INT, &phoneme_group, "2", 1, 8, "K",
+	  "phoneme tokens fed together (a voice with next-phoneme tokens: 2)" },
 	{ "batch", PCG_OPT_INT, &batch, "0", 0, 256, "N",
 	  "only time 1, 2, 4 .. N sequences batched against one by one (0: off)" },
 	{ "batch-block", PCG_OPT_INT, &batch_block, "1", 1, 8, "N",
@@ -79,19 +89,31 @@ static void die(const char *what, const pcg_err *err)
 	exit(1);
 }
 
-/* Seconds per step of `steps` single-token decode steps from the context. */
-static double decode(llama_model *m, llama_kv *kv, const llama_rows *rows, float *logits)
+/* Seconds per step of `steps` single-token decode steps from the context;
+ * with ph > 0, a phoneme voice's: ph phoneme tokens a frame on average go
+ * in with the frames' tokens, phoneme_group of them in the step where they
+ * are due (the pipeline's feed: the last token, then the phoneme tokens,
+ * one output, at the last). */
+static double decode(llama_model *m, llama_kv *kv, const llama_rows *rows, float *logits,
+		     double ph)
 {
 	pcg_err err;
-	int tok = 100;
-	double t;
+	int tok[1 + 8] = { 100 };
+	double t, due = 0;
 
 	llama_kv_truncate(kv, ctx, &err);
 	t = pcg_now();
 	for (int i = 0; i < steps; i++) {
-		if (llama_forward(m, kv, &tok, 1, 1, rows, logits, &err) < 0)
+		int n = 1;
+		due += ph;
+		if (ph > 0 && due >= phoneme_group) {
+			due -= phoneme_group;
+			for (int k = 0; k < phoneme_group; k++)
+				tok[n++] = 1 + (i + k) % 64;
+		}
+		if (llama_forward(m, kv, tok, n, 1, rows, logits, &err) < 0)
 			die("decode", &err);
-		tok = (tok * 7 + 13) % 1000;
+		tok[0] = (tok[0] * 7 + 13) % 1000;
 	}
 	return (pcg_now() - t) / steps;
 }
@@ -260,12 +282,14 @@ int main(int argc, char **argv)
 
 	/* Warm the page cache and the CPU, then measure side by side, twice
 	 * interleaved so that drift of the machine hits both alike. */
-	decode(m, kv, NULL, logits);
-	double full = 1e30, sp = 1e30;
+	decode(m, kv, NULL, logits, 0);
+	double full = 1e30, sp = 1e30, sph = 1e30;
 	for (int r = 0; r < 2; r++) {
-		double a = decode(m, kv, NULL, logits), b = decode(m, kv, &speech, logits);
+		double a = decode(m, kv, NULL, logits, 0), b = decode(m, kv, &speech, logits, 0);
+		double v = phonemes > 0 ? decode(m, kv, &speech, logits, phonemes) : 1e30;
 		full = a < full ? a : full;
 		sp = b < sp ? b : sp;
+		sph = v < sph ? v : sph;
 	}
 	double one = blockf(m, kv, 1, &speech, logits, 5);
 	double blk = blockf(m, kv, block, &speech, logits, 5);
@@ -304,6 +328,10 @@ int main(int argc, char **argv)
 	       1 / full, full * 1e3);
 	printf("decode speech range (%d rows): %6.2f tokens/s (%.1f ms/token), %.2fx full\n",
 	       se - sb + 1, 1 / sp, sp * 1e3, full / sp);
+	if (phonemes > 0)
+		printf("decode speech range, %.3f phoneme tokens a frame (%d at a time): %6.2f "
+		       "tokens/s (%.2f ms/token), %.2fx without\n", phonemes, phoneme_group,
+		       1 / sph, sph * 1e3, sph / sp);
 	printf("block of %d vs 1 position, speech range: %.1f ms vs %.1f ms = %.2fx\n", block,
 	       blk * 1e3, one * 1e3, blk / one);
 	printf("block of %d vs 1 position, full lm_head: %.1f ms vs %.1f ms = %.2fx\n", block,

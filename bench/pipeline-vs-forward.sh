@@ -5,8 +5,9 @@
 # the first token ((tokens - 1) / (whole - first), the prompt's prefill
 # apart), against bench-forward's speech-range decode at the same threads
 # over the same positions (from the prompt's length, TOKENS steps), run
-# before and after the pipeline. Both as the best of their runs (the
-# machine's bursts only slow a run down) and the pipeline's median too.
+# right after each utterance, so that each pair sees the same minute of a
+# machine that drifts: the median of the pairs' ratios (and their range),
+# the medians and the best of each side.
 #
 # Usage: bench/pipeline-vs-forward.sh MODEL [MODEL...]   (a directory or a GGUF file)
 # Environment: THREADS (per server; default: pcg-up's choice for the
@@ -16,7 +17,8 @@
 #   --llasa-prompt, or a phoneme voice's, pcg-phonemize --tokens),
 #   PASSIVE=1 (also the pipeline with the servers' OpenMP threads sleeping
 #   at once, OMP_WAIT_POLICY=PASSIVE, the old default), RUN_TOKENS (the
-#   verifier's PCG_RUN_TOKENS: 1 for one token a request)
+#   verifier's PCG_RUN_TOKENS: 1 for one token a request), VERBOSE=1 (each
+#   pair on standard error)
 set -eu
 cd "$(dirname "$0")/.."
 export PATH="$PWD/bin:$PWD/scripts:$PATH"
@@ -34,14 +36,22 @@ echo "== $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), $(nproc) CPUs,
 split='/^tokens / { tok = $2; for (i = 1; i <= NF; i++) if ($i == "in") sec = $(i + 1) }
 	/^time: / { for (i = 1; i <= NF; i++) { if ($i == "computing") c = $(i + 1); if ($i == "queue") q = $(i + 3) } }
 	END { print tok, sec, c, q }'
-# pipe MODEL: one line, the steady rate through the pipeline after the
-# first token and a token's time in targetd and in the rest of the round
-# after it, of the fastest of REPS utterances; then their median rate.
+# bench-forward's speech-range decode at the pipeline's positions, tokens/s
+fwd() {
+	bench-forward --model "$1" --threads "${2:-2}" --ctx "$3" --steps "$tokens" --prefill 0 \
+		--block 2 2>&1 | sed -n 's/^decode speech range[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p'
+}
+# pipe MODEL CTX: REPS lines, one an utterance, each paired with a run of
+# bench-forward right after it (the machine drifts between minutes: a pair
+# sees the same minute): "RATE COMPUTE_MS REST_MS FORWARD_RATE", the
+# steady rate through the pipeline after the first token, a token's time in
+# targetd and in the rest of the round after it.
 pipe() {
 	pcg-up --target "$1" ${THREADS:+--threads "$THREADS"} --draft-layers 0 --no-warmup >/dev/null
 	# the threads targetd runs with (pcg-up's choice), for bench-forward
 	tr '\0' ' ' <"/proc/$(cat "$rt/targetd.pid")/cmdline" |
 		sed -n 's/.*--threads \([0-9]*\).*/\1/p' >"$rt/threads"
+	t=$(cat "$rt/threads")
 	pcg-synth --policy none --seed 9 --max-tokens 8 "Warm up." >/dev/null 2>&1
 	# the first token alone (the prompt's prefill): its seconds, the
 	# target server's compute and the rest, the median of REPS, taken
@@ -55,18 +65,13 @@ pipe() {
 	i=0
 	while [ $i -lt "$reps" ]; do
 		i=$((i + 1))
-		pcg-synth --policy none --seed "$i" --max-tokens "$tokens" "$text" 2>&1 >/dev/null |
+		p=$(pcg-synth --policy none --seed "$i" --max-tokens "$tokens" "$text" 2>&1 >/dev/null |
 			awk "$split" | awk -v f="$first" '{ split(f, a, " ")
 				printf "%.2f %.3f %.3f\n", ($1 - 1) / ($2 - a[2]), 1000 * ($3 - a[3]) / ($1 - 1),
-					1000 * ($4 - a[4]) / ($1 - 1) }'
-	done | sort -g | awk '{ l[NR] = $0 } END { split(l[int((NR + 1) / 2)], m, " ")
-		print l[NR], m[1] }'
+					1000 * ($4 - a[4]) / ($1 - 1) }')
+		echo "$p $(fwd "$1" "$t" "$2")"
+	done
 	pcg-down >/dev/null
-}
-# bench-forward's speech-range decode at the pipeline's positions, tokens/s
-fwd() {
-	bench-forward --model "$1" --threads "${2:-2}" --ctx "$3" --steps "$tokens" 2>&1 |
-		sed -n 's/^decode speech range[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p'
 }
 for m in "$@"; do
 	# bench-forward from the prompt's length, as the tokenizer makes it
@@ -83,21 +88,28 @@ for m in "$@"; do
 		fi
 		[ "$mctx" -gt 0 ] || mctx=60
 	fi
-	new=$(pipe "$m")
+	pipe "$m" "$mctx" >"$rt/pairs"
+	[ "${VERBOSE:-0}" = 1 ] && sed 's/^/pair (tokens\/s, targetd ms, rest ms, bench-forward tokens\/s): /' "$rt/pairs" >&2
 	t=$(cat "$rt/threads")
-	f1=$(fwd "$m" "$t" "$mctx")
 	old=-
-	[ "${PASSIVE:-0}" = 1 ] && old=$(OMP_WAIT_POLICY=PASSIVE pipe "$m" | cut -d' ' -f1)
-	f2=$(fwd "$m" "$t" "$mctx")
-	# the pipeline's round split: the target server's compute a token (its
-	# receive to its reply: the forward pass, the distribution, packing) and
-	# the rest of the round (the verifier's queue and the messaging)
-	set -- $new
+	[ "${PASSIVE:-0}" = 1 ] && old=$(OMP_WAIT_POLICY=PASSIVE pipe "$m" "$mctx" |
+		awk '{ print $1 / $4 }' | sort -g | awk '{ l[NR] = $0 } END { print l[int((NR + 1) / 2)] }')
+	# per pair the pipeline's rate over bench-forward's; the median pair,
+	# the best of each side, and the fastest utterance's round split: the
+	# target server's compute a token (its receive to its reply: the
+	# forward pass, the distribution, packing) and the rest of the round
+	# (the verifier's queue and the messaging)
+	med() { sort -g | awk '{ l[NR] = $0 } END { print l[int((NR + 1) / 2)], l[1], l[NR] }'; }
+	rm=$(awk '{ print $1 / $4 }' "$rt/pairs" | med)
+	pm=$(awk '{ print $1 }' "$rt/pairs" | med)
+	fm=$(awk '{ print $4 }' "$rt/pairs" | med)
 	awk -v m="${m##*/}" -v t="$( [ "${t:-0}" = 0 ] && echo "$(nproc) (all)" || echo "$t")" \
-		-v f1="$f1" -v f2="$f2" -v n="$1" -v c="$2" -v q="$3" -v med="$4" -v o="$old" \
-		-v x="$mctx" -v k="$tokens" -v r="$reps" 'BEGIN {
-		f = f1 > f2 ? f1 : f2
-		printf "%-16s %s threads, positions %d-%d: bench-forward %.2f, %.2f tokens/s (%.2f ms); pipeline best of %d %.2f = %.2fx, median %.2f = %.2fx: a token %.3f ms in targetd + %.3f ms queue and messaging%s\n",
-			m, t, x, x + k, f1, f2, 1000 / f, r, n, n / f, med, med / f, c, q,
-			o == "-" ? "" : sprintf(" (servers sleeping at once: %.2f = %.2fx)", o, o / f) }'
+		-v o="$old" -v x="$mctx" -v k="$tokens" -v rm="$rm" -v pm="$pm" -v fm="$fm" '{
+		if ($1 > bp) { bp = $1; c = $2; q = $3 }
+		if ($4 > bf) bf = $4
+	} END {
+		split(rm, r, " "); split(pm, p, " "); split(fm, f, " ")
+		printf "%-16s %s threads, positions %d-%d, %d pairs: pipeline / bench-forward, median pair %.2fx (%.2fx-%.2fx); medians %.2f / %.2f tokens/s; best %.2f / %.2f = %.2fx; fastest utterance: a token %.3f ms in targetd + %.3f ms queue and messaging%s\n",
+			m, t, x, x + k, NR, r[1], r[2], r[3], p[1], f[1], bp, bf, bp / bf, c, q,
+			o == "-" ? "" : sprintf(" (servers sleeping at once: median pair %.2fx)", o) }' "$rt/pairs"
 done

@@ -30,7 +30,7 @@ double cost_round_seconds(const cost_terms *c, cost_kind kind, const double *a, 
 {
 	switch (kind) {
 	case COST_NONE:
-		return c->trip + c->step;
+		return c->trip / (c->run > 1 ? c->run : 1) + c->step;
 	case COST_MTP:
 		return c->trip + block(c, L + 1) + (L + 1) * (c->heads > 0 ? c->heads : L) * c->head;
 	case COST_VITERBI: /* the tokens it kept last round, new to the target */
@@ -101,7 +101,7 @@ int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err)
 		return pcg_fail(err, "costs '%s': the target step must be > 0 ms", s);
 	if (v[5] > 1)
 		return pcg_fail(err, "costs '%s': the overlap is a share in [0, 1]", s);
-	*c = (cost_terms){ v[0] * 1e-3, v[1] * 1e-3, v[2], v[3] * 1e-3, v[4] * 1e-3, v[5], 0 };
+	*c = (cost_terms){ v[0] * 1e-3, v[1] * 1e-3, v[2], v[3] * 1e-3, v[4] * 1e-3, v[5], 0, 0 };
 	return 0;
 }
 

@@ -31,7 +31,9 @@
  * other, as two servers sharing the same cores or memory can be):
  * only then are the next round's drafts ready when the verdict comes
  * (lib/speculate/speculate.c); after a rejection the draft drafts again while the
- * target waits. The target alone costs a trip and a step per token.
+ * target waits. The target alone costs a step per token and a trip per
+ * request: a token a request, or a run of them that the target samples
+ * itself (run tokens a trip).
  */
 #ifndef PCG_COSTMODEL_H
 #define PCG_COSTMODEL_H
@@ -48,6 +50,8 @@ typedef struct cost_terms {
 	double head;   /* one MTP head at one position (0: none measured) */
 	double overlap; /* in [0, 1]: the draft and the target at once, beyond the longer */
 	int heads;     /* MTP heads a score asks for at each position (0: L); not parsed */
+	int run;       /* tokens a request of the target alone brings (its runs, which
+			* share a trip; 0 or 1: a trip a token); not parsed */
 } cost_terms;
 
 /* Which round: the target alone, drafts from a draft server (one after the

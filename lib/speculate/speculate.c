@@ -14,6 +14,10 @@
 #include "synth.h"
 #include "viterbi.h"
 
+/* A run asks for at most this much of the target's time (its tokens come
+ * to the client together: a run delays them by as much). */
+#define RUN_SECONDS 0.1
+
 /* A phoneme voice's prompt text and forced tokens for one request: the
  * speaker token and espeak-ng's phoneme tokens, and for each phoneme its
  * token id and start frame. */
@@ -349,6 +353,11 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 	if (s->env.costs.step <= 0)
 		cost_terms_parse(SPEC_COSTS, &s->env.costs, err);
 	s->env.costs.heads = s->mtp ? s->heads : 0; /* a score asks for them all */
+	/* the target alone's runs, once grown: PROTO_MAX_N tokens, or what
+	 * RUN_SECONDS of steps hold (draft_run), a trip for them all */
+	const double steps = s->env.costs.step > 0 ? RUN_SECONDS / s->env.costs.step : PROTO_MAX_N;
+	s->env.costs.run = s->run_next == 0 ? 1 : s->env.run_tokens > 1 ? s->env.run_tokens
+			   : steps < 1 ? 1 : steps > PROTO_MAX_N ? PROTO_MAX_N : (int)steps;
 	/* MTP heads ride on the target's score: nothing to catch up, so a
 	 * probe is worth it where drafting at a common acceptance would pay */
 	s->can_pay = !s->auto_l || (drafting_can_pay(s) && (!s->mtp || probe_worth(s, 0)));
@@ -865,9 +874,6 @@ static int draft_server(spec_session *s, const spec_io *io, round *r, pcg_err *e
 	return 0;
 }
 
-/* A run asks for at most this much of the target's time (its tokens come
- * to the client together: a run delays them by as much). */
-#define RUN_SECONDS 0.1
 
 /* The target alone, a run of r->run tokens that it samples itself: token
  * k of the run drawn with the uniform the round of its own would draw

@@ -85,6 +85,12 @@ int main(void)
 	CHECK(near(cost_round_seconds(&c, COST_PIPELINED, a, 3),
 		   0.1e-3 + blk3 + (1 - full) * (0.1e-3 + 1.5e-3), 1e-12));
 	CHECK(near(cost_tokens_per_second(&c, COST_NONE, a, 3), 1 / 2.1e-3, 1e-12));
+	/* the target alone's runs: a trip for 16 tokens; a run of 1 is a token a trip */
+	cost_terms run = c;
+	run.run = 16;
+	CHECK(near(cost_round_seconds(&run, COST_NONE, a, 1), 2e-3 + 0.1e-3 / 16, 1e-12));
+	run.run = 1;
+	CHECK(near(cost_round_seconds(&run, COST_NONE, a, 1), 2.1e-3, 1e-12));
 	/* a draft slower than the block: the longer of the two */
 	cost_terms slow = c;
 	slow.draft = 2e-3;
@@ -109,7 +115,7 @@ int main(void)
 	}
 	/* certain acceptance and free blocks: the longest; none accepted: 1 */
 	const double one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, zero[8] = { 0 };
-	cost_terms free_blk = { 1e-3, 0.1e-3, 0, 0.1e-3, 0, 0, 0 };
+	cost_terms free_blk = { 1e-3, 0.1e-3, 0, 0.1e-3, 0, 0, 0, 0 };
 	CHECK(cost_best_lookahead(&free_blk, COST_PIPELINED, one, 7) == 7);
 	CHECK(cost_best_lookahead(&c, COST_PIPELINED, zero, 7) == 1);
 

@@ -524,6 +524,7 @@ static int call_counting(void *ctx, int stage, proto_msg *q, proto_msg *r, pcg_e
  * context (prompt, forced and speech tokens) to its end under env with
  * run_tokens `run`, into ctx (room for cap); returns its length, or -1,
  * its rounds and its share of rounds that drafted. */
+static double last_predicted; /* the last alone_session's PROTO_STAT_PREDICTED */
 static int alone_session(route *to, const spec_env *env, const char *policy, int run,
 			 const char *text, int speaker, uint64_t seed, int max_tokens, int *ctx,
 			 int cap, int *rounds, double *drafting)
@@ -552,6 +553,7 @@ static int alone_session(route *to, const spec_env *env, const char *policy, int
 		memcpy(st, res->result.stats, sizeof st);
 		*rounds = (int)st[PROTO_STAT_ROUNDS];
 		*drafting = st[PROTO_STAT_DRAFTING];
+		last_predicted = st[PROTO_STAT_PREDICTED];
 		free(res);
 	}
 	spec_free(&s);
@@ -566,13 +568,16 @@ static int alone_session(route *to, const spec_env *env, const char *policy, int
  * tokens fall inside the runs): policy none, and `policy` under lookahead
  * auto with costs (`costs`) where drafting never pays (every round alone)
  * and where it pays only now and then (runs end where auto weighs a
- * probe); runs are what ran, and the rounds count target passes alike. */
+ * probe); runs are what ran, and the rounds count target passes alike.
+ * The costs have no trip: the target alone then costs a step a token
+ * whatever its runs (costmodel.h), so auto weighs the same prices either
+ * way. With a trip, a run shares it: the price falls (checked last). */
 static void test_runs(route *to, const spec_env *env, const char *policy, const char *text,
 		      int max_tokens)
 {
 	enum { SEEDS = 6, CAP = 4096 };
 	static const int runs[] = { 0, 3, PROTO_MAX_N };
-	static const char *costs[] = { NULL, "1,1,0.33,0.2,0,1", "1,0.05,0.33,0.2,0,1" };
+	static const char *costs[] = { NULL, "1,1,0.33,0,0,1", "1,0.1,0.33,0,0,1" };
 	static int one[CAP], got[CAP];
 	int same = 0, total = 0, ended = 0, rounds_same = 0, mixed = 0;
 	pcg_err err = { "" };
@@ -608,6 +613,23 @@ static void test_runs(route *to, const spec_env *env, const char *policy, const 
 	CHECKF(rounds_same == total, "%d of %d sessions in runs counted the rounds of one a round",
 	       rounds_same, total);
 	CHECKF(mixed > 0, "no session both drafted and ran the target alone");
+	/* the price of the target alone: a trip a token, or a trip a run (16
+	 * tokens: a 1 ms step holds 100 in RUN_SECONDS); one token, so that
+	 * the prediction is the model's rate alone */
+	{
+		spec_env e = *env;
+		int r = 0;
+		double d = 0, p1, p16;
+		CHECK(cost_terms_parse("1,1,0.33,0.2", &e.costs, &err) == 0);
+		alone_session(to, &e, "none", 1, text, 0, 300, 1, got, CAP, &r, &d);
+		p1 = last_predicted;
+		alone_session(to, &e, "none", 0, text, 0, 300, 1, got, CAP, &r, &d);
+		p16 = last_predicted;
+		CHECKF(fabs(p1 - 1 / 1.2e-3) < 1e-6 * p1 && fabs(p16 - 1 / 1.0125e-3) < 1e-6 * p16,
+		       "the target alone priced at %.3f tokens/s a token a request (%.3f "
+		       "expected) and %.3f in runs (%.3f expected)", p1, 1 / 1.2e-3, p16,
+		       1 / 1.0125e-3);
+	}
 	printf(" the target alone in runs of 3, 16 and grown (none; %s, auto): the tokens of one "
 	       "a round in %d of %d sessions (%d drafting now and then; %d ended at the end "
 	       "token)\n", policy, same, total, mixed, ended);
