@@ -605,9 +605,10 @@ int main(int argc, char **argv)
 	spec_env env = { .tok = tok, .voc = &M.voc, .target_heads = 3 };
 	const pcg_sampling topk = { 1.0f, 20, 1.0f }, plain = { 1.0f, 0, 1.0f },
 			   topp = { 0.9f, 0, 0.95f };
-	/* auto's terms: a draft step near the target's, so that drafting pays
-	 * while the draft is good and not once it fades */
-	const char *costs = "1,0.2,0.15,0.3,0,0.4";
+	/* auto's terms: a draft step and a trip that drafting pays for while
+	 * the draft is good and not once it fades (the target alone's runs
+	 * share a trip: a trip weighs on the drafting rounds alone) */
+	const char *costs = "1,0.15,0.15,0.1,0,0.4";
 	const config cfg[] = {
 		{ "sd, sequential", "sd", 3, 1, DRAFT_NEAR, 0, 0, T, 4000, topk, NULL },
 		{ "sd, pipelined", "sd", 3, 0, DRAFT_NEAR, 0, 0, T, 4000, topk, NULL },
