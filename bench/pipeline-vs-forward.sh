@@ -18,7 +18,10 @@
 #   PASSIVE=1 (also the pipeline with the servers' OpenMP threads sleeping
 #   at once, OMP_WAIT_POLICY=PASSIVE, the old default), RUN_TOKENS (the
 #   verifier's PCG_RUN_TOKENS: 1 for one token a request), VERBOSE=1 (each
-#   pair on standard error)
+#   pair on standard error). A phoneme voice feeds its phoneme tokens into
+#   the context at their frames, work bench-forward's plain decode does not
+#   do: it is also compared with bench-forward --phonemes (the voice's share
+#   of phoneme tokens a frame over the first TOKENS, pcg-phonemize).
 set -eu
 cd "$(dirname "$0")/.."
 export PATH="$PWD/bin:$PWD/scripts:$PATH"
@@ -37,13 +40,17 @@ split='/^tokens / { tok = $2; for (i = 1; i <= NF; i++) if ($i == "in") sec = $(
 	/^time: / { for (i = 1; i <= NF; i++) { if ($i == "computing") c = $(i + 1); if ($i == "queue") q = $(i + 3) } }
 	END { print tok, sec, c, q }'
 # bench-forward's speech-range decode at the pipeline's positions, tokens/s
+# (a phoneme voice: with its phoneme tokens, PH a frame, as a second figure)
 fwd() {
 	bench-forward --model "$1" --threads "${2:-2}" --ctx "$3" --steps "$tokens" --prefill 0 \
-		--block 2 2>&1 | sed -n 's/^decode speech range[^:]*: *\([0-9.]*\) tokens\/s.*/\1/p'
+		--block 2 ${4:+--phonemes "$4"} 2>&1 | awk '
+		/^decode speech range \(/ { for (i = 1; i <= NF; i++) if ($i == "tokens/s") a = $(i - 1) }
+		/^decode speech range, / { for (i = 1; i <= NF; i++) if ($i == "tokens/s") b = $(i - 1) }
+		END { print a, b }'
 }
-# pipe MODEL CTX: REPS lines, one an utterance, each paired with a run of
+# pipe MODEL CTX [PH]: REPS lines, one an utterance, each paired with a run of
 # bench-forward right after it (the machine drifts between minutes: a pair
-# sees the same minute): "RATE COMPUTE_MS REST_MS FORWARD_RATE", the
+# sees the same minute): "RATE COMPUTE_MS REST_MS FORWARD_RATE [VOICE_RATE]", the
 # steady rate through the pipeline after the first token, a token's time in
 # targetd and in the rest of the round after it.
 pipe() {
@@ -69,7 +76,7 @@ pipe() {
 			awk "$split" | awk -v f="$first" '{ split(f, a, " ")
 				printf "%.2f %.3f %.3f\n", ($1 - 1) / ($2 - a[2]), 1000 * ($3 - a[3]) / ($1 - 1),
 					1000 * ($4 - a[4]) / ($1 - 1) }')
-		echo "$p $(fwd "$1" "$t" "$2")"
+		echo "$p $(fwd "$1" "$t" "$2" "${3:-}")"
 	done
 	pcg-down >/dev/null
 }
@@ -88,11 +95,20 @@ for m in "$@"; do
 		fi
 		[ "$mctx" -gt 0 ] || mctx=60
 	fi
-	pipe "$m" "$mctx" >"$rt/pairs"
-	[ "${VERBOSE:-0}" = 1 ] && sed 's/^/pair (tokens\/s, targetd ms, rest ms, bench-forward tokens\/s): /' "$rt/pairs" >&2
+	# a phoneme voice feeds its phoneme tokens (2 a phoneme with next-
+	# phoneme tokens) at their frames: per frame, over the first TOKENS
+	ph=
+	if [ -d "$m" ] && [ -f "$m/voice.json" ]; then
+		per=1
+		grep -q '"next_phoneme": *true' "$m/voice.json" && per=2
+		ph=$(pcg-phonemize --voice-file "$m/voice.json" "$text" 2>/dev/null |
+			awk -v k="$tokens" -v per="$per" '!/^#/ && $1 < k { n++ } END { printf "%.3f", n * per / k }')
+	fi
+	pipe "$m" "$mctx" "$ph" >"$rt/pairs"
+	[ "${VERBOSE:-0}" = 1 ] && sed 's/^/pair (tokens\/s, targetd ms, rest ms, bench-forward tokens\/s[, with phoneme tokens]): /' "$rt/pairs" >&2
 	t=$(cat "$rt/threads")
 	old=-
-	[ "${PASSIVE:-0}" = 1 ] && old=$(OMP_WAIT_POLICY=PASSIVE pipe "$m" "$mctx" |
+	[ "${PASSIVE:-0}" = 1 ] && old=$(OMP_WAIT_POLICY=PASSIVE pipe "$m" "$mctx" "" |
 		awk '{ print $1 / $4 }' | sort -g | awk '{ l[NR] = $0 } END { print l[int((NR + 1) / 2)] }')
 	# per pair the pipeline's rate over bench-forward's; the median pair,
 	# the best of each side, and the fastest utterance's round split: the
@@ -103,13 +119,21 @@ for m in "$@"; do
 	rm=$(awk '{ print $1 / $4 }' "$rt/pairs" | med)
 	pm=$(awk '{ print $1 }' "$rt/pairs" | med)
 	fm=$(awk '{ print $4 }' "$rt/pairs" | med)
+	vm=
+	[ -n "$ph" ] && vm=$(awk '{ print $1 / $5 }' "$rt/pairs" | med)
 	awk -v m="${m##*/}" -v t="$( [ "${t:-0}" = 0 ] && echo "$(nproc) (all)" || echo "$t")" \
-		-v o="$old" -v x="$mctx" -v k="$tokens" -v rm="$rm" -v pm="$pm" -v fm="$fm" '{
+		-v o="$old" -v x="$mctx" -v k="$tokens" -v rm="$rm" -v pm="$pm" -v fm="$fm" \
+		-v vm="$vm" -v ph="$ph" '{
 		if ($1 > bp) { bp = $1; c = $2; q = $3 }
 		if ($4 > bf) bf = $4
 	} END {
 		split(rm, r, " "); split(pm, p, " "); split(fm, f, " ")
 		printf "%-16s %s threads, positions %d-%d, %d pairs: pipeline / bench-forward, median pair %.2fx (%.2fx-%.2fx); medians %.2f / %.2f tokens/s; best %.2f / %.2f = %.2fx; fastest utterance: a token %.3f ms in targetd + %.3f ms queue and messaging%s\n",
 			m, t, x, x + k, NR, r[1], r[2], r[3], p[1], f[1], bp, bf, bp / bf, c, q,
-			o == "-" ? "" : sprintf(" (servers sleeping at once: median pair %.2fx)", o) }' "$rt/pairs"
+			o == "-" ? "" : sprintf(" (servers sleeping at once: median pair %.2fx)", o)
+		if (vm != "") {
+			split(vm, v, " ")
+			printf "%-16s against bench-forward with the voice'"'"'s phoneme tokens (%s a frame): median pair %.2fx (%.2fx-%.2fx)\n",
+				m, ph, v[1], v[2], v[3]
+		} }' "$rt/pairs"
 done
