@@ -18,7 +18,7 @@
 #include "opts.h"
 
 static const char *costs, *kind_s, *accept_s;
-static double lookahead, drafting;
+static double lookahead, drafting, run_step;
 static int heads;
 
 static const pcg_opt opts[] = {
@@ -35,6 +35,8 @@ static const pcg_opt opts[] = {
 	  "mtp: the heads a score asks for at each position (0: the lookahead)" },
 	{ "drafting", PCG_OPT_FLOAT, &drafting, "1", 0, 1, "SHARE",
 	  "the share of rounds that draft; the others are the target's alone" },
+	{ "run-step", PCG_OPT_FLOAT, &run_step, "0", 0, 1e6, "MS",
+	  "the target's step back to back, its rounds alone (0: the step)" },
 	{ NULL },
 };
 
@@ -65,6 +67,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	c.heads = heads;
+	c.run_step = run_step * 1e-3;
 	for (const char *p = accept_s; *p && n < 16;) {
 		char *end;
 		u[n++] = strtod(p, &end);

@@ -60,8 +60,12 @@ done <"$work/text"
 terms=$(sed -n 's/.*cost model: target step \([0-9.]*\) ms, block slope \([0-9.]*\), draft step \([0-9.]*\) ms, trip \([0-9.]*\) ms, MTP head \([0-9.]*\) ms, overlap \([0-9.]*\).*/\1 \2 \3 \4 \5 \6/p' "$PCG_RUNTIME_DIR/verifier.log" | head -n 1)
 set -- $terms
 step=$1 slope=$2 dstep=$3 head=$5 ovl=$6
-printf "cost terms (the verifier's, learnt): target step %s ms, block slope %s, draft step %s ms, MTP head %s ms, overlap %s\n" \
-	"$step" "$slope" "$dstep" "$head" "$ovl"
+# the target's step back to back (its runs, the target alone): the step
+# where the verifier did not learn it
+rstep=$(sed -n 's/.*cost model: .*target step back to back \([0-9.]*\) ms.*/\1/p' "$PCG_RUNTIME_DIR/verifier.log" | head -n 1)
+[ -n "$rstep" ] && [ "$rstep" != 0.000 ] || rstep=$step
+printf "cost terms (the verifier's, learnt): target step %s ms (back to back %s ms), block slope %s, draft step %s ms, MTP head %s ms, overlap %s\n" \
+	"$step" "$rstep" "$slope" "$dstep" "$head" "$ovl"
 # per policy: tokens, seconds, rounds-weighted acceptance per position, mean L
 awk '{ tok[$1] += $2; sec[$1] += $3; r[$1] += $4; L[$1] += $6 * $4; pp[$1] += $7 * $4
        for (k = 1; k <= 7; k++) a[$1, k] += $(7 + k) * $4; f[$1] += $15; d[$1] += $16 * $4; n[$1]++ }
@@ -70,8 +74,8 @@ END { for (p in tok) { printf "%s %.0f %.4f %.0f %.4f %.1f", p, tok[p], sec[p], 
 	"$work/runs" >"$work/sum"
 none_tps=$(awk '$1 == "none" { print $2 / $3 }' "$work/sum")
 [ -n "$none_tps" ] || { echo "speedup.sh: no none runs to compare with" >&2; exit 1; }
-# none's rounds after its start: a step and the fixed cost each
-fixed=$(awk -v s="$step" '$1 == "none" { f = 1000 * ($3 - $14) / ($2 - 2 * $15) - s
+# none's rounds after its start: a step back to back and the fixed cost each
+fixed=$(awk -v s="$rstep" '$1 == "none" { f = 1000 * ($3 - $14) / ($2 - 2 * $15) - s
 	printf "%.4f", f < 0 ? 0 : f }' "$work/sum")
 printf "fixed cost of a round, from none's rounds after the start: %s ms\n" "$fixed"
 printf "%-14s %9s %8s %6s %6s %9s %7s %10s %9s\n" policy tokens/s "vs none" MAL L drafting piped predicted "meas/pred"
@@ -89,7 +93,8 @@ for p in $pols; do
 	[ "$kind" != sequential ] || [ "${6%.*}" -lt 50 ] || kind=pipelined
 	nh=0
 	[ "$kind" != mtp ] || nh=3 # pcg-synth's auto asks for 3 heads at each position
-	rate=$(bench-costmodel --costs "$step,$dstep,$slope,$fixed,$head,$ovl" --kind "$kind" --heads $nh \
+	rate=$(bench-costmodel --costs "$step,$dstep,$slope,$fixed,$head,$ovl" --run-step "$rstep" \
+		--kind "$kind" --heads $nh \
 		--accept "$acc" --drafting "${16}" \
 		--lookahead "$(awk -v l="$5" -v d="${16}" 'BEGIN { print (d > 0 ? l / d : 0) }')" |
 		sed -n 's/^\([0-9.]*\) tokens.s predicted.*/\1/p')

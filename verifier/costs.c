@@ -200,6 +200,7 @@ void learn_costs(verifier *v)
 				continue;
 			client_set_ms_per_position(cl[sg], cfg->ms_per_pos);
 			c.step = step;
+			c.run_step = pong_value(r->pong.msg, "run_step_ms=") * 1e-3;
 			c.slope = pong_value(r->pong.msg, "slope=");
 			c.head = pong_value(r->pong.msg, "head_ms=") * 1e-3;
 			const double plain = score_time(v, cl[sg], q, r, 0, &c.trip);
@@ -232,8 +233,9 @@ void learn_costs(verifier *v)
 		v->env.costs = c;
 		v->costs_known = 1;
 		fprintf(stderr, "%s: cost model: target step %.3f ms, block slope %.2f, draft step "
-			"%.3f ms, trip %.3f ms, MTP head %.3f ms, overlap %.2f\n", prog,
-			c.step * 1e3, c.slope, c.draft * 1e3, c.trip * 1e3, c.head * 1e3, c.overlap);
+			"%.3f ms, trip %.3f ms, MTP head %.3f ms, overlap %.2f, target step back to "
+			"back %.3f ms\n", prog, c.step * 1e3, c.slope, c.draft * 1e3, c.trip * 1e3,
+			c.head * 1e3, c.overlap, c.run_step * 1e3);
 	} else if (++v->costs_tries >= LEARN_TRIES) {
 		v->costs_known = 1;
 		fprintf(stderr, "%s: cost model: the target was not measured in %d tries; "

@@ -61,6 +61,7 @@ typedef struct server {
 				* pending's out, after the block's rows) */
 	float *hprobs;         /* with heads: PROTO_MAX_N x (1 + heads) x vocab */
 	double step, slope;    /* measured at the first ping (lib/speculate/costmodel.c): told in pongs */
+	double run_step;       /* and the step back to back, caches warm */
 	double head;           /* one MTP head at one position, likewise */
 	int measured;
 } server;
@@ -299,8 +300,9 @@ static void serve_now(server *sv, const proto_msg *q, proto_msg *rep)
 			 * up) rather than at load, where the others still load */
 			const int V = c->vocab, nr = V < 65537 ? V : 65537;
 			const llama_rows top = { 1, { V - nr }, { V } };
-			if (cost_measure(sv->model, &top, &sv->step, &sv->slope, &err) < 0)
-				sv->step = sv->slope = 0;
+			if (cost_measure(sv->model, &top, &sv->step, &sv->slope, &sv->run_step,
+					 &err) < 0)
+				sv->step = sv->slope = sv->run_step = 0;
 			const pcg_sampling samp = { 0.8f, 50, 1.0f }; /* LLaSA's */
 			if (n_heads(sv) > 0)
 				sv->head = cost_measure_heads(sv->heads, sv->model, &top, &samp);
@@ -309,9 +311,9 @@ static void serve_now(server *sv, const proto_msg *q, proto_msg *rep)
 		proto_init(rep, PROTO_PONG, q->id);
 		snprintf(rep->pong.msg, sizeof rep->pong.msg,
 			 "%s layers=%d vocab=%d hidden=%d heads=%d sessions=%d step_ms=%.4f "
-			 "slope=%.4f head_ms=%.4f", sv->prog, llama_n_layers(sv->model), c->vocab,
-			 c->hidden, n_heads(sv), sv->n, sv->step * 1e3,
-			 sv->slope, sv->head * 1e3);
+			 "slope=%.4f head_ms=%.4f run_step_ms=%.4f", sv->prog,
+			 llama_n_layers(sv->model), c->vocab, c->hidden, n_heads(sv), sv->n,
+			 sv->step * 1e3, sv->slope, sv->head * 1e3, sv->run_step * 1e3);
 		return;
 	case PROTO_DROP:
 		if ((x = find(sv, q->drop.session)) != NULL)

@@ -30,7 +30,7 @@ double cost_round_seconds(const cost_terms *c, cost_kind kind, const double *a, 
 {
 	switch (kind) {
 	case COST_NONE:
-		return c->trip / (c->run > 1 ? c->run : 1) + c->step;
+		return c->trip / (c->run > 1 ? c->run : 1) + (c->run_step > 0 ? c->run_step : c->step);
 	case COST_MTP:
 		return c->trip + block(c, L + 1) + (L + 1) * (c->heads > 0 ? c->heads : L) * c->head;
 	case COST_VITERBI: /* the tokens it kept last round, new to the target */
@@ -101,7 +101,8 @@ int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err)
 		return pcg_fail(err, "costs '%s': the target step must be > 0 ms", s);
 	if (v[5] > 1)
 		return pcg_fail(err, "costs '%s': the overlap is a share in [0, 1]", s);
-	*c = (cost_terms){ v[0] * 1e-3, v[1] * 1e-3, v[2], v[3] * 1e-3, v[4] * 1e-3, v[5], 0, 0 };
+	*c = (cost_terms){ .step = v[0] * 1e-3, .draft = v[1] * 1e-3, .slope = v[2],
+			   .trip = v[3] * 1e-3, .head = v[4] * 1e-3, .overlap = v[5] };
 	return 0;
 }
 
@@ -131,7 +132,7 @@ static void evict(double *buf)
 }
 
 int cost_measure(llama_model *m, const llama_rows *rows, double *step, double *slope,
-		 pcg_err *err)
+		 double *warm, pcg_err *err)
 {
 	enum { REPS = 7, BLOCK = 4, MAX_CTX = 192 };
 	/* a context of the length an utterance runs at (attention is a share
@@ -169,6 +170,18 @@ int cost_measure(llama_model *m, const llama_rows *rows, double *step, double *s
 			if (r > 0 && (best[n] == 0 || dt < best[n]))
 				best[n] = dt;
 		}
+	/* steps one right after another, as the target alone runs them */
+	for (int r = 0; warm != NULL && r <= REPS; r++) {
+		const double t = pcg_now();
+		if (llama_forward(m, kv, tok, 1, 1, rows, logits, err) < 0 ||
+		    llama_kv_truncate(kv, CTX, err) < 0)
+			goto out;
+		const double dt = pcg_now() - t;
+		if (r > 0 && (best[0] == 0 || dt < best[0]))
+			best[0] = dt;
+	}
+	if (warm != NULL)
+		*warm = best[0];
 	*step = best[1];
 	*slope = *step > 0 ? (best[BLOCK] / *step - 1) / (BLOCK - 1) : 0;
 	if (*slope < 0)

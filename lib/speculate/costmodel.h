@@ -33,7 +33,9 @@
  * (lib/speculate/speculate.c); after a rejection the draft drafts again while the
  * target waits. The target alone costs a step per token and a trip per
  * request: a token a request, or a run of them that the target samples
- * itself (run tokens a trip).
+ * itself (run tokens a trip); its steps come one after another with no
+ * other model's in between, so they are the warm step (run_step) where it
+ * was measured, not the step from cold caches a drafting round pays.
  */
 #ifndef PCG_COSTMODEL_H
 #define PCG_COSTMODEL_H
@@ -52,6 +54,8 @@ typedef struct cost_terms {
 	int heads;     /* MTP heads a score asks for at each position (0: L); not parsed */
 	int run;       /* tokens a request of the target alone brings (its runs, which
 			* share a trip; 0 or 1: a trip a token); not parsed */
+	double run_step; /* the target's step back to back, as it steps alone (no
+			  * other model between two of its steps; 0: step); not parsed */
 } cost_terms;
 
 /* Which round: the target alone, drafts from a draft server (one after the
@@ -84,13 +88,15 @@ int cost_terms_parse(const char *s, cost_terms *c, pcg_err *err);
  * between two steps of a model), at an utterance's context (16 positions
  * for a model beyond 256 MB, whose weights dwarf its cache), over the output
  * rows rows (NULL: the whole vocabulary). step in seconds, slope as in
- * cost_terms. Returns 0, or -1 with err. */
+ * cost_terms; warm (unless NULL) the fastest of a few steps one right after
+ * another, caches warm, as the target alone steps (cost_terms's run_step).
+ * Returns 0, or -1 with err. */
 struct llama_model;
 struct llama_rows;
 struct mtp_heads;
 struct pcg_sampling;
 int cost_measure(struct llama_model *m, const struct llama_rows *rows, double *step,
-		 double *slope, pcg_err *err);
+		 double *slope, double *warm, pcg_err *err);
 
 /* What one of m's MTP heads h costs at one position, as a score with heads
  * spends it (its product, the heads' lm_head over rows, its softmax with

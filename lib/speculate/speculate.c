@@ -355,7 +355,8 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 	s->env.costs.heads = s->mtp ? s->heads : 0; /* a score asks for them all */
 	/* the target alone's runs, once grown: PROTO_MAX_N tokens, or what
 	 * RUN_SECONDS of steps hold (draft_run), a trip for them all */
-	const double steps = s->env.costs.step > 0 ? RUN_SECONDS / s->env.costs.step : PROTO_MAX_N;
+	const double st1 = s->env.costs.run_step > 0 ? s->env.costs.run_step : s->env.costs.step;
+	const double steps = st1 > 0 ? RUN_SECONDS / st1 : PROTO_MAX_N;
 	s->env.costs.run = s->run_next == 0 ? 1 : s->env.run_tokens > 1 ? s->env.run_tokens
 			   : steps < 1 ? 1 : steps > PROTO_MAX_N ? PROTO_MAX_N : (int)steps;
 	/* MTP heads ride on the target's score: nothing to catch up, so a
@@ -685,7 +686,8 @@ static int probe_worth(const spec_session *s, double catch_up)
  * kept within AUTO_PROBE_SHARE of the session's rounds alone, so that auto
  * stays within a few per cent of the target alone where drafting does not
  * pay, and where it cannot pay even with every draft accepted there is no
- * probe at all. */
+ * probe at all. A probe due but not made is weighed again an interval
+ * later. */
 #define AUTO_PROBE_SHARE 0.03
 static int next_lookahead(spec_session *s)
 {
@@ -701,8 +703,15 @@ static int next_lookahead(spec_session *s)
 		s->next_probe = s->rounds + AUTO_PROBE;
 	}
 	const double probe = catch_up_seconds(s);
-	if (!s->can_pay || s->rounds + 1 < s->next_probe || !probe_worth(s, probe) ||
+	if (!s->can_pay || s->rounds + 1 < s->next_probe) {
+		s->pipe_next = 0;
+		return 0;
+	}
+	if (!probe_worth(s, probe) ||
 	    (s->t_probes > 0 && s->t_probes + probe > AUTO_PROBE_SHARE * s->t_alone)) {
+		/* not now: weighed again an interval later (the target's runs
+		 * end there, not at every round from here on) */
+		s->next_probe = s->rounds + 1 + s->probe_every;
 		s->pipe_next = 0;
 		return 0;
 	}

@@ -91,6 +91,11 @@ int main(void)
 	CHECK(near(cost_round_seconds(&run, COST_NONE, a, 1), 2e-3 + 0.1e-3 / 16, 1e-12));
 	run.run = 1;
 	CHECK(near(cost_round_seconds(&run, COST_NONE, a, 1), 2.1e-3, 1e-12));
+	/* its steps back to back (run_step) where measured; drafting rounds
+	 * keep the step from cold caches */
+	run.run_step = 1.5e-3;
+	CHECK(near(cost_round_seconds(&run, COST_NONE, a, 1), 1.6e-3, 1e-12));
+	CHECK(near(cost_round_seconds(&run, COST_SEQUENTIAL, a, 3), 0.2e-3 + 1.5e-3 + blk3, 1e-12));
 	/* a draft slower than the block: the longer of the two */
 	cost_terms slow = c;
 	slow.draft = 2e-3;
@@ -115,7 +120,7 @@ int main(void)
 	}
 	/* certain acceptance and free blocks: the longest; none accepted: 1 */
 	const double one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 }, zero[8] = { 0 };
-	cost_terms free_blk = { 1e-3, 0.1e-3, 0, 0.1e-3, 0, 0, 0, 0 };
+	cost_terms free_blk = { .step = 1e-3, .draft = 0.1e-3, .trip = 0.1e-3 };
 	CHECK(cost_best_lookahead(&free_blk, COST_PIPELINED, one, 7) == 7);
 	CHECK(cost_best_lookahead(&c, COST_PIPELINED, zero, 7) == 1);
 
