@@ -380,7 +380,8 @@ TILED_ROWS(rows_avx2_f, AVX2_TGT, tile_avx2)
  * for the tiles that read the activations least: 8 rows for one activation
  * row (8 FMA chains), 4 rows x 2, 2 rows x 3 or 4 (two rows' weights held
  * while each position's activations are loaded once for both: a block of 4
- * reads them half as often as a row at a time did, 1.6x -> 1.4x a step). */
+ * reads them about half as often as a row at a time did: 1.61x -> 1.52x a
+ * step for LLaSA-1B's shape, docs/BENCHMARKS.md). */
 static inline __attribute__((always_inline)) AVX2_TGT void
 tile_bf16_avx2(float *y, int ldy, const float *x, const float *xs, int K,
 	       const unsigned char *w, size_t row_bytes, const int R, const int NB)
