@@ -320,13 +320,17 @@ static inline __attribute__((always_inline)) AVX2_TGT __m256 avx2_w8(const unsig
 	return _mm256_loadu_ps((const float *)p);
 }
 
-static inline __attribute__((always_inline)) AVX2_TGT float avx2_hsum(__m256 a, __m256 b)
+static inline __attribute__((always_inline)) AVX2_TGT float avx2_hsum1(__m256 s)
 {
-	const __m256 s = _mm256_add_ps(a, b);
 	__m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 	t = _mm_add_ps(t, _mm_movehl_ps(t, t));
 	t = _mm_add_ss(t, _mm_movehdup_ps(t));
 	return _mm_cvtss_f32(t);
+}
+
+static inline __attribute__((always_inline)) AVX2_TGT float avx2_hsum(__m256 a, __m256 b)
+{
+	return avx2_hsum1(_mm256_add_ps(a, b));
 }
 
 static inline __attribute__((always_inline)) AVX2_TGT void
@@ -441,11 +445,7 @@ tile_bf16_avx2(float *y, int ldy, const float *x, const float *xs, int K,
 	for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
 		for (int b = 0; b < NB; b++) {
-			__m128 t = _mm_add_ps(_mm256_castps256_ps128(acc[r][b]),
-					      _mm256_extractf128_ps(acc[r][b], 1));
-			t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-			t = _mm_add_ss(t, _mm_movehdup_ps(t));
-			float sum = _mm_cvtss_f32(t);
+			float sum = avx2_hsum1(acc[r][b]);
 			for (int j = k; j < K; j++)
 				sum += load_w1(w + r * row_bytes + 2 * (size_t)j, PCG_BF16) *
 				       x[(size_t)b * K + j];

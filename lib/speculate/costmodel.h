@@ -62,6 +62,9 @@ typedef struct cost_terms {
  * other, or pipelined), or the target's MTP heads. */
 typedef enum { COST_NONE, COST_SEQUENTIAL, COST_PIPELINED, COST_MTP, COST_VITERBI } cost_kind;
 
+/* The target's step when it steps alone: run_step where measured, else step. */
+double cost_alone_step(const cost_terms *c);
+
 /* E(L) from the conditional acceptances a[0..L) (a[i] in [0, 1]). */
 double cost_tokens_per_round(const double *a, int L);
 

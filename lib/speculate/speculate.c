@@ -355,7 +355,7 @@ spec_session *spec_new_prompt(const spec_env *env, const proto_synth *req, const
 	s->env.costs.heads = s->mtp ? s->heads : 0; /* a score asks for them all */
 	/* the target alone's runs, once grown: PROTO_MAX_N tokens, or what
 	 * RUN_SECONDS of steps hold (draft_run), a trip for them all */
-	const double st1 = s->env.costs.run_step > 0 ? s->env.costs.run_step : s->env.costs.step;
+	const double st1 = cost_alone_step(&s->env.costs);
 	const double steps = st1 > 0 ? RUN_SECONDS / st1 : PROTO_MAX_N;
 	s->env.costs.run = s->run_next == 0 ? 1 : s->env.run_tokens > 1 ? s->env.run_tokens
 			   : steps < 1 ? 1 : steps > PROTO_MAX_N ? PROTO_MAX_N : (int)steps;
@@ -883,7 +883,6 @@ static int draft_server(spec_session *s, const spec_io *io, round *r, pcg_err *e
 	return 0;
 }
 
-
 /* The target alone, a run of r->run tokens that it samples itself: token
  * k of the run drawn with the uniform the round of its own would draw
  * (stream 1 + rounds + k: a run counts as its tokens' rounds), so that the
@@ -1145,6 +1144,8 @@ static void round_end(spec_session *s, const round *r)
 	s->st[PROTO_STAT_DRAFTED] += s->viterbi ? r->heads : r->target_only ? 0 : r->Lr;
 	s->st[PROTO_STAT_ACCEPTED] += r->accepted;
 	s->n_drafting += s->viterbi || !r->target_only;
+	/* added pass by pass, not times passes: the sum of one a round, bit
+	 * for bit, so that auto's probe share decides alike */
 	for (int i = 0; i < passes && r->target_only && !s->viterbi; i++)
 		s->t_alone += cost_round_seconds(&s->env.costs, COST_NONE, NULL, 1);
 	if (r->kept_ahead)
