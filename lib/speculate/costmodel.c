@@ -148,10 +148,7 @@ int cost_measure(llama_model *m, const llama_rows *rows, double *step, double *s
 	double *buf = calloc(EVICT / sizeof(double), sizeof(double));
 	const int V = llama_get_config(m)->vocab, count = llama_rows_count(m, rows);
 	int tok[MAX_CTX];
-	/* a step and a block from cold caches, then a step right after the
-	 * block, caches warm (as the target alone steps) */
-	static const int n_of[3] = { 1, BLOCK, 1 };
-	double best[3] = { 0 };
+	double best[BLOCK + 1] = { 0 };
 	llama_kv *kv = llama_kv_new(m);
 	float *logits = malloc((size_t)BLOCK * count * sizeof *logits);
 	int rc = -1;
@@ -164,25 +161,35 @@ int cost_measure(llama_model *m, const llama_rows *rows, double *step, double *s
 		tok[i] = (i * 7919) % V;
 	if (llama_forward(m, kv, tok, CTX, 0, rows, NULL, err) < 0)
 		goto out;
-	/* each REPS times, rolled back every time; the fastest of each (what
-	 * another process's burst adds is noise), the first of each left out
-	 * (it warms the code) */
+	/* one step, then a block, REPS times each, rolled back every time, each
+	 * from cold caches; the fastest of each (what another process's burst
+	 * adds is noise), the first of each left out (it warms the code) */
 	for (int r = 0; r <= REPS; r++)
-		for (int i = 0; i < (warm != NULL ? 3 : 2); i++) {
-			if (i < 2)
-				evict(buf);
+		for (int n = 1; n <= BLOCK; n += BLOCK - 1) {
+			evict(buf);
 			const double t = pcg_now();
-			if (llama_forward(m, kv, tok, n_of[i], n_of[i], rows, logits, err) < 0 ||
+			if (llama_forward(m, kv, tok, n, n, rows, logits, err) < 0 ||
 			    llama_kv_truncate(kv, CTX, err) < 0)
 				goto out;
 			const double dt = pcg_now() - t;
-			if (r > 0 && (best[i] == 0 || dt < best[i]))
-				best[i] = dt;
+			if (r > 0 && (best[n] == 0 || dt < best[n]))
+				best[n] = dt;
 		}
+	/* steps one right after another, as the target alone runs them (a
+	 * loop of their own: one step after the eviction is not yet warm) */
+	for (int r = 0; warm != NULL && r <= REPS; r++) {
+		const double t = pcg_now();
+		if (llama_forward(m, kv, tok, 1, 1, rows, logits, err) < 0 ||
+		    llama_kv_truncate(kv, CTX, err) < 0)
+			goto out;
+		const double dt = pcg_now() - t;
+		if (r > 0 && (best[0] == 0 || dt < best[0]))
+			best[0] = dt;
+	}
 	if (warm != NULL)
-		*warm = best[2];
-	*step = best[0];
-	*slope = *step > 0 ? (best[1] / *step - 1) / (BLOCK - 1) : 0;
+		*warm = best[0];
+	*step = best[1];
+	*slope = *step > 0 ? (best[BLOCK] / *step - 1) / (BLOCK - 1) : 0;
 	if (*slope < 0)
 		*slope = 0;
 	rc = 0;
