@@ -99,6 +99,48 @@ quantize_block512(const float *x, int n, int8_t *qr, float *d_out, float *s_out)
 	}
 }
 
+/* The same with AVX2 (16 values as two vectors of 8), for CPUs without
+ * AVX-512 and for the AVX2 and AVX-VNNI families pinned: bit for bit the
+ * loop below, as quantize_block512 is. */
+__attribute__((target("avx2,fma"))) static void
+quantize_block256(const float *x, int n, int8_t *qr, float *d_out, float *s_out)
+{
+	const __m256 sign = _mm256_set1_ps(-0.0f);
+	__m256 mx = _mm256_setzero_ps();
+	for (int i = 0; i < n; i += 8)
+		mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), mx);
+	__m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+	m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+	m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+	const float amax = _mm_cvtss_f32(m4);
+	const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+	const __m256 idv = _mm256_set1_ps(id);
+	const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+	*d_out = d;
+	for (int s = 0; s < 16; s++) {
+		if (16 * s >= n) {
+			s_out[s] = 0.0f;
+			continue;
+		}
+		__m256i v[2];
+		for (int h = 0; h < 2; h++) {
+			const __m256 xv = _mm256_loadu_ps(x + 16 * s + 8 * h);
+			const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(xv, idv));
+			/* a NaN is 0, as (int)lrintf gives it */
+			v[h] = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(xv, xv, _CMP_ORD_Q)),
+						_mm256_min_epi32(_mm256_max_epi32(c, lo), hi));
+		}
+		const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xd8);
+		_mm_storeu_si128((__m128i *)(qr + 16 * s),
+				 _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+		__m256i t = _mm256_add_epi32(v[0], v[1]);
+		__m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+		t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4e));
+		t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xb1));
+		s_out[s] = (float)_mm_cvtsi128_si32(t4);
+	}
+}
+
 static int have_avx512bw(void)
 {
 	static int have = -1; /* asked once: every product quantises its activations */
@@ -119,13 +161,19 @@ void pcg_qx_quantize(pcg_qx *q, const float *x, int B, int K)
 	q->K = K;
 	q->nb = nb;
 #if defined(__x86_64__)
-	if (K % 16 == 0 && strcmp(pcg_qmatmul_path(), "generic") && have_avx512bw()) {
+	/* The family's own width: AVX-512 for its path, AVX2 for the AVX2
+	 * and AVX-VNNI paths (what a CPU without AVX-512 runs, also when
+	 * pinned on one with it). */
+	const char *path = pcg_qmatmul_path();
+	const int w512 = !strcmp(path, "avx512-vnni") && have_avx512bw();
+	const int w256 = !strcmp(path, "avx2") || !strcmp(path, "avx-vnni"); /* CPUs with AVX2 */
+	if (K % 16 == 0 && (w512 || w256)) {
 		for (int b = 0; b < B; b++)
 			for (int j = 0; j < nb; j++) {
 				const int k0 = j * QB, n = K - k0 < QB ? K - k0 : QB;
-				quantize_block512(x + (size_t)b * K + k0, n, q->q + (size_t)b * K + k0,
-						  q->d + (size_t)b * nb + j,
-						  q->s + ((size_t)b * nb + j) * 16);
+				(w512 ? quantize_block512 : quantize_block256)(
+					x + (size_t)b * K + k0, n, q->q + (size_t)b * K + k0,
+					q->d + (size_t)b * nb + j, q->s + ((size_t)b * nb + j) * 16);
 			}
 		return;
 	}

@@ -713,16 +713,142 @@ NAME(float *y, int ldy, const acts *x, const pcg_mat *W, const uint8_t *gp, int 
 GROUP256(half_avx2, V256, dot4_avx2, 0)
 GROUP256(half_vnni, V256N, dot4_vnni, 1)
 
+/* Q4_0 and Q4_K, the 16 rows of group g against 4 positions b0 .. b0 + 3:
+ * the same sums as the HALF kernels above (the same bits), written out so
+ * that the 8 integer sums, the two halves' weights and one broadcast are
+ * all that live through the 32 weights of a sub-block (14 of the 16
+ * registers); the float sums s and acc change once a sub-block and stay in
+ * memory. Each position's 4 bytes are broadcast once for both halves. */
+#define Q4X4(NAME, ATTR, VNNI) \
+ATTR __attribute__((noinline)) static void NAME(float *y, int ldy, const acts *x, \
+						 const pcg_mat *W, const uint8_t *gp, int g, \
+						 int r0, int nr, int b0) \
+{ \
+	const int K = x->K, nb = x->nb, nbk = K / 32, k4 = W->dtype == PCG_Q4_K; \
+	const __m256i m15 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1); \
+	const int8_t *xq0 = x->xq + (size_t)b0 * K; \
+	const int32_t *z0 = x->i0 + (size_t)b0 * nbk; \
+	const float *sf0 = x->sf + (size_t)b0 * nbk; \
+	__m256 acc[8], s[8]; \
+	for (int a = 0; a < 8; a++) \
+		acc[a] = _mm256_setzero_ps(); \
+	for (int j = 0; j < nb; j++) { \
+		for (int a = 0; a < 8; a++) \
+			s[a] = _mm256_setzero_ps(); \
+		const int kb1 = 8 * j + 8 < nbk ? 8 * j + 8 : nbk; \
+		const uint8_t *pk = gp + (size_t)j * 2368; /* Q4_K: the super-block */ \
+		__m256 d0, d1, dm0 = _mm256_setzero_ps(), dm1 = dm0; \
+		if (k4) { \
+			d0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)pk)); \
+			d1 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(pk + 16))); \
+			dm0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(pk + 32))); \
+			dm1 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(pk + 48))); \
+		} \
+		for (int kb = 8 * j; kb < kb1; kb++) { \
+			const int sb = kb - 8 * j; \
+			const uint8_t *p = k4 ? pk + 320 + 256 * sb : gp + (size_t)kb * 288 + 32; \
+			PF(p); \
+			PF(p + 64); \
+			PF(p + 128); \
+			PF(p + 192); \
+			if (!k4) \
+				PF(p - 32); \
+			__m256i i00, i01, i02, i03, i10, i11, i12, i13; \
+			if (VNNI && !k4) { \
+				i00 = i10 = _mm256_set1_epi32(z0[kb]); \
+				i01 = i11 = _mm256_set1_epi32(z0[nbk + kb]); \
+				i02 = i12 = _mm256_set1_epi32(z0[2 * nbk + kb]); \
+				i03 = i13 = _mm256_set1_epi32(z0[3 * nbk + kb]); \
+			} else { \
+				i00 = i01 = i02 = i03 = i10 = i11 = i12 = i13 = _mm256_setzero_si256(); \
+			} \
+			const int8_t *xb = xq0 + 32 * kb; \
+			_Pragma("GCC unroll 4") \
+			for (int m = 0; m < 4; m++) { \
+				const __m256i v0 = _mm256_loadu_si256((const void *)(p + 64 * m)); \
+				const __m256i v1 = _mm256_loadu_si256((const void *)(p + 64 * m + 32)); \
+				_Pragma("GCC unroll 2") \
+				for (int hi = 0; hi < 2; hi++) { \
+					const __m256i w0 = _mm256_and_si256(hi ? _mm256_srli_epi16(v0, 4) : v0, m15); \
+					const __m256i w1 = _mm256_and_si256(hi ? _mm256_srli_epi16(v1, 4) : v1, m15); \
+					const int c = 2 * m + hi; \
+					__m256i bx; \
+					Q4X4_DOT(VNNI, 0, i00, i10) \
+					Q4X4_DOT(VNNI, 1, i01, i11) \
+					Q4X4_DOT(VNNI, 2, i02, i12) \
+					Q4X4_DOT(VNNI, 3, i03, i13) \
+				} \
+			} \
+			__m256 c0, c1, n0 = dm0, n1 = dm1; /* the rows' scales (and Q4_K's mins) */ \
+			if (k4) { \
+				c0 = _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32( \
+					_mm_loadl_epi64((const void *)(pk + 64 + 16 * sb))))); \
+				c1 = _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32( \
+					_mm_loadl_epi64((const void *)(pk + 72 + 16 * sb))))); \
+				n0 = _mm256_mul_ps(dm0, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32( \
+					_mm_loadl_epi64((const void *)(pk + 192 + 16 * sb))))); \
+				n1 = _mm256_mul_ps(dm1, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32( \
+					_mm_loadl_epi64((const void *)(pk + 200 + 16 * sb))))); \
+			} else { \
+				c0 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(p - 32))); \
+				c1 = _mm256_cvtph_ps(_mm_loadu_si128((const void *)(p - 16))); \
+			} \
+			Q4X4_SUM(VNNI, 0, i00, c0, n0) \
+			Q4X4_SUM(VNNI, 1, i01, c0, n0) \
+			Q4X4_SUM(VNNI, 2, i02, c0, n0) \
+			Q4X4_SUM(VNNI, 3, i03, c0, n0) \
+			Q4X4_SUM(VNNI, 4, i10, c1, n1) \
+			Q4X4_SUM(VNNI, 5, i11, c1, n1) \
+			Q4X4_SUM(VNNI, 6, i12, c1, n1) \
+			Q4X4_SUM(VNNI, 7, i13, c1, n1) \
+			__asm__ volatile("" : : "r"(s) : "memory"); /* s stays in memory */ \
+		} \
+		for (int a = 0; a < 8; a++) \
+			acc[a] = _mm256_fmadd_ps(s[a], _mm256_set1_ps(x->dx[(size_t)(b0 + a % 4) * nb + j]), \
+						 acc[a]); \
+	} \
+	for (int a = 0; a < 8; a++) \
+		store8(y + (size_t)(b0 + a % 4) * ldy, acc[a], g, a / 4, r0, nr); \
+}
+/* Position b's 4 bytes of part c against both halves. */
+#define Q4X4_DOT(VNNI, b, ia, ib) \
+	bx = _mm256_set1_epi32(ld32(xb + (size_t)(b) * K + 4 * c)); \
+	if (VNNI) { \
+		ia = _mm256_dpbusd_avx_epi32(ia, w0, bx); \
+		ib = _mm256_dpbusd_avx_epi32(ib, w1, bx); \
+	} else { \
+		ia = _mm256_add_epi16(ia, _mm256_maddubs_epi16(w0, bx)); \
+		ib = _mm256_add_epi16(ib, _mm256_maddubs_epi16(w1, bx)); \
+	} \
+	__asm__("" : "+x"(ia), "+x"(ib)); /* a chain of adds: not a tree of products */
+/* Accumulator a's sub-block sum (AVX2: int16 pairs widened; Q4_0 from the
+ * start of its sums) times the rows' scales into s, less Q4_K's mins times
+ * the activations' sum. */
+#define Q4X4_SUM(VNNI, a, ia, d, dmin) \
+	if (!VNNI) \
+		ia = _mm256_madd_epi16(ia, ones); \
+	if (!VNNI && !k4) \
+		ia = _mm256_add_epi32(_mm256_set1_epi32(z0[(a % 4) * nbk + kb]), ia); \
+	s[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), d, s[a]); \
+	if (k4) \
+		s[a] = _mm256_fnmadd_ps(dmin, _mm256_set1_ps(sf0[(a % 4) * nbk + kb]), s[a]);
+Q4X4(q4x4_avx2, V256, 0)
+Q4X4(q4x4_vnni, V256N, 1)
+
 /* Group g against every position: both halves at once, 2 positions at a
  * time, where every row of the group is asked; else a half at a time, 4
  * positions at a time (the same bits either way: each lane is one row). */
-#define GROUP256_ALL(NAME, ATTR, HALF) \
+#define GROUP256_ALL(NAME, ATTR, HALF, Q4X4F) \
 ATTR static void NAME(float *y, int ldy, const acts *x, const pcg_mat *W, int B, int g, int r0, \
 		      int nr) \
 { \
 	const uint8_t *gp = (const uint8_t *)W->packed + (size_t)g * group_bytes(W); \
 	if (g * G >= r0 && g * G + G <= r0 + nr) { \
 		for (int b0 = 0; b0 < B; b0 += 4) { \
+			if (B - b0 >= 4 && (W->dtype == PCG_Q4_0 || W->dtype == PCG_Q4_K)) { \
+				Q4X4F(y, ldy, x, W, gp, g, r0, nr, b0); \
+				continue; \
+			} \
 			switch (B - b0 < 4 ? B - b0 : 4) { \
 			case 1: HALF(y, ldy, x, W, gp, g, 0, r0, nr, b0, 2, 1); break; \
 			case 2: HALF(y, ldy, x, W, gp, g, 0, r0, nr, b0, 2, 2); break; \
@@ -745,8 +871,8 @@ ATTR static void NAME(float *y, int ldy, const acts *x, const pcg_mat *W, int B,
 		} \
 	} \
 }
-GROUP256_ALL(group_all_avx2, V256, half_avx2)
-GROUP256_ALL(group_all_vnni, V256N, half_vnni)
+GROUP256_ALL(group_all_avx2, V256, half_avx2, q4x4_avx2)
+GROUP256_ALL(group_all_vnni, V256N, half_vnni, q4x4_vnni)
 
 /* Group g against every position, 8 at a time. */
 V512 static void group_all(float *y, int ldy, const acts *x, const pcg_mat *W, int B, int g,
@@ -788,10 +914,10 @@ int pcg_qpack_matmul(float *y, int ldy, const float *xf, int B, const pcg_mat *W
 	pcg_qx_quantize(&q, xf, B, K);
 	for (int b = 0; b < B; b++) /* the sub-blocks' sums: Q4_K's as floats, the others' start */
 		for (int s = 0; s < K / sub; s++) {
-			const int8_t *p = q.q + (size_t)b * K + (size_t)s * sub;
-			int32_t sum = 0;
-			for (int i = 0; i < sub; i++)
-				sum += p[i];
+			/* from the quantiser's sums per 16 (whole numbers, exact) */
+			const int k = s * sub;
+			const float *s16 = q.s + ((size_t)b * q.nb + k / QB) * 16 + k % QB / 16;
+			const int32_t sum = (int32_t)(q6 ? s16[0] : s16[0] + s16[1]);
 			if (o == 0)
 				sf[(size_t)b * (K / 32) + s] = (float)sum;
 			else
