@@ -601,8 +601,10 @@ NAME(float *y, int ldy, const acts *x, const pcg_mat *W, const uint8_t *gp, int 
 			} \
 			for (int sb = 0; sb < 8; sb++) { \
 				const uint8_t *q = p + 320 + 256 * sb; \
-				PF(q + hb0); \
-				PF(q + 128 + hb0); \
+				PF(q); /* the sub-block's 4 lines */ \
+				PF(q + 64); \
+				PF(q + 128); \
+				PF(q + 192); \
 				__m256 dsc[2], dmn[2]; \
 				_Pragma("GCC unroll 2") \
 				for (int hh = 0; hh < H; hh++) { \
