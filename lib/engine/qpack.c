@@ -715,13 +715,13 @@ NAME(float *y, int ldy, const acts *x, const pcg_mat *W, const uint8_t *gp, int 
 GROUP256(half_avx2, V256, dot4_avx2, 0)
 GROUP256(half_vnni, V256N, dot4_vnni, 1)
 
-/* Q4_0 and Q4_K, the 16 rows of group g against 4 positions b0 .. b0 + 3:
+/* Q4_0 and Q4_K, the 16 rows of group g against NB (3 or 4) positions from b0:
  * the same sums as the HALF kernels above (the same bits), written out so
  * that the 8 integer sums, the two halves' weights and one broadcast are
  * all that live through the 32 weights of a sub-block (14 of the 16
  * registers); the float sums s and acc change once a sub-block and stay in
  * memory. Each position's 4 bytes are broadcast once for both halves. */
-#define Q4X4(NAME, ATTR, VNNI) \
+#define Q4X4(NAME, ATTR, VNNI, NB) \
 ATTR __attribute__((noinline)) static void NAME(float *y, int ldy, const acts *x, \
 						 const pcg_mat *W, const uint8_t *gp, int g, \
 						 int r0, int nr, int b0) \
@@ -760,7 +760,7 @@ ATTR __attribute__((noinline)) static void NAME(float *y, int ldy, const acts *x
 				i00 = i10 = _mm256_set1_epi32(z0[kb]); \
 				i01 = i11 = _mm256_set1_epi32(z0[nbk + kb]); \
 				i02 = i12 = _mm256_set1_epi32(z0[2 * nbk + kb]); \
-				i03 = i13 = _mm256_set1_epi32(z0[3 * nbk + kb]); \
+				i03 = i13 = _mm256_set1_epi32(z0[(NB - 1) * nbk + kb]); \
 			} else { \
 				i00 = i01 = i02 = i03 = i10 = i11 = i12 = i13 = _mm256_setzero_si256(); \
 			} \
@@ -778,7 +778,9 @@ ATTR __attribute__((noinline)) static void NAME(float *y, int ldy, const acts *x
 					Q4X4_DOT(VNNI, 0, i00, i10) \
 					Q4X4_DOT(VNNI, 1, i01, i11) \
 					Q4X4_DOT(VNNI, 2, i02, i12) \
-					Q4X4_DOT(VNNI, 3, i03, i13) \
+					if (NB > 3) { \
+						Q4X4_DOT(VNNI, 3, i03, i13) \
+					} \
 				} \
 			} \
 			__m256 c0, c1, n0 = dm0, n1 = dm1; /* the rows' scales (and Q4_K's mins) */ \
@@ -798,19 +800,23 @@ ATTR __attribute__((noinline)) static void NAME(float *y, int ldy, const acts *x
 			Q4X4_SUM(VNNI, 0, i00, c0, n0) \
 			Q4X4_SUM(VNNI, 1, i01, c0, n0) \
 			Q4X4_SUM(VNNI, 2, i02, c0, n0) \
-			Q4X4_SUM(VNNI, 3, i03, c0, n0) \
 			Q4X4_SUM(VNNI, 4, i10, c1, n1) \
 			Q4X4_SUM(VNNI, 5, i11, c1, n1) \
 			Q4X4_SUM(VNNI, 6, i12, c1, n1) \
-			Q4X4_SUM(VNNI, 7, i13, c1, n1) \
+			if (NB > 3) { \
+				Q4X4_SUM(VNNI, 3, i03, c0, n0) \
+				Q4X4_SUM(VNNI, 7, i13, c1, n1) \
+			} \
 			__asm__ volatile("" : : "r"(s) : "memory"); /* s stays in memory */ \
 		} \
 		for (int a = 0; a < 8; a++) \
-			acc[a] = _mm256_fmadd_ps(s[a], _mm256_set1_ps(x->dx[(size_t)(b0 + a % 4) * nb + j]), \
-						 acc[a]); \
+			if (a % 4 < NB) \
+				acc[a] = _mm256_fmadd_ps(s[a], \
+					_mm256_set1_ps(x->dx[(size_t)(b0 + a % 4) * nb + j]), acc[a]); \
 	} \
 	for (int a = 0; a < 8; a++) \
-		store8(y + (size_t)(b0 + a % 4) * ldy, acc[a], g, a / 4, r0, nr); \
+		if (a % 4 < NB) \
+			store8(y + (size_t)(b0 + a % 4) * ldy, acc[a], g, a / 4, r0, nr); \
 }
 /* Position b's 4 bytes of part c against both halves. */
 #define Q4X4_DOT(VNNI, b, ia, ib) \
@@ -834,21 +840,23 @@ ATTR __attribute__((noinline)) static void NAME(float *y, int ldy, const acts *x
 	s[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia), d, s[a]); \
 	if (k4) \
 		s[a] = _mm256_fnmadd_ps(dmin, _mm256_set1_ps(sf0[(a % 4) * nbk + kb]), s[a]);
-Q4X4(q4x4_avx2, V256, 0)
-Q4X4(q4x4_vnni, V256N, 1)
+Q4X4(q4x4_avx2, V256, 0, 4)
+Q4X4(q4x4_vnni, V256N, 1, 4)
+Q4X4(q4x3_avx2, V256, 0, 3)
+Q4X4(q4x3_vnni, V256N, 1, 3)
 
 /* Group g against every position: both halves at once, 2 positions at a
  * time, where every row of the group is asked; else a half at a time, 4
  * positions at a time (the same bits either way: each lane is one row). */
-#define GROUP256_ALL(NAME, ATTR, HALF, Q4X4F) \
+#define GROUP256_ALL(NAME, ATTR, HALF, Q4X4F, Q4X3F) \
 ATTR static void NAME(float *y, int ldy, const acts *x, const pcg_mat *W, int B, int g, int r0, \
 		      int nr) \
 { \
 	const uint8_t *gp = (const uint8_t *)W->packed + (size_t)g * group_bytes(W); \
 	if (g * G >= r0 && g * G + G <= r0 + nr) { \
 		for (int b0 = 0; b0 < B; b0 += 4) { \
-			if (B - b0 >= 4 && (W->dtype == PCG_Q4_0 || W->dtype == PCG_Q4_K)) { \
-				Q4X4F(y, ldy, x, W, gp, g, r0, nr, b0); \
+			if (B - b0 >= 3 && (W->dtype == PCG_Q4_0 || W->dtype == PCG_Q4_K)) { \
+				(B - b0 >= 4 ? Q4X4F : Q4X3F)(y, ldy, x, W, gp, g, r0, nr, b0); \
 				continue; \
 			} \
 			switch (B - b0 < 4 ? B - b0 : 4) { \
@@ -873,8 +881,8 @@ ATTR static void NAME(float *y, int ldy, const acts *x, const pcg_mat *W, int B,
 		} \
 	} \
 }
-GROUP256_ALL(group_all_avx2, V256, half_avx2, q4x4_avx2)
-GROUP256_ALL(group_all_vnni, V256N, half_vnni, q4x4_vnni)
+GROUP256_ALL(group_all_avx2, V256, half_avx2, q4x4_avx2, q4x3_avx2)
+GROUP256_ALL(group_all_vnni, V256N, half_vnni, q4x4_vnni, q4x3_vnni)
 
 /* Group g against every position, 8 at a time. */
 V512 static void group_all(float *y, int ldy, const acts *x, const pcg_mat *W, int B, int g,

@@ -310,6 +310,12 @@ int main(void)
 	check_case(PCG_Q4_0, 32, 288, 1, 0, 32);
 	check_case(PCG_Q4_K, 32, 512, 1, 0, 32);
 	check_case(PCG_Q6_K, 48, 256, 2, 0, 48);
+	/* whole groups for 3, 4 and 7 positions: Q4_0's and Q4_K's kernels of
+	 * their own for blocks of 3 and 4 (q4x3, q4x4) */
+	check_case(PCG_Q4_0, 32, 288, 3, 0, 32);
+	check_case(PCG_Q4_K, 32, 512, 3, 0, 32);
+	check_case(PCG_Q4_0, 48, 544, 4, 0, 48);
+	check_case(PCG_Q4_K, 48, 768, 7, 0, 48);
 	if (pcg_qmatmul_set_path("avx2") == 0)
 		CHECKF(n_packed > 0, "no product ran on repacked rows");
 	else
