@@ -38,8 +38,10 @@ static double time_matmul(float *y, const float *x, int B, const pcg_mat *W, int
 	double best = 1e30;
 	for (int r = 0; r < reps; r++) {
 		double t = pcg_now();
-		for (int c = 0; c < passes; c++)
-			pcg_matmul(y, W[c % copies].rows, x, B, &W[c % copies], 0, W[c % copies].rows);
+		for (int c = 0; c < passes; c++) {
+			const pcg_mat *w = &W[c % copies];
+			pcg_matmul(y, w->rows, x, B, w, 0, w->rows);
+		}
 		t = (pcg_now() - t) / passes;
 		if (t < best)
 			best = t;
@@ -65,7 +67,8 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--cached"))
 			N = 512, copies = 1, passes = 48;
 		else {
-			fprintf(stderr, "usage: bench-matmul [--threads N] [--reps N] [--format NAME] [--cached]\n");
+			fprintf(stderr, "usage: bench-matmul [--threads N] [--reps N] [--format NAME] "
+				"[--cached]\n");
 			return 2;
 		}
 	}
@@ -122,7 +125,8 @@ int main(int argc, char **argv)
 				W[c].data = (unsigned char *)wh + (size_t)c * mb;
 		}
 		void *packs[COPIES] = { NULL };
-		for (int c = 0; c < copies && pcg_dtype_is_quant(dts[d]) && pcg_qpack_ok(&W[c]); c++) {
+		for (int c = 0; c < copies && pcg_dtype_is_quant(dts[d]) && pcg_qpack_ok(&W[c]);
+		     c++) {
 			packs[c] = aligned_alloc(64, (pcg_qpack_bytes(&W[c]) + 63) / 64 * 64);
 			if (packs[c] == NULL)
 				return 1;

@@ -127,14 +127,17 @@ quantize_block256(const float *x, int n, int8_t *qr, float *d_out, float *s_out)
 			const __m256 xv = _mm256_loadu_ps(x + 16 * s + 8 * h);
 			const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(xv, idv));
 			/* a NaN is 0, as (int)lrintf gives it */
-			v[h] = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(xv, xv, _CMP_ORD_Q)),
+			const __m256 ord = _mm256_cmp_ps(xv, xv, _CMP_ORD_Q);
+			v[h] = _mm256_and_si256(_mm256_castps_si256(ord),
 						_mm256_min_epi32(_mm256_max_epi32(c, lo), hi));
 		}
 		const __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(v[0], v[1]), 0xd8);
-		_mm_storeu_si128((__m128i *)(qr + 16 * s),
-				 _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
-		__m256i t = _mm256_add_epi32(v[0], v[1]);
-		__m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+		const __m128i q16 = _mm_packs_epi16(_mm256_castsi256_si128(w),
+						    _mm256_extracti128_si256(w, 1));
+		_mm_storeu_si128((__m128i *)(qr + 16 * s), q16);
+		const __m256i t = _mm256_add_epi32(v[0], v[1]);
+		__m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t),
+					   _mm256_extracti128_si256(t, 1));
 		t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0x4e));
 		t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, 0xb1));
 		s_out[s] = (float)_mm_cvtsi128_si32(t4);
@@ -173,7 +176,8 @@ void pcg_qx_quantize(pcg_qx *q, const float *x, int B, int K)
 				const int k0 = j * QB, n = K - k0 < QB ? K - k0 : QB;
 				(w512 ? quantize_block512 : quantize_block256)(
 					x + (size_t)b * K + k0, n, q->q + (size_t)b * K + k0,
-					q->d + (size_t)b * nb + j, q->s + ((size_t)b * nb + j) * 16);
+					q->d + (size_t)b * nb + j,
+					q->s + ((size_t)b * nb + j) * 16);
 			}
 		return;
 	}

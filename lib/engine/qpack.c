@@ -762,17 +762,21 @@ ATTR __attribute__((noinline)) static void NAME(float *y, int ldy, const acts *x
 				i02 = i12 = _mm256_set1_epi32(z0[2 * nbk + kb]); \
 				i03 = i13 = _mm256_set1_epi32(z0[(NB - 1) * nbk + kb]); \
 			} else { \
-				i00 = i01 = i02 = i03 = i10 = i11 = i12 = i13 = _mm256_setzero_si256(); \
+				i00 = i01 = i02 = i03 = _mm256_setzero_si256(); \
+				i10 = i11 = i12 = i13 = i00; \
 			} \
 			const int8_t *xb = xq0 + 32 * kb; \
 			_Pragma("GCC unroll 4") \
 			for (int m = 0; m < 4; m++) { \
 				const __m256i v0 = _mm256_loadu_si256((const void *)(p + 64 * m)); \
-				const __m256i v1 = _mm256_loadu_si256((const void *)(p + 64 * m + 32)); \
+				const __m256i v1 = \
+					_mm256_loadu_si256((const void *)(p + 64 * m + 32)); \
 				_Pragma("GCC unroll 2") \
 				for (int hi = 0; hi < 2; hi++) { \
-					const __m256i w0 = _mm256_and_si256(hi ? _mm256_srli_epi16(v0, 4) : v0, m15); \
-					const __m256i w1 = _mm256_and_si256(hi ? _mm256_srli_epi16(v1, 4) : v1, m15); \
+					const __m256i u0 = hi ? _mm256_srli_epi16(v0, 4) : v0; \
+					const __m256i u1 = hi ? _mm256_srli_epi16(v1, 4) : v1; \
+					const __m256i w0 = _mm256_and_si256(u0, m15); \
+					const __m256i w1 = _mm256_and_si256(u1, m15); \
 					const int c = 2 * m + hi; \
 					__m256i bx; \
 					Q4X4_DOT(VNNI, 0, i00, i10) \
@@ -783,7 +787,8 @@ ATTR __attribute__((noinline)) static void NAME(float *y, int ldy, const acts *x
 					} \
 				} \
 			} \
-			__m256 c0, c1, n0 = dm0, n1 = dm1; /* the rows' scales (and Q4_K's mins) */ \
+			/* the rows' scales (and Q4_K's mins) */ \
+			__m256 c0, c1, n0 = dm0, n1 = dm1; \
 			if (k4) { \
 				c0 = _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32( \
 					_mm_loadl_epi64((const void *)(pk + 64 + 16 * sb))))); \
@@ -810,9 +815,10 @@ ATTR __attribute__((noinline)) static void NAME(float *y, int ldy, const acts *x
 			__asm__ volatile("" : : "r"(s) : "memory"); /* s stays in memory */ \
 		} \
 		for (int a = 0; a < 8; a++) \
-			if (a % 4 < NB) \
-				acc[a] = _mm256_fmadd_ps(s[a], \
-					_mm256_set1_ps(x->dx[(size_t)(b0 + a % 4) * nb + j]), acc[a]); \
+			if (a % 4 < NB) { \
+				const float dx = x->dx[(size_t)(b0 + a % 4) * nb + j]; \
+				acc[a] = _mm256_fmadd_ps(s[a], _mm256_set1_ps(dx), acc[a]); \
+			} \
 	} \
 	for (int a = 0; a < 8; a++) \
 		if (a % 4 < NB) \
