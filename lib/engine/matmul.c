@@ -382,10 +382,12 @@ TILED_ROWS(rows_avx2_f, AVX2_TGT, tile_avx2)
  * first 16 weights, then of the next 16, then the tail, whatever the tile,
  * so a row gets what it gets alone. One accumulator each leaves registers
  * for the tiles that read the activations least: 8 rows for one activation
- * row (8 FMA chains), 4 rows x 2, 2 rows x 3 or 4 (two rows' weights held
- * while each position's activations are loaded once for both: a block of 4
- * reads them about half as often as a row at a time did: 1.61x -> 1.52x a
- * step for LLaSA-1B's shape, docs/BENCHMARKS.md). */
+ * row (8 FMA chains), 4 rows x 2, 3 rows x 3 or 4: the evens of 3 rows
+ * against each position, then their odds, so 12 accumulators, 3 rows'
+ * widened weights and one position's activations fill the 16 registers
+ * (12 FMA chains where 8 left the FMA units no slack; each position's
+ * activations loaded once for 3 rows: a block of 4 costs 1.47x a step for
+ * LLaSA-1B's shape where 2 rows x 4 cost 1.64x, docs/BENCHMARKS.md). */
 static inline __attribute__((always_inline)) AVX2_TGT void
 tile_bf16_avx2(float *y, int ldy, const float *x, const float *xs, int K,
 	       const unsigned char *w, size_t row_bytes, const int R, const int NB)
@@ -417,6 +419,32 @@ tile_bf16_avx2(float *y, int ldy, const float *x, const float *xs, int K,
 								    xe, acc[r][0]);
 					acc[r][0] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(u, hi)),
 								    xo, acc[r][0]);
+				}
+				continue;
+			}
+			if (R == 3) { /* 12 sums: the evens of 3 rows, then their odds */
+				__m256 v[3];
+#pragma GCC unroll 3
+				for (int r = 0; r < 3; r++)
+					v[r] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(
+						(const __m256i *)(w + r * row_bytes + 2 * (size_t)k + 32 * h)), 16));
+#pragma GCC unroll 4
+				for (int b = 0; b < NB; b++) {
+					const __m256 xe = _mm256_loadu_ps(xs + (size_t)b * K + k + 8 * h);
+#pragma GCC unroll 3
+					for (int r = 0; r < 3; r++)
+						acc[r][b] = _mm256_fmadd_ps(v[r], xe, acc[r][b]);
+				}
+#pragma GCC unroll 3
+				for (int r = 0; r < 3; r++)
+					v[r] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(
+						(const __m256i *)(w + r * row_bytes + 2 * (size_t)k + 32 * h)), hi));
+#pragma GCC unroll 4
+				for (int b = 0; b < NB; b++) {
+					const __m256 xo = _mm256_loadu_ps(xs + (size_t)b * K + k + 16 + 8 * h);
+#pragma GCC unroll 3
+					for (int r = 0; r < 3; r++)
+						acc[r][b] = _mm256_fmadd_ps(v[r], xo, acc[r][b]);
 				}
 				continue;
 			}
@@ -463,7 +491,7 @@ AVX2_TGT static void rows_avx2(float *y, int ldy, const float *x, const void *xs
 	}
 	const int K = W->cols;
 	const size_t row_bytes = (size_t)K * 2;
-	const int RB = B == 1 ? 8 : B == 2 ? 4 : 2; /* weight rows at once */
+	const int RB = B == 1 ? 8 : B == 2 ? 4 : 3; /* weight rows at once */
 	for (int r = r0; r < r1;) {
 		const int R = r + RB <= r1 ? RB : 1;
 		const unsigned char *w = (const unsigned char *)W->data + (size_t)r * row_bytes;
@@ -475,6 +503,14 @@ AVX2_TGT static void rows_avx2(float *y, int ldy, const float *x, const void *xs
 				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 8, 1);
 			else if (R == 4)
 				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 4, 2);
+			else if (R == 3 && nb == 3)
+				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 3, 3);
+			else if (R == 3 && nb == 4)
+				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 3, 4);
+			else if (R == 3 && nb == 1)
+				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 3, 1);
+			else if (R == 3)
+				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 3, 2);
 			else if (R == 2 && nb == 1)
 				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 2, 1);
 			else if (R == 2 && nb == 2)
