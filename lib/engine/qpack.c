@@ -300,7 +300,10 @@ V512 static inline void store16(float *y, __m512 v, int g, int r0, int nr)
 			y[a + r - r0] = t[r];
 }
 
-#define PF(p) __builtin_prefetch((const char *)(p) + 4096, 0, 1)
+#ifndef QPF_DIST
+#define QPF_DIST 4096 /* bytes ahead of the weights read */
+#endif
+#define PF(p) __builtin_prefetch((const char *)(p) + QPF_DIST, 0, 1)
 
 /* Group g against positions b0 .. b0 + NB - 1 (NB <= 8). */
 V512 static inline __attribute__((always_inline)) void
