@@ -854,9 +854,10 @@ Q4X4(q4x4_vnni, V256N, 1, 4)
 Q4X4(q4x3_avx2, V256, 0, 3)
 Q4X4(q4x3_vnni, V256N, 1, 3)
 
-/* Group g against every position: both halves at once, 2 positions at a
- * time, where every row of the group is asked; else a half at a time, 4
- * positions at a time (the same bits either way: each lane is one row). */
+/* Group g against every position: both halves at once, 4 positions at a
+ * time, where every row of the group is asked (Q4_0 and Q4_K: 3 or 4 of
+ * them by Q4X4's kernels); else a half at a time, 4 positions at a time
+ * (the same bits either way: each lane is one row). */
 #define GROUP256_ALL(NAME, ATTR, HALF, Q4X4F, Q4X3F) \
 ATTR static void NAME(float *y, int ldy, const acts *x, const pcg_mat *W, int B, int g, int r0, \
 		      int nr) \
