@@ -382,9 +382,10 @@ TILED_ROWS(rows_avx2_f, AVX2_TGT, tile_avx2)
  * first 16 weights, then of the next 16, then the tail, whatever the tile,
  * so a row gets what it gets alone. One accumulator each leaves registers
  * for the tiles that read the activations least: 8 rows for one activation
- * row (8 FMA chains), 4 rows x 2, 3 rows x 3 or 4: the evens of 3 rows
- * against each position, then their odds, so 12 accumulators, 3 rows'
- * widened weights and one position's activations fill the 16 registers
+ * row (8 FMA chains), 4 rows x 2, 3 rows x 3 or 4; with more than one
+ * position the evens of the rows go against each position, then their odds,
+ * so that for 3 rows 12 accumulators, the rows' widened weights and one
+ * position's activations fill the 16 registers
  * (12 FMA chains where 8 left the FMA units no slack; each position's
  * activations loaded once for 3 rows: a block of 4 costs 1.47x a step for
  * LLaSA-1B's shape where 2 rows x 4 cost 1.64x, docs/BENCHMARKS.md). */
@@ -422,49 +423,26 @@ tile_bf16_avx2(float *y, int ldy, const float *x, const float *xs, int K,
 				}
 				continue;
 			}
-			if (R == 3) { /* 12 sums: the evens of 3 rows, then their odds */
-				__m256 v[3];
-#pragma GCC unroll 3
-				for (int r = 0; r < 3; r++)
-					v[r] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_loadu_si256(
-						(const __m256i *)(w + r * row_bytes + 2 * (size_t)k + 32 * h)), 16));
-#pragma GCC unroll 4
-				for (int b = 0; b < NB; b++) {
-					const __m256 xe = _mm256_loadu_ps(xs + (size_t)b * K + k + 8 * h);
-#pragma GCC unroll 3
-					for (int r = 0; r < 3; r++)
-						acc[r][b] = _mm256_fmadd_ps(v[r], xe, acc[r][b]);
-				}
-#pragma GCC unroll 3
-				for (int r = 0; r < 3; r++)
-					v[r] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_loadu_si256(
-						(const __m256i *)(w + r * row_bytes + 2 * (size_t)k + 32 * h)), hi));
-#pragma GCC unroll 4
-				for (int b = 0; b < NB; b++) {
-					const __m256 xo = _mm256_loadu_ps(xs + (size_t)b * K + k + 16 + 8 * h);
-#pragma GCC unroll 3
-					for (int r = 0; r < 3; r++)
-						acc[r][b] = _mm256_fmadd_ps(v[r], xo, acc[r][b]);
-				}
-				continue;
-			}
-			__m256 e[4], o[4]; /* R <= 4 here */
-#pragma GCC unroll 4
-			for (int r = 0; r < R; r++) {
-				const __m256i u = _mm256_loadu_si256(
-					(const __m256i *)(w + r * row_bytes + 2 * (size_t)k + 32 * h));
-				e[r] = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
-				o[r] = _mm256_castsi256_ps(_mm256_and_si256(u, hi));
-			}
-#pragma GCC unroll 4
-			for (int b = 0; b < NB; b++) {
-				const float *xb = xs + (size_t)b * K + k;
-				const __m256 xe = _mm256_loadu_ps(xb + 8 * h);
-				const __m256 xo = _mm256_loadu_ps(xb + 16 + 8 * h);
+			/* the evens of the R rows against each position, then their
+			 * odds: R x NB sums, R widened rows and one position's
+			 * activations in the 16 registers (R = 3: 12 + 3 + 1) */
+			__m256 v[4]; /* R <= 4 here */
+#pragma GCC unroll 2
+			for (int odd = 0; odd < 2; odd++) {
 #pragma GCC unroll 4
 				for (int r = 0; r < R; r++) {
-					acc[r][b] = _mm256_fmadd_ps(e[r], xe, acc[r][b]);
-					acc[r][b] = _mm256_fmadd_ps(o[r], xo, acc[r][b]);
+					const __m256i u = _mm256_loadu_si256(
+						(const __m256i *)(w + r * row_bytes + 2 * (size_t)k + 32 * h));
+					v[r] = _mm256_castsi256_ps(odd ? _mm256_and_si256(u, hi)
+								       : _mm256_slli_epi32(u, 16));
+				}
+#pragma GCC unroll 4
+				for (int b = 0; b < NB; b++) {
+					const __m256 xv =
+						_mm256_loadu_ps(xs + (size_t)b * K + k + 16 * odd + 8 * h);
+#pragma GCC unroll 4
+					for (int r = 0; r < R; r++)
+						acc[r][b] = _mm256_fmadd_ps(v[r], xv, acc[r][b]);
 				}
 			}
 		}
@@ -499,33 +477,23 @@ AVX2_TGT static void rows_avx2(float *y, int ldy, const float *x, const void *xs
 			const int nb = B - b0 < 4 ? B - b0 : 4;
 			float *yb = y + (r - yr0) + (size_t)b0 * ldy;
 			const float *xb = x + (size_t)b0 * K, *xsb = (const float *)xs + (size_t)b0 * K;
+			/* R is RB (8 for one position, 4 for two, else 3) or 1 */
+#define BF16_NB(R) \
+	switch (nb) { \
+	case 1: tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, R, 1); break; \
+	case 2: tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, R, 2); break; \
+	case 3: tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, R, 3); break; \
+	default: tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, R, 4); break; \
+	}
 			if (R == 8)
 				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 8, 1);
 			else if (R == 4)
 				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 4, 2);
-			else if (R == 3 && nb == 3)
-				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 3, 3);
-			else if (R == 3 && nb == 4)
-				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 3, 4);
-			else if (R == 3 && nb == 1)
-				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 3, 1);
 			else if (R == 3)
-				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 3, 2);
-			else if (R == 2 && nb == 1)
-				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 2, 1);
-			else if (R == 2 && nb == 2)
-				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 2, 2);
-			else if (R == 2 && nb == 3)
-				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 2, 3);
-			else if (R == 2)
-				tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 2, 4);
+				BF16_NB(3)
 			else
-				switch (nb) {
-				case 1: tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 1, 1); break;
-				case 2: tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 1, 2); break;
-				case 3: tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 1, 3); break;
-				default: tile_bf16_avx2(yb, ldy, xb, xsb, K, w, row_bytes, 1, 4); break;
-				}
+				BF16_NB(1)
+#undef BF16_NB
 		}
 		r += R;
 	}
