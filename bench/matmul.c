@@ -72,14 +72,14 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	for (size_t d = 0; only != NULL && d < sizeof dts / sizeof dts[0]; d++)
-		if (!strcasecmp(only, pcg_dtype_name(dts[d])))
-			break;
-		else if (d + 1 == sizeof dts / sizeof dts[0]) {
-			fprintf(stderr, "bench-matmul: no format is named %s "
-				"(try BF16, F16, F32, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)\n", only);
-			return 2;
-		}
+	int named = only == NULL;
+	for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+		named |= only != NULL && !strcasecmp(only, pcg_dtype_name(dts[d]));
+	if (!named) {
+		fprintf(stderr, "bench-matmul: no format is named %s "
+			"(try BF16, F16, F32, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)\n", only);
+		return 2;
+	}
 	pcg_set_threads(threads);
 	printf("matmul: W [%d x %d]%s, threads %d, kernel isa %s, quantised path %s, best of %d\n",
 	       N, K, copies == 1 ? " in the cache" : "", threads, pcg_matmul_isa(),
